@@ -1,0 +1,47 @@
+# Two commands set up a fresh machine and run things:
+#   make demo   - install what is missing, then run the main job
+#   make test   - install what is missing, then lint and run the whole test suite
+# Both are idempotent; the pieces below are reused by them.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+TOOLS_BIN := .tools/bin
+EXTRAS ?= dev
+PYTEST_ARGS ?=
+
+.PHONY: setup venv tools proto lint test demo clean
+
+setup: venv tools proto
+
+# The virtual environment, with the project installed in editable mode.
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml setup.py
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is required, found " + sys.version)'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	touch $@
+
+# The pinned Liftbridge and NATS servers, built with `go install` into .tools/bin.
+tools:
+	@tools/install-servers.sh
+
+# Python modules generated from proto/ (also done by the package build).
+proto: $(VENV)/.installed
+	@$(PY) tools/gen_proto.py --check >/dev/null 2>&1 || $(PY) tools/gen_proto.py
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: setup lint
+	$(VENV)/bin/pytest -rs $(PYTEST_ARGS)
+
+demo: setup
+	$(PY) tools/demo.py
+
+clean:
+	rm -rf $(VENV) .tools .devserver liftbridge_provider/_proto build *.egg-info

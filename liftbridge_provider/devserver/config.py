@@ -1,0 +1,82 @@
+"""Configuration files for development nodes: Liftbridge YAML and embedded-NATS conf.
+
+Liftbridge reads flat dotted keys (``clustering.server.id: n1``). Values are
+written as JSON, which YAML reads unchanged, so no YAML library is needed.
+Every address is 127.0.0.1: nothing here listens on other interfaces.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+
+# Lowered replica timeouts for multi-node clusters, so a partition leader is
+# replaced about a second after it dies (server defaults: 15 s, 10 s, 3 s, 15 s).
+FAST_FAILOVER: dict[str, Any] = {
+    "clustering.replica.max.leader.timeout": "1s",
+    "clustering.replica.max.idle.wait": "500ms",
+    "clustering.replica.fetch.timeout": "500ms",
+    "clustering.replica.max.lag.time": "3s",
+}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (callers retry on a clash)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def liftbridge_settings(
+    *,
+    server_id: str,
+    namespace: str,
+    port: int,
+    data_dir: Path,
+    nats_url: str,
+    seed: bool,
+    cursor_partitions: int,
+    telemetry_setting: bool,
+    log_level: str = "info",
+    embedded_nats_config: Path | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The settings of one node; ``extra`` entries override the defaults.
+
+    :param telemetry_setting: write ``telemetry.enabled: false`` (servers newer
+        than v1.9 send telemetry by default; v1.9 refuses the key).
+    """
+    settings: dict[str, Any] = {
+        "listen": f"{LOOPBACK}:{port}",
+        "data.dir": str(data_dir),
+        "logging.level": log_level,
+        "clustering.server.id": server_id,
+        "clustering.namespace": namespace,
+        "nats.servers": [nats_url],
+        "cursors.stream.partitions": cursor_partitions,
+        "cursors.stream.auto.pause.time": 0,
+        "activity.stream.enabled": True,
+    }
+    if seed:
+        settings["clustering.raft.bootstrap.seed"] = True
+    if embedded_nats_config is not None:
+        settings["nats.embedded.config"] = str(embedded_nats_config)
+    if telemetry_setting:
+        settings["telemetry.enabled"] = False
+    settings.update(extra or {})
+    return settings
+
+
+def render_yaml(settings: Mapping[str, Any]) -> str:
+    """Flat ``key: value`` YAML, one setting per line, values in JSON form."""
+    return "".join(f"{key}: {json.dumps(value)}\n" for key, value in settings.items())
+
+
+def render_nats_conf(port: int) -> str:
+    """Embedded NATS server settings: client port on loopback only, no monitoring."""
+    return f"host: {LOOPBACK}\nport: {port}\n"

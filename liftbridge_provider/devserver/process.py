@@ -1,0 +1,198 @@
+"""One server process: started with its output in a log file, stopped or killed on demand."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from liftbridge_provider.devserver.errors import DevServerError
+
+LOG_TAIL_LINES = 30
+
+
+def _tie_prefix() -> list[str]:
+    """A command prefix that SIGKILLs the server when the thread that started it exits.
+
+    util-linux ``setpriv --pdeathsig`` sets the parent-death signal and then
+    execs the server, so the server keeps its own pid. Without setpriv
+    (not Linux), servers are only stopped by :meth:`ServerProcess.stop`.
+    """
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    with contextlib.suppress(OSError):
+        # A zombie (state Z) has exited; it only waits for its parent to reap it.
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def pid_runs(pid: int, executable: Path) -> bool:
+    """Whether ``pid`` is alive and runs ``executable`` (guards against reused pids)."""
+    if not _pid_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # no /proc: trust the pid
+    return bool(cmdline) and Path(os.fsdecode(cmdline[0])).name == executable.name
+
+
+class ServerProcess:
+    """A server process whose stdout and stderr go to ``log_path``.
+
+    :param argv: the command line, executable first.
+    :param log_path: file that receives the process output (appended to).
+    :param tie_to_parent: on Linux, kill the server when the thread that
+        started it exits, so a crashed test run leaves nothing behind.
+        Default True; the CLI turns it off so servers outlive it.
+    :param pid: attach to an already running process instead (used by the
+        CLI's ``stop`` and ``status``).
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        log_path: Path,
+        *,
+        tie_to_parent: bool = True,
+        pid: int | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.tie_to_parent = tie_to_parent
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._pid = pid
+
+    @property
+    def pid(self) -> int | None:
+        """The process id, or None before the first start."""
+        return self._popen.pid if self._popen is not None else self._pid
+
+    @property
+    def executable(self) -> Path:
+        return Path(self.argv[0])
+
+    def start(self) -> None:
+        """Start the process; its output is appended to the log file."""
+        if self.running:
+            raise DevServerError(f"{self.executable.name} is already running as pid {self.pid}")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self._popen = subprocess.Popen(
+                (_tie_prefix() if self.tie_to_parent else []) + self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C in the terminal does not reach the server
+            )
+        self._pid = self._popen.pid
+
+    @property
+    def running(self) -> bool:
+        if self._popen is not None:
+            return self._popen.poll() is None
+        return self._pid is not None and pid_runs(self._pid, self.executable)
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit status once a process started here has ended, else None."""
+        return self._popen.poll() if self._popen is not None else None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop gracefully with SIGINT; SIGKILL if still running after ``timeout`` seconds."""
+        if not self.running:
+            self._reap()
+            return
+        self._signal(signal.SIGINT)
+        if not self._wait(timeout):
+            self.kill()
+        self._reap()
+
+    def kill(self) -> None:
+        """Kill at once with SIGKILL (a crash, as far as the server can tell)."""
+        if self.running:
+            self._signal(signal.SIGKILL)
+            if not self._wait(10.0):
+                raise DevServerError(f"pid {self.pid} survived SIGKILL")
+        self._reap()
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines of the log, for error messages."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return f"(no log at {self.log_path})"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def log_contains(self, needle: str, since: int = 0) -> bool:
+        """Whether the log, from byte ``since`` on, contains ``needle``."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(since)
+                return needle.encode() in log.read()
+        except OSError:
+            return False
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll ``condition`` until true; raise with the log tail if the process exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if condition():
+                return
+            if not self.running:
+                raise DevServerError(
+                    f"{self.executable.name} exited (status {self.exit_code}) while waiting for {what}; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise DevServerError(
+                    f"{self.executable.name} (pid {self.pid}) not ready after {timeout:.0f}s waiting for {what}; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(0.05)
+
+    def _signal(self, signum: int) -> None:
+        pid = self.pid
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def _wait(self, timeout: float) -> bool:
+        if self._popen is not None:
+            try:
+                self._popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        deadline = time.monotonic() + timeout
+        while self.running:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def _reap(self) -> None:
+        if self._popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._popen.wait(0)

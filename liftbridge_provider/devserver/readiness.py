@@ -1,0 +1,68 @@
+"""Real readiness of a Liftbridge cluster, checked through the gRPC API.
+
+An open port is not enough: gRPC serves before a metadata leader exists. A
+cluster is ready when every node lists every broker, the internal cursor
+stream has a leader for each partition, and a probe stream replicated to
+every node can be created and deleted.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
+
+CURSORS_STREAM = "__cursors"
+RPC_TIMEOUT = 5.0  # seconds per readiness RPC
+
+
+class NotReady(Exception):
+    """The cluster answered but is not ready yet; the message says why."""
+
+
+def check_ready(
+    addresses: Sequence[str],
+    cursor_partitions: int,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> None:
+    """Return when the cluster at ``addresses`` is ready; raise NotReady or grpc.RpcError otherwise."""
+    for address in addresses:
+        with _channel(address, credentials) as channel:
+            _check_metadata(api_grpc.APIStub(channel), address, len(addresses), cursor_partitions)
+    with _channel(addresses[0], credentials) as channel:
+        _probe_create_delete(api_grpc.APIStub(channel), replication=len(addresses))
+
+
+def _channel(address: str, credentials: grpc.ChannelCredentials | None) -> grpc.Channel:
+    if credentials is None:
+        return grpc.insecure_channel(address)
+    return grpc.secure_channel(address, credentials)
+
+
+def _check_metadata(stub: Any, address: str, brokers: int, cursor_partitions: int) -> None:
+    request = api.FetchMetadataRequest(streams=[CURSORS_STREAM])
+    response: api.FetchMetadataResponse = stub.FetchMetadata(request, timeout=RPC_TIMEOUT)
+    if len(response.brokers) != brokers:
+        seen = sorted(b.id for b in response.brokers)
+        raise NotReady(f"{address} knows brokers {seen}, expected {brokers}")
+    cursors = [s for s in response.streamMetadata if s.name == CURSORS_STREAM]
+    if not cursors or cursors[0].error != api.StreamMetadata.OK:
+        raise NotReady(f"{address} has no {CURSORS_STREAM} stream yet")
+    partitions = cursors[0].partitions
+    leaders = [p.leader for p in partitions.values() if p.leader]
+    if len(partitions) != cursor_partitions or len(leaders) != cursor_partitions:
+        raise NotReady(f"{address}: {CURSORS_STREAM} has {len(leaders)}/{cursor_partitions} partition leaders")
+
+
+def _probe_create_delete(stub: Any, replication: int) -> None:
+    name = f"lbdev-ready-{secrets.token_hex(4)}"
+    request = api.CreateStreamRequest(
+        subject=name.replace("-", "."), name=name, partitions=1, replicationFactor=replication
+    )
+    stub.CreateStream(request, timeout=RPC_TIMEOUT)
+    stub.DeleteStream(api.DeleteStreamRequest(name=name), timeout=RPC_TIMEOUT)
