@@ -1,0 +1,83 @@
+"""A complete Python client for Liftbridge; imports neither Airflow nor Spark.
+
+from liftbridge_provider.client import LiftbridgeClient, StartPosition, StopPosition
+
+with LiftbridgeClient("127.0.0.1:9292") as client:
+    client.create_stream("orders", "orders", partitions=3)
+    client.publish_batch("orders", [b"a", b"b"], partitioner=partition_by_key)
+    for message in client.read_range("orders", 0, start=0, end=2):
+        print(message.offset, message.value)
+"""
+
+from liftbridge_provider.client.aio import AsyncLiftbridgeClient
+from liftbridge_provider.client.client import LiftbridgeClient, PublishMessage
+from liftbridge_provider.client.errors import (
+    AckTimeoutError,
+    ClientClosedError,
+    EncryptionError,
+    EnvelopeError,
+    IncorrectOffsetError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    LiftbridgeTimeoutError,
+    MessageTooLargeError,
+    NoMetadataLeaderError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    NotLeaderError,
+    PartitionPausedError,
+    PermissionDeniedError,
+    ReadonlyPartitionError,
+    StreamExistsError,
+    UnavailableError,
+)
+from liftbridge_provider.client.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
+from liftbridge_provider.client.metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
+from liftbridge_provider.client.options import ClientConfig, TLSConfig
+from liftbridge_provider.client.partitioners import Partitioner, partition_by_key, partition_by_round_robin
+from liftbridge_provider.client.publisher import BatchPublishError, BatchResult, PublishFailure
+from liftbridge_provider.client.requests import ALL_BROKERS
+from liftbridge_provider.client.subscription import Subscription
+
+__all__ = [
+    "ALL_BROKERS",
+    "Ack",
+    "AckPolicy",
+    "AckTimeoutError",
+    "AsyncLiftbridgeClient",
+    "BatchPublishError",
+    "BatchResult",
+    "BrokerInfo",
+    "ClientClosedError",
+    "ClientConfig",
+    "EncryptionError",
+    "EnvelopeError",
+    "IncorrectOffsetError",
+    "InvalidArgumentError",
+    "LiftbridgeClient",
+    "LiftbridgeError",
+    "LiftbridgeTimeoutError",
+    "Message",
+    "MessageTooLargeError",
+    "Metadata",
+    "NoMetadataLeaderError",
+    "NoSuchPartitionError",
+    "NoSuchStreamError",
+    "NotLeaderError",
+    "PartitionInfo",
+    "PartitionPausedError",
+    "Partitioner",
+    "PermissionDeniedError",
+    "PublishFailure",
+    "PublishMessage",
+    "ReadonlyPartitionError",
+    "StartPosition",
+    "StopPosition",
+    "StreamExistsError",
+    "StreamInfo",
+    "Subscription",
+    "TLSConfig",
+    "UnavailableError",
+    "partition_by_key",
+    "partition_by_round_robin",
+]

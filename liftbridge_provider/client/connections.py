@@ -1,0 +1,136 @@
+"""A pool of gRPC channels per broker address.
+
+Each broker gets up to ``max_conns_per_broker`` channels (each its own TCP
+connection). A lease picks the least busy channel, opening another only when
+every open one is in use and the limit allows. Channels unused for
+``keep_alive_time`` seconds are closed by a background janitor. ``close()``
+closes every channel and is idempotent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
+from liftbridge_provider.client.errors import ClientClosedError
+from liftbridge_provider.client.options import ClientConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PooledChannel:
+    """One channel, its stub, how many calls use it and when it was last released."""
+
+    address: str
+    channel: grpc.Channel
+    stub: Any  # api_grpc.APIStub (the generated stub module is untyped)
+    in_use: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    state: grpc.ChannelConnectivity = grpc.ChannelConnectivity.IDLE
+
+    def on_state(self, state: grpc.ChannelConnectivity) -> None:
+        self.state = state
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether the channel is (or becomes, within ``timeout`` s) connected."""
+        if self.state == grpc.ChannelConnectivity.READY:
+            return True
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=max(timeout, 0.001))
+        except grpc.FutureTimeoutError:
+            return False
+        return True
+
+
+class ConnectionPool:
+    """Channels per broker address, shared by every thread of one client."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self._config = config
+        self._credentials = config.tls.credentials() if config.tls is not None else None
+        self._options = config.channel_options()
+        self._channels: dict[str, list[PooledChannel]] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._janitor = threading.Thread(target=self._close_idle_loop, name="liftbridge-pool-janitor", daemon=True)
+        self._janitor.start()
+
+    @contextlib.contextmanager
+    def lease(self, address: str) -> Iterator[PooledChannel]:
+        """Use a channel to ``address`` for the duration of the ``with`` block."""
+        pooled = self._acquire(address)
+        try:
+            yield pooled
+        finally:
+            with self._lock:
+                pooled.in_use -= 1
+                pooled.last_used = time.monotonic()
+
+    def open_channels(self) -> int:
+        """How many channels are open now (all brokers)."""
+        with self._lock:
+            return sum(len(channels) for channels in self._channels.values())
+
+    def close(self) -> None:
+        """Close every channel; later leases raise ClientClosedError. Safe to call twice."""
+        self._closed.set()
+        with self._lock:
+            channels = [c for group in self._channels.values() for c in group]
+            self._channels.clear()
+        for pooled in channels:
+            pooled.channel.close()
+        if self._janitor is not threading.current_thread():
+            self._janitor.join(timeout=5)
+
+    def _acquire(self, address: str) -> PooledChannel:
+        with self._lock:
+            if self._closed.is_set():
+                raise ClientClosedError("the Liftbridge client is closed")
+            group = self._channels.setdefault(address, [])
+            least_busy = min(group, key=lambda c: c.in_use, default=None)
+            if least_busy is None or (least_busy.in_use > 0 and len(group) < self._config.max_conns_per_broker):
+                least_busy = self._open(address)
+                group.append(least_busy)
+            least_busy.in_use += 1
+            return least_busy
+
+    def _open(self, address: str) -> PooledChannel:
+        if self._credentials is not None:
+            channel = grpc.secure_channel(address, self._credentials, options=self._options)
+        else:
+            channel = grpc.insecure_channel(address, options=self._options)
+        pooled = PooledChannel(address, channel, api_grpc.APIStub(channel))
+        channel.subscribe(pooled.on_state, try_to_connect=False)
+        log.debug("opened channel to %s", address)
+        return pooled
+
+    def _close_idle_loop(self) -> None:
+        interval = min(self._config.keep_alive_time / 2, 5.0)
+        while not self._closed.wait(interval):
+            self.close_idle()
+
+    def close_idle(self) -> int:
+        """Close channels unused for keep_alive_time seconds; return how many were closed."""
+        cutoff = time.monotonic() - self._config.keep_alive_time
+        idle: list[PooledChannel] = []
+        with self._lock:
+            for address, group in list(self._channels.items()):
+                keep = [c for c in group if c.in_use > 0 or c.last_used > cutoff]
+                idle.extend(c for c in group if c not in keep)
+                if keep:
+                    self._channels[address] = keep
+                else:
+                    del self._channels[address]
+        for pooled in idle:
+            log.debug("closing idle channel to %s", pooled.address)
+            pooled.channel.close()
+        return len(idle)

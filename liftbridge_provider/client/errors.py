@@ -1,0 +1,153 @@
+"""The client's typed errors, and the translation of gRPC failures into them.
+
+Every error carries the ``stream`` and ``partition`` it concerns (None when not
+applicable) and the gRPC ``code`` it came from (None for client-side errors).
+Bad input found before anything is sent raises :class:`InvalidArgumentError`,
+which is also a :class:`ValueError`.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class LiftbridgeError(Exception):
+    """Base class of every error this client raises."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stream: str | None = None,
+        partition: int | None = None,
+        code: grpc.StatusCode | None = None,
+        may_be_stored: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.stream = stream
+        self.partition = partition
+        self.code = code
+        self.may_be_stored = may_be_stored
+        """For publishes: the message may have been stored although this error was raised."""
+
+    def __str__(self) -> str:
+        where = []
+        if self.stream is not None:
+            where.append(f"stream={self.stream!r}")
+        if self.partition is not None:
+            where.append(f"partition={self.partition}")
+        if self.code is not None:
+            where.append(f"grpc={self.code.name}")
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+
+class InvalidArgumentError(LiftbridgeError, ValueError):
+    """A value was refused, by this client before sending or by the server (INVALID_ARGUMENT)."""
+
+
+class StreamExistsError(LiftbridgeError):
+    """CreateStream of a stream name that already exists."""
+
+
+class NoSuchStreamError(LiftbridgeError):
+    """The stream does not exist (or was deleted)."""
+
+
+class NoSuchPartitionError(LiftbridgeError):
+    """The stream exists but has no such partition."""
+
+
+class NotLeaderError(LiftbridgeError):
+    """The broker asked is not the partition leader (retried internally; raised when retries run out)."""
+
+
+class ReadonlyPartitionError(LiftbridgeError):
+    """The partition is readonly: publishes are refused."""
+
+
+class PartitionPausedError(LiftbridgeError):
+    """The partition is paused; subscribe with ``resume=True`` or publish to resume it."""
+
+
+class IncorrectOffsetError(LiftbridgeError):
+    """The expected offset of an optimistic-concurrency publish did not match the next offset."""
+
+
+class MessageTooLargeError(LiftbridgeError):
+    """The message exceeds the server's replication size limit (or gRPC's message size)."""
+
+
+class EncryptionError(LiftbridgeError):
+    """Encryption at rest failed, or was requested without a server key."""
+
+
+class PermissionDeniedError(LiftbridgeError):
+    """The server's authorization policy denies this call to this client."""
+
+
+class UnavailableError(LiftbridgeError):
+    """No broker could be reached (or none answered) before the deadline."""
+
+
+class NoMetadataLeaderError(LiftbridgeError):
+    """The cluster has no metadata leader (an election is running) and did not get one in time."""
+
+
+class LiftbridgeTimeoutError(LiftbridgeError, TimeoutError):
+    """An operation did not finish within its deadline."""
+
+
+class AckTimeoutError(LiftbridgeTimeoutError):
+    """A publish got no ack in time. The message may or may not have been stored."""
+
+
+class EnvelopeError(LiftbridgeError):
+    """Bytes that are not a valid Liftbridge envelope (bad magic, version, length, CRC or payload)."""
+
+
+class ClientClosedError(LiftbridgeError):
+    """The client was closed."""
+
+
+def error_from_rpc(exc: grpc.RpcError, *, stream: str | None = None, partition: int | None = None) -> LiftbridgeError:
+    """Translate a failed RPC into the matching typed error."""
+    code: grpc.StatusCode = exc.code()
+    details = exc.details() or code.name
+    lowered = details.lower()
+    kind: type[LiftbridgeError] = LiftbridgeError
+    if code == grpc.StatusCode.ALREADY_EXISTS:
+        kind = StreamExistsError
+    elif code == grpc.StatusCode.NOT_FOUND:
+        kind = NoSuchPartitionError if "partition" in lowered else NoSuchStreamError
+    elif code == grpc.StatusCode.INVALID_ARGUMENT:
+        kind = MessageTooLargeError if "max replication size" in lowered else InvalidArgumentError
+    elif code == grpc.StatusCode.FAILED_PRECONDITION:
+        kind = _failed_precondition_kind(lowered)
+    elif code == grpc.StatusCode.PERMISSION_DENIED or "not authorized" in lowered:
+        kind = PermissionDeniedError
+    elif code == grpc.StatusCode.UNAVAILABLE:
+        kind = UnavailableError
+    elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        kind = LiftbridgeTimeoutError
+    elif code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message larger than max" in lowered:
+        kind = MessageTooLargeError
+    elif "incorrect expected offset" in lowered:
+        kind = IncorrectOffsetError
+    elif "no known metadata leader" in lowered:
+        kind = NoMetadataLeaderError
+    elif "encrypt" in lowered:
+        kind = EncryptionError
+    return kind(details, stream=stream, partition=partition, code=code)
+
+
+def _failed_precondition_kind(details: str) -> type[LiftbridgeError]:
+    if "leader" in details:
+        return NotLeaderError
+    if "readonly" in details:
+        return ReadonlyPartitionError
+    if "encrypt" in details:
+        return EncryptionError
+    if "paused" in details or "closed" in details:
+        return PartitionPausedError
+    return LiftbridgeError

@@ -1,0 +1,284 @@
+"""Pipelined batch publishing over the PublishAsync stream.
+
+Every message of a batch is validated and turned into a request before the
+first one is sent. The requests then flow over one PublishAsync stream with at
+most ``window`` messages awaiting their ack. Acks are matched to messages by
+correlation id and returned in input order.
+
+Nothing is re-sent behind the caller's back: when the stream breaks, the
+messages awaiting an ack are reported as failed with ``may_be_stored=True``
+(they may or may not have been written) and the messages not yet sent go on
+over a new stream to another broker. A message whose ack does not arrive
+within ``ack_wait`` seconds is reported as an AckTimeoutError, unless its ack
+still arrives before the batch ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client.errors import (
+    AckTimeoutError,
+    EncryptionError,
+    IncorrectOffsetError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    MessageTooLargeError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    PermissionDeniedError,
+    ReadonlyPartitionError,
+    UnavailableError,
+    error_from_rpc,
+)
+from liftbridge_provider.client.messages import Ack
+from liftbridge_provider.client.retry import Deadline, backoff_delay
+from liftbridge_provider.client.routing import Router
+
+log = logging.getLogger(__name__)
+PROGRESS_EVERY = 10.0  # seconds between progress log lines
+POLL = 0.05  # seconds between checks for expired acks while waiting
+
+_ASYNC_ERRORS: dict[int, tuple[type[LiftbridgeError], bool]] = {
+    # code: (error type, may the message have been stored anyway?)
+    api.PublishAsyncError.NOT_FOUND: (NoSuchStreamError, False),
+    api.PublishAsyncError.BAD_REQUEST: (InvalidArgumentError, False),
+    api.PublishAsyncError.READONLY: (ReadonlyPartitionError, False),
+    api.PublishAsyncError.INCORRECT_OFFSET: (IncorrectOffsetError, False),
+    api.PublishAsyncError.ENCRYPTION_FAILED: (EncryptionError, False),
+    # The server publishes a denied message anyway (a server quirk), so it may be stored.
+    api.PublishAsyncError.PERMISSION_DENIED: (PermissionDeniedError, True),
+}
+
+
+@dataclass(frozen=True)
+class PublishFailure:
+    """Message ``index`` of a batch was not acknowledged, because of ``error``."""
+
+    index: int
+    error: LiftbridgeError
+
+    @property
+    def may_be_stored(self) -> bool:
+        return self.error.may_be_stored
+
+
+@dataclass
+class BatchResult:
+    """Outcome of ``publish_batch``: one entry per input message, in input order.
+
+    ``acks[i]`` is the Ack of message i, or None when it failed or the ack
+    policy is NONE. ``failures`` lists the failed messages by index.
+    """
+
+    acks: list[Ack | None]
+    failures: list[PublishFailure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def raise_for_failures(self) -> None:
+        if self.failures:
+            raise BatchPublishError(self)
+
+
+class BatchPublishError(LiftbridgeError):
+    """Some messages of a batch failed; ``result`` holds the acks of the others and every failure."""
+
+    def __init__(self, result: BatchResult) -> None:
+        shown = "; ".join(f"#{f.index}: {f.error}" for f in result.failures[:5])
+        more = f" (and {len(result.failures) - 5} more)" if len(result.failures) > 5 else ""
+        first = result.failures[0].error
+        super().__init__(
+            f"{len(result.failures)} of {len(result.acks)} messages failed: {shown}{more}",
+            stream=first.stream,
+            code=first.code,
+        )
+        self.result = result
+
+
+def async_error(response: api.PublishResponse, stream: str, partition: int) -> LiftbridgeError:
+    """The typed error of a PublishAsync error response."""
+    pb = response.asyncError
+    kind, may_be_stored = _ASYNC_ERRORS.get(pb.code, (LiftbridgeError, False))
+    if pb.code == api.PublishAsyncError.NOT_FOUND and "partition" in pb.message:
+        kind = NoSuchPartitionError
+    if pb.code == api.PublishAsyncError.BAD_REQUEST and "max replication size" in pb.message:
+        kind = MessageTooLargeError
+    message = pb.message or api.PublishAsyncError.Code.Name(pb.code)
+    return kind(message, stream=stream, partition=partition, may_be_stored=may_be_stored)
+
+
+class BatchPublisher:
+    """Sends one batch; not reusable. See the module docstring for the guarantees."""
+
+    def __init__(
+        self,
+        router: Router,
+        requests: Sequence[api.PublishRequest],
+        *,
+        window: int,
+        ack_wait: float,
+        timeout: float | None,
+    ) -> None:
+        self._router = router
+        self._requests = requests
+        self._expects_ack = [r.ackPolicy != api.NONE for r in requests]
+        self._ack_wait = ack_wait
+        self._deadline = Deadline(timeout) if timeout is not None else None
+        self._window = window
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)  # signalled when an in-flight message resolves
+        self._next = 0  # index of the next request to send
+        self._generation = 0  # bumped when a stream breaks: stale senders stop
+        self._in_flight: dict[int, float] = {}  # index -> time sent
+        self._acks: list[Ack | None] = [None] * len(requests)
+        self._failures: dict[int, LiftbridgeError] = {}
+        self._resolved = 0
+        self._started = time.monotonic()
+        self._last_progress = self._started
+
+    def run(self) -> BatchResult:
+        attempt = 0
+        while not self._done():
+            addresses = self._router.broker_addresses()
+            address = addresses[attempt % len(addresses)]
+            try:
+                self._stream_to(address)
+            except grpc.RpcError as exc:
+                self._on_broken_stream(exc)
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or self._deadline_passed():
+                    self._fail_unsent(error_from_rpc(exc, stream=self._requests[0].stream))
+                    break
+                time.sleep(backoff_delay(attempt))
+                attempt += 1
+        failures = [PublishFailure(i, e) for i, e in sorted(self._failures.items())]
+        return BatchResult(self._acks, failures)
+
+    def _stream_to(self, address: str) -> None:
+        with self._router.pool.lease(address) as pooled:
+            call = pooled.stub.PublishAsync(self._sender(self._generation))
+            try:
+                for response in call:
+                    self._on_response(response)
+                    if self._all_acked():
+                        break  # the server may linger up to 5 s before closing: no need to wait for it
+            finally:
+                call.cancel()
+
+    def _sender(self, generation: int) -> Iterator[api.PublishRequest]:
+        """Yields requests while the window allows; then waits for the last acks before closing the stream."""
+        while True:
+            with self._lock:
+                while len(self._in_flight) >= self._window and generation == self._generation:
+                    self._space.wait(POLL)
+                    self._expire_acks_locked()
+                if generation != self._generation or self._next >= len(self._requests) or self._deadline_passed():
+                    break
+                index, self._next = self._next, self._next + 1
+                if self._expects_ack[index]:
+                    self._in_flight[index] = time.monotonic()
+                else:
+                    self._resolved += 1
+            yield self._requests[index]
+        with self._lock:
+            while generation == self._generation and self._in_flight:
+                self._space.wait(POLL)
+                self._expire_acks_locked()
+
+    def _on_response(self, response: api.PublishResponse) -> None:
+        failed = response.HasField("asyncError")
+        correlation_id = response.correlationId if failed else response.ack.correlationId
+        if not correlation_id.isdigit() or int(correlation_id) >= len(self._requests):
+            log.warning("ignoring a PublishAsync response with unknown correlation id %r", correlation_id)
+            return
+        index = int(correlation_id)
+        request = self._requests[index]
+        with self._lock:
+            was_waiting = self._in_flight.pop(index, None) is not None
+            if failed:
+                self._failures[index] = async_error(response, request.stream, request.partition)
+                self._acks[index] = None
+            elif was_waiting or isinstance(self._failures.pop(index, None), AckTimeoutError):
+                self._acks[index] = Ack(response.ack, request.partition)
+            if was_waiting:
+                self._resolved += 1
+                self._space.notify()
+        if self._resolved % 1024 == 0:
+            self._log_progress()
+
+    def _expire_acks_locked(self) -> None:
+        """Fail the messages whose ack is overdue (the lock is held)."""
+        cutoff = time.monotonic() - self._ack_wait
+        expired = [i for i, sent in self._in_flight.items() if sent < cutoff]
+        for index in expired:
+            del self._in_flight[index]
+            request = self._requests[index]
+            self._failures[index] = AckTimeoutError(
+                f"no ack within {self._ack_wait:g}s",
+                stream=request.stream,
+                partition=request.partition,
+                may_be_stored=True,
+            )
+        self._resolved += len(expired)
+
+    def _on_broken_stream(self, exc: grpc.RpcError) -> None:
+        """The stream died: stop its sender and report every message awaiting an ack as uncertain."""
+        with self._lock:
+            self._generation += 1
+            for index in list(self._in_flight):
+                request = self._requests[index]
+                self._failures[index] = UnavailableError(
+                    f"connection lost before the ack ({exc.code().name}: {exc.details()}); "
+                    "the message may or may not have been stored",
+                    stream=request.stream,
+                    partition=request.partition,
+                    code=exc.code(),
+                    may_be_stored=True,
+                )
+                self._resolved += 1
+            self._in_flight.clear()
+            self._space.notify_all()
+        log.warning("PublishAsync stream broke (%s); %d messages left to send", exc.code(), self._unsent())
+
+    def _fail_unsent(self, error: LiftbridgeError) -> None:
+        with self._lock:
+            for index in range(self._next, len(self._requests)):
+                self._failures[index] = error
+            self._resolved += len(self._requests) - self._next
+            self._next = len(self._requests)
+
+    def _done(self) -> bool:
+        with self._lock:
+            if self._deadline_passed() and self._next < len(self._requests):
+                timeout = AckTimeoutError("batch deadline passed before the message was sent")
+                for index in range(self._next, len(self._requests)):
+                    self._failures[index] = timeout
+                self._next = len(self._requests)
+            return self._next >= len(self._requests) and not self._in_flight
+
+    def _all_acked(self) -> bool:
+        """Every message was sent and every expected ack resolved (never true for ack policy NONE)."""
+        with self._lock:
+            return self._next >= len(self._requests) and not self._in_flight and self._expects_ack[-1]
+
+    def _unsent(self) -> int:
+        return len(self._requests) - self._next
+
+    def _deadline_passed(self) -> bool:
+        return self._deadline is not None and self._deadline.expired
+
+    def _log_progress(self) -> None:
+        now = time.monotonic()
+        if now - self._last_progress >= PROGRESS_EVERY:
+            self._last_progress = now
+            rate = self._resolved / (now - self._started)
+            log.info("published %d/%d messages (%.0f msgs/s)", self._resolved, len(self._requests), rate)
