@@ -17,6 +17,7 @@ from liftbridge_provider.client.errors import (
     AckTimeoutError,
     InvalidArgumentError,
     LiftbridgeError,
+    LiftbridgeTimeoutError,
     UnavailableError,
     error_from_rpc,
 )
@@ -413,6 +414,7 @@ class LiftbridgeClient:
         beyond_high_watermark: BeyondHighWatermark = "refuse",
         timeout: float | None = None,
         read_isr_replica: bool | None = None,
+        resume: bool = False,
     ) -> Iterator[Message]:
         """Messages with ``start <= offset < end`` of one partition, in order.
 
@@ -421,7 +423,8 @@ class LiftbridgeClient:
         ``"wait"`` waits for the missing messages (``timeout`` bounds the whole
         read; LiftbridgeTimeoutError when it expires), ``"truncate"`` reads up
         to the high watermark (nothing at all if ``start`` is beyond it).
-        Offsets removed by compaction are simply absent.
+        Offsets removed by compaction are simply absent. A paused partition
+        raises PartitionPausedError unless ``resume`` is true.
         """
         build.check_stream_name(stream)
         build.check_offset(start, "start")
@@ -434,6 +437,8 @@ class LiftbridgeClient:
             )
         if start == end:
             return iter(())
+        if resume:
+            self._resume(stream, partition)
         last = end - 1
         if beyond_high_watermark != "wait":
             high_watermark = self.fetch_partition_metadata(stream, partition).high_watermark
@@ -452,11 +457,56 @@ class LiftbridgeClient:
             start=StartPosition.at_offset(start),
             stop=StopPosition.at_offset(last),
             read_isr_replica=read_isr_replica,
+            resume=resume,
             timeout=timeout,
         )
         return _from_offset(subscription, start)
 
-    # -- cursors ---------------------------------------------------------------
+    def _resume(self, stream: str, partition: int) -> None:
+        """Resume a paused partition (a no-op otherwise): subscribe with resume, wait for the handshake, cancel."""
+        request = api.SubscribeRequest(stream=stream, partition=partition, startPosition=api.NEW_ONLY, resume=True)
+
+        def attempt(pooled: PooledChannel, remaining: float) -> None:
+            call = pooled.stub.Subscribe(request, timeout=remaining)
+            try:
+                next(call)
+            finally:
+                call.cancel()
+
+        self._router.call_leader(stream, partition, attempt)
+
+    def earliest_offset(
+        self, stream: str, partition: int = 0, *, timeout: float | None = None, probe: float = 2.0
+    ) -> int | None:
+        """The oldest offset still stored (retention and compaction remove older ones); None if the
+        partition never held a message.
+
+        Reads the first message from the earliest position up to the leader's high
+        watermark. Committed messages are readable at once, so when that read
+        stays silent for ``probe`` seconds (default 2) retention has removed every
+        message, and the answer is high watermark + 1 (the next offset to be written).
+        """
+        info = self.fetch_partition_metadata(stream, partition, timeout=timeout)
+        if info.high_watermark < 0:
+            return None
+        subscription = self.subscribe(
+            stream,
+            partition=partition,
+            start=StartPosition.earliest(),
+            stop=StopPosition.at_offset(info.high_watermark),
+            timeout=probe,
+        )
+        try:
+            with subscription:
+                first = next(subscription, None)
+        except LiftbridgeTimeoutError:
+            first = None
+        if first is None:
+            log.warning("%s/%d: no message retained up to offset %d", stream, partition, info.high_watermark)
+            return info.high_watermark + 1
+        return first.offset
+
+    # -- cursors ---------    # -- cursors ---------------------------------------------------------------
 
     def set_cursor(
         self, cursor_id: str, stream: str, partition: int, offset: int, *, timeout: float | None = None

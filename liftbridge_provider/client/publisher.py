@@ -207,7 +207,9 @@ class BatchPublisher:
             if failed:
                 self._failures[index] = async_error(response, request.stream, request.partition)
                 self._acks[index] = None
-            elif was_waiting or isinstance(self._failures.pop(index, None), AckTimeoutError):
+            elif was_waiting or isinstance(self._failures.get(index), AckTimeoutError):
+                # an ack that arrives after its timeout still counts; one after an error does not
+                self._failures.pop(index, None)
                 self._acks[index] = Ack(response.ack, request.partition)
             if was_waiting:
                 self._resolved += 1

@@ -29,6 +29,10 @@ MIN_BACKOFF = 0.010  # seconds
 MAX_BACKOFF = 0.500  # seconds
 
 
+# gRPC's words for a TLS handshake that failed (wrong CA, wrong name, missing client certificate).
+_TLS_FAILURES = ("handshake failed", "certificate_verify_failed", "hostname verification", "tsi_")
+
+
 class Action(enum.Enum):
     NEXT_BROKER = "next broker"  # nothing to wait for: another broker may answer
     REFRESH = "refresh metadata, back off, retry"
@@ -41,6 +45,8 @@ def classify(exc: grpc.RpcError, *, leader_directed: bool) -> Action:
     code = exc.code()
     details = (exc.details() or "").lower()
     if code == grpc.StatusCode.UNAVAILABLE:
+        if any(marker in details for marker in _TLS_FAILURES):
+            return Action.FAIL  # a TLS mismatch does not heal by retrying
         return Action.REFRESH if leader_directed else Action.NEXT_BROKER
     if code == grpc.StatusCode.INTERNAL and "no known metadata leader" in details:
         return Action.BACK_OFF

@@ -16,7 +16,7 @@ import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.connections import ConnectionPool, PooledChannel
-from liftbridge_provider.client.errors import NoSuchPartitionError, NoSuchStreamError
+from liftbridge_provider.client.errors import NoSuchPartitionError, NoSuchStreamError, PartitionPausedError
 from liftbridge_provider.client.metadata import Metadata, MetadataCache
 from liftbridge_provider.client.options import ClientConfig, format_address
 from liftbridge_provider.client.retry import Action, Deadline, RetryState
@@ -56,6 +56,15 @@ def replica_address(
         if broker is not None:
             return dial_address(config, broker.host, broker.port)
     return None
+
+
+def paused_error(stream: str, partition: int) -> PartitionPausedError:
+    """A paused partition has no serving leader: it answers "not leader" (or nothing) until resumed."""
+    return PartitionPausedError(
+        "the partition is paused; publish to it, or read with resume=True, to resume it",
+        stream=stream,
+        partition=partition,
+    )
 
 
 class Router:
@@ -101,16 +110,20 @@ class Router:
         snapshot = self.snapshot_with(stream)
         while True:
             address = self.replica_address(snapshot, stream, partition, any_isr_replica)
+            refused = False
             if address is not None:
                 with self.pool.lease(address) as pooled:
                     try:
                         return attempt(pooled, state.deadline.remaining())
                     except grpc.RpcError as exc:
                         _action, delay = state.after_failure(exc)
+                        refused = exc.code() == grpc.StatusCode.FAILED_PRECONDITION
             else:
                 delay = state.pause()  # no leader right now: an election is running
             time.sleep(delay)
             snapshot = self.metadata.refresh()
+            if refused and snapshot.partition(stream, partition).paused:
+                raise paused_error(stream, partition)
 
     def snapshot_with(self, stream: str) -> Metadata:
         """A snapshot that knows ``stream``: refreshed once if the cached one does not."""

@@ -20,9 +20,10 @@ from typing import Any
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client.connections import PooledChannel
 from liftbridge_provider.client.errors import (
     LiftbridgeTimeoutError,
-    PartitionPausedError,
+    UnavailableError,
     error_from_rpc,
 )
 from liftbridge_provider.client.messages import Message
@@ -111,6 +112,7 @@ class Subscription(Iterator[Message]):
         lost_since: float | None = None
         attempt = 0
         while not self._cancelled.is_set():
+            failure: grpc.RpcError | None = None
             try:
                 for raw in self._open_and_read():
                     lost_since, attempt = None, 0
@@ -118,23 +120,29 @@ class Subscription(Iterator[Message]):
                     yield Message(raw)
                     if self._stop_offset is not None and raw.offset >= self._stop_offset:
                         return
-                return
             except grpc.RpcError as exc:
                 if self._cancelled.is_set() or _ends_cleanly(exc):
                     return
                 self._raise_if_final(exc)
-                lost_since = lost_since or time.monotonic()
-                if time.monotonic() - lost_since > self._resubscribe_wait:
-                    raise error_from_rpc(exc, stream=self.stream, partition=self.partition) from exc
-                log.info("subscription to %s/%d lost (%s); resubscribing", self.stream, self.partition, exc.code())
-                time.sleep(backoff_delay(attempt))
-                attempt += 1
-                self._router.metadata.refresh()
+                failure = exc
             finally:
                 with self._lock:
                     if self._call is not None:
                         self._call.cancel()
                     self._call = None
+            # The stream broke, or the server ended it without reaching a stop position.
+            if self._cancelled.is_set():
+                return
+            self._raise_if_timed_out(None)
+            lost_since = lost_since or time.monotonic()
+            if time.monotonic() - lost_since > self._resubscribe_wait:
+                if failure is not None:
+                    raise error_from_rpc(failure, stream=self.stream, partition=self.partition) from failure
+                raise UnavailableError("the server kept ending the subscription", stream=self.stream)
+            log.info("subscription to %s/%d lost (%s); resubscribing", self.stream, self.partition, failure)
+            time.sleep(backoff_delay(attempt))
+            attempt += 1
+            self._router.metadata.refresh()
 
     def _open_and_read(self) -> Iterator[api.Message]:
         """Subscribe once (from last offset + 1 after a loss), skip the handshake, yield raw messages."""
@@ -145,6 +153,8 @@ class Subscription(Iterator[Message]):
             request.startPosition = api.OFFSET
             request.startOffset = self.last_offset + 1
         snapshot = self._router.snapshot_with(self.stream)
+        if snapshot.partition(self.stream, self.partition).paused and not request.resume:
+            self._refuse_if_paused()
         address = self._router.replica_address(snapshot, self.stream, self.partition, request.readISRReplica)
         if address is None:
             raise _NoLeaderYet()
@@ -156,25 +166,39 @@ class Subscription(Iterator[Message]):
             next(self._call)  # the empty message that confirms the subscription
             yield from self._call
 
+    def _refuse_if_paused(self) -> None:
+        """Raise PartitionPausedError if the partition really is paused (the server would block, not fail).
+
+        The metadata flag can stay set after a resume, so ask the leader: a paused
+        partition refuses FetchPartitionMetadata.
+        """
+        request = api.FetchPartitionMetadataRequest(stream=self.stream, partition=self.partition)
+
+        def attempt(pooled: PooledChannel, remaining: float) -> object:
+            return pooled.stub.FetchPartitionMetadata(request, timeout=remaining)
+
+        self._router.call_leader(self.stream, self.partition, attempt, timeout=self._remaining())
+
     def _remaining(self) -> float | None:
         if self._deadline is None:
             return None
         return self._deadline.remaining()
 
-    def _raise_if_final(self, exc: grpc.RpcError) -> None:
-        if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and self._deadline is not None:
+    def _raise_if_timed_out(self, exc: grpc.RpcError | None) -> None:
+        if self._deadline is not None and (self._deadline.expired or exc is not None):
             raise LiftbridgeTimeoutError(
                 f"subscription timed out after {self._deadline.timeout:g}s (last offset {self.last_offset})",
                 stream=self.stream,
                 partition=self.partition,
-                code=exc.code(),
+                code=grpc.StatusCode.DEADLINE_EXCEEDED,
             ) from exc
+
+    def _raise_if_final(self, exc: grpc.RpcError) -> None:
+        if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            self._raise_if_timed_out(exc)
         if isinstance(exc, _NoLeaderYet) or _resubscribable(exc):
             return
-        error = error_from_rpc(exc, stream=self.stream, partition=self.partition)
-        if isinstance(error, PartitionPausedError):
-            error.message += ": the partition is paused; subscribe with resume=True to resume it"
-        raise error from exc
+        raise error_from_rpc(exc, stream=self.stream, partition=self.partition) from exc
 
 
 class _NoLeaderYet(grpc.RpcError):

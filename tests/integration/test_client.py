@@ -1,0 +1,604 @@
+"""LiftbridgeClient against a real single Liftbridge node: every public method, bounded reads, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from liftbridge_provider.client import (
+    ALL_BROKERS,
+    AckPolicy,
+    AsyncLiftbridgeClient,
+    BatchPublishError,
+    ClientClosedError,
+    EncryptionError,
+    IncorrectOffsetError,
+    InvalidArgumentError,
+    LiftbridgeClient,
+    LiftbridgeTimeoutError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    PartitionPausedError,
+    PublishMessage,
+    ReadonlyPartitionError,
+    StartPosition,
+    StopPosition,
+    StreamExistsError,
+    UnavailableError,
+    envelope,
+    partition_by_key,
+    partition_by_round_robin,
+)
+from liftbridge_provider.client.requests import cursor_partition
+from liftbridge_provider.devserver import DevServer, start_single
+
+
+@pytest.fixture(scope="module")
+def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
+    with LiftbridgeClient(liftbridge_server.brokers) as shared:
+        yield shared
+
+
+def new_stream(client: LiftbridgeClient, partitions: int = 1, **options: Any) -> str:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    client.create_stream(name.replace("-", "."), name, partitions=partitions, **options)
+    return name
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def values(messages: Iterator[object]) -> list[bytes]:
+    return [m.value for m in messages]  # type: ignore[attr-defined]
+
+
+# -- streams and metadata ---------------------------------------------------------------------------
+
+
+def test_create_fetch_and_delete_stream(client: LiftbridgeClient, liftbridge_server: DevServer) -> None:
+    name = new_stream(client, partitions=4)
+    info = client.fetch_metadata([name]).stream(name)
+    assert sorted(info.partitions) == [0, 1, 2, 3]
+    assert {p.leader for p in info.partitions.values()} == {"n1"}
+    assert info.subject == name.replace("-", ".")
+    assert [b.address for b in client.metadata().brokers.values()] == liftbridge_server.brokers
+    with pytest.raises(StreamExistsError):
+        client.create_stream("other.subject", name)
+    client.delete_stream(name)
+    with pytest.raises(NoSuchStreamError):
+        client.stream_info(name)
+    with pytest.raises(NoSuchStreamError):
+        client.delete_stream(name)
+
+
+def test_replication_factor_all_brokers(client: LiftbridgeClient) -> None:
+    name = new_stream(client, replication_factor=ALL_BROKERS)
+    assert client.stream_info(name).partitions[0].replicas == ("n1",)
+
+
+def test_optimistic_concurrency_control(client: LiftbridgeClient) -> None:
+    name = new_stream(client, optimistic_concurrency_control=True)
+    first = client.publish(name, b"a", expected_offset=0)
+    assert first is not None
+    assert first.offset == 0
+    with pytest.raises(IncorrectOffsetError) as raised:
+        client.publish(name, b"duplicate", expected_offset=0)
+    assert raised.value.stream == name
+    second = client.publish(name, b"b")  # expected offset "next"
+    assert second is not None
+    assert second.offset == 1
+    assert values(client.read_range(name, 0, 0, 2)) == [b"a", b"b"]
+
+
+def test_retention_max_messages_removes_old_messages(client: LiftbridgeClient) -> None:
+    name = new_stream(client, retention_max_messages=5, segment_max_bytes=256, cleaner_interval=0.2)
+    client.publish_batch(name, [f"m{i}".encode() * 20 for i in range(40)], ack_policy="all")
+    # Read only once the cleaner (every 0.2 s) has surely run: Liftbridge v1.9.0 readers can stall on
+    # segments deleted under them, and its message-count retention may remove every closed segment.
+    time.sleep(2)
+    earliest = client.earliest_offset(name)
+    assert earliest is not None
+    assert 20 < earliest <= 40
+    assert client.fetch_partition_metadata(name, 0).high_watermark == 39
+    if earliest < 40:
+        assert [m.offset for m in client.read_range(name, 0, earliest, 40)] == list(range(earliest, 40))
+    assert client.earliest_offset(new_stream(client)) is None
+    full = new_stream(client)
+    client.publish_batch(full, [b"a", b"b", b"c"], ack_policy="all")
+    assert client.earliest_offset(full) == 0
+
+
+def test_compaction_keeps_latest_value_per_key(client: LiftbridgeClient) -> None:
+    name = new_stream(client, compact_enabled=True, segment_max_bytes=256, cleaner_interval=0.2)
+    batch = [PublishMessage(f"v{i}".encode() * 10, key=f"k{i % 3}".encode()) for i in range(60)]
+    client.publish_batch(name, batch, ack_policy="all")
+    client.publish(name, b"last", key=b"k0", ack_policy="all")
+    time.sleep(2)  # see the retention test: read after the cleaner ran
+    read = list(client.read_range(name, 0, 0, 61))
+    assert len(read) < 30, "compaction removed older values of each key"
+    assert {m.key: m.value for m in read}[b"k0"] == b"last"
+    assert read[-1].offset == 60
+
+
+def test_auto_pause_time_pauses_idle_partition_and_publish_resumes(client: LiftbridgeClient) -> None:
+    name = new_stream(client, auto_pause_time=timedelta(milliseconds=300))
+    client.publish(name, b"x")
+    wait_until(lambda: client.fetch_metadata([name]).partition(name, 0).paused, 10, "auto pause")
+    with pytest.raises(PartitionPausedError):
+        client.fetch_partition_metadata(name, 0)
+    client.publish(name, b"y")  # publishing resumes the partition
+    assert client.fetch_partition_metadata(name, 0).high_watermark == 1
+    assert values(client.read_range(name, 0, 0, 2)) == [b"x", b"y"]
+
+
+def test_encryption_without_server_key_is_refused(client: LiftbridgeClient) -> None:
+    with pytest.raises(EncryptionError):
+        new_stream(client, encryption=True)
+
+
+def test_other_create_options_are_accepted(client: LiftbridgeClient) -> None:
+    name = new_stream(
+        client,
+        group="workers",
+        retention_max_bytes=1 << 20,
+        retention_max_age=timedelta(days=1),
+        segment_max_age=timedelta(hours=1),
+        compact_max_goroutines=2,
+        auto_pause_disable_if_subscribers=True,
+        min_isr=1,
+    )
+    assert client.publish(name, b"ok") is not None
+
+
+def test_pause_resume_and_resume_all(client: LiftbridgeClient) -> None:
+    name = new_stream(client, partitions=3)
+    client.publish_batch(name, [PublishMessage(b"v", partition=p) for p in range(3)], ack_policy="all")
+    client.pause_stream(name, partitions=[1])
+    partitions = client.fetch_metadata([name]).stream(name).partitions
+    assert [p.paused for p in partitions.values()] == [False, True, False]
+    started = time.monotonic()
+    with pytest.raises(PartitionPausedError, match="paused"):
+        client.fetch_partition_metadata(name, 1)
+    assert time.monotonic() - started < 5, "a paused partition is reported, not retried until the deadline"
+    client.publish(name, b"wake", partition=1)
+    assert client.fetch_partition_metadata(name, 1).high_watermark == 1
+    # Every partition paused; with resume_all, resuming one resumes them all.
+    client.pause_stream(name, resume_all=True)
+    assert all(p.paused for p in client.fetch_metadata([name]).stream(name).partitions.values())
+    for partition in range(3):
+        with pytest.raises(PartitionPausedError):
+            client.fetch_partition_metadata(name, partition)
+    client.publish(name, b"wake all", partition=0)
+    assert [client.fetch_partition_metadata(name, p).high_watermark for p in range(3)] == [1, 1, 0]
+    with pytest.raises(InvalidArgumentError, match="no partition 5"):
+        client.pause_stream(name, partitions=[5])
+
+
+def test_read_range_and_subscribe_on_paused_partition(client: LiftbridgeClient) -> None:
+    name = new_stream(client)
+    client.publish_batch(name, [b"a", b"b"], ack_policy="all")
+    client.pause_stream(name)
+    with pytest.raises(PartitionPausedError, match="resume=True"):
+        list(client.read_range(name, 0, 0, 2))
+    with pytest.raises(PartitionPausedError), client.subscribe(name, start=StartPosition.earliest(), timeout=10) as sub:
+        next(sub)
+    assert values(client.read_range(name, 0, 0, 2, resume=True)) == [b"a", b"b"]
+    client.pause_stream(name)
+    with client.subscribe(name, start=StartPosition.earliest(), resume=True, timeout=10) as sub:
+        assert next(sub).value == b"a"
+
+
+def test_readonly_partition(client: LiftbridgeClient) -> None:
+    name = new_stream(client, partitions=2)
+    client.publish_batch(name, [PublishMessage(b"r", partition=1)] * 3, ack_policy="all")
+    client.set_stream_readonly(name, partitions=[1])
+    assert client.fetch_metadata([name]).partition(name, 1).readonly
+    with pytest.raises(ReadonlyPartitionError):
+        client.publish(name, b"no", partition=1)
+    assert values(client.read_range(name, 1, 0, 3)) == [b"r"] * 3
+    with client.subscribe(name, partition=1, start=StartPosition.earliest(), timeout=10) as sub:
+        assert len(list(sub)) == 3, "a readonly partition ends the subscription cleanly"
+    result = client.publish_batch(name, [PublishMessage(b"x", partition=1)] * 2, raise_on_error=False)
+    assert [f.index for f in result.failures] == [0, 1]
+    assert all(isinstance(f.error, ReadonlyPartitionError) and not f.may_be_stored for f in result.failures)
+    client.set_stream_readonly(name, partitions=[1], readonly=False)
+    assert client.publish(name, b"yes", partition=1) is not None
+
+
+# -- publishing -------------------------------------------------------------------------------------
+
+
+def test_publish_ack_headers_and_key_partitioner(client: LiftbridgeClient) -> None:
+    name = new_stream(client, partitions=4)
+    keys = [f"user-{i}".encode() for i in range(12)]
+    acks = [client.publish(name, k + b"!", key=k, headers={"h": k}, partitioner=partition_by_key) for k in keys]
+    for key, ack in zip(keys, acks, strict=True):
+        assert ack is not None
+        assert ack.partition == partition_by_key(name, key, b"", 4)
+        assert ack.stream == name
+    for partition in range(4):
+        expected = [k for k in keys if partition_by_key(name, k, b"", 4) == partition]
+        read = list(client.read_range(name, partition, 0, len(expected)))
+        assert [m.key for m in read] == expected
+        assert [m.headers["h"] for m in read] == expected
+        assert [m.value for m in read] == [k + b"!" for k in expected]
+        assert all(m.partition == partition and m.stream == name for m in read)
+        assert all(abs(m.time - datetime.now(UTC)) < timedelta(minutes=1) for m in read)
+
+
+def test_round_robin_and_ack_policies(client: LiftbridgeClient) -> None:
+    name = new_stream(client, partitions=3)
+    rr = partition_by_round_robin()
+    acks = [client.publish(name, b"v", partitioner=rr, ack_policy=AckPolicy.ALL) for _ in range(6)]
+    assert [a.partition for a in acks if a is not None] == [0, 1, 2, 0, 1, 2]
+    assert client.publish(name, b"fire and forget", ack_policy="none") is None
+    wait_until(lambda: client.fetch_partition_metadata(name, 0).high_watermark == 2, 10, "the unacked message")
+
+
+def test_publish_to_subject(client: LiftbridgeClient) -> None:
+    name = new_stream(client)
+    ack = client.publish_to_subject(name.replace("-", "."), b"via subject", ack_policy="all")
+    assert ack is not None
+    assert ack.stream == name
+    assert values(client.read_range(name, 0, 0, 1)) == [b"via subject"]
+
+
+def test_publish_refuses_bad_input_before_sending(client: LiftbridgeClient) -> None:
+    name = new_stream(client, partitions=2)
+    cases: list[tuple[Callable[[], object], str]] = [
+        (lambda: client.publish(name, "text"), "value must be bytes"),  # type: ignore[arg-type]
+        (lambda: client.publish(name, b"v", partition=2), "no partition 2"),
+        (lambda: client.publish(name, b"v", partition=-1), "partition must be a whole number >= 0, got -1"),
+        (lambda: client.publish(name, b"v", ack_policy="most"), "unknown ack policy 'most'"),
+        (lambda: client.publish("bad name", b"v"), "invalid stream name 'bad name'"),
+        (lambda: client.publish("", b"v"), "invalid stream name ''"),
+        (lambda: client.publish_batch(name, [b"ok", 5]), "message #1: value must be bytes"),  # type: ignore[list-item]
+        (lambda: client.publish_batch(name, [b"ok"], window=0), "window must be a whole number >= 1, got 0"),
+        (lambda: client.publish(name, b"v", partition=0, partitioner=partition_by_key), "either partition or"),
+    ]
+    for call, message in cases:
+        with pytest.raises(InvalidArgumentError, match=message):
+            call()
+    assert client.fetch_partition_metadata(name, 0).high_watermark == -1, "nothing was sent"
+    with pytest.raises(NoSuchStreamError):
+        client.publish("no-such-stream", b"v")
+
+
+def test_publish_batch_100k_keeps_order_and_contiguous_offsets(client: LiftbridgeClient) -> None:
+    name = new_stream(client, partitions=3)
+    batch = [PublishMessage(f"value-{i}".encode(), key=f"k{i}".encode()) for i in range(100_000)]
+    result = client.publish_batch(name, batch, partitioner=partition_by_key, window=1024)
+    assert result.ok
+    assert len(result.acks) == len(batch)
+    per_partition: dict[int, list[tuple[int, bytes]]] = {0: [], 1: [], 2: []}
+    for message, ack in zip(batch, result.acks, strict=True):
+        assert ack is not None
+        assert ack.partition == partition_by_key(name, message.key, b"", 3)
+        per_partition[ack.partition].append((ack.offset, message.value))
+    for partition, entries in per_partition.items():
+        assert [offset for offset, _ in entries] == list(range(len(entries))), "offsets follow input order"
+        read = list(client.read_range(name, partition, 0, len(entries)))
+        assert [m.value for m in read] == [v for _, v in entries]
+    assert sum(len(e) for e in per_partition.values()) == 100_000
+
+
+def test_publish_batch_reports_failures_by_index(client: LiftbridgeClient) -> None:
+    name = new_stream(client, partitions=2)
+    client.set_stream_readonly(name, partitions=[1])
+    batch = [
+        PublishMessage(b"ok", partition=0),
+        PublishMessage(b"no", partition=1),
+        PublishMessage(b"ok2", partition=0),
+    ]
+    with pytest.raises(BatchPublishError) as raised:
+        client.publish_batch(name, batch)
+    result = raised.value.result
+    assert [f.index for f in result.failures] == [1]
+    assert isinstance(result.failures[0].error, ReadonlyPartitionError)
+    assert [a.offset if a else None for a in result.acks] == [0, None, 1]
+    assert "1 of 3 messages failed: #1: readonly partition: 1" in str(raised.value)
+
+
+def test_envelope_published_straight_to_nats_is_stored_and_acked(
+    client: LiftbridgeClient, liftbridge_server: DevServer
+) -> None:
+    name = new_stream(client)
+    nats_port = liftbridge_server.nodes[0].nats_port
+    assert nats_port is not None
+    inbox = f"_INBOX.{uuid.uuid4().hex}"
+    with socket.create_connection(("127.0.0.1", nats_port), timeout=10) as nats:
+        reader = nats.makefile("rb")
+        reader.readline()  # INFO
+        nats.sendall(f'CONNECT {{"verbose":false}}\r\nSUB {inbox} 1\r\nPING\r\n'.encode())
+        assert reader.readline() == b"PONG\r\n"
+        data = envelope.encode_message(
+            b"raw", key=b"k", headers={"h": b"1"}, ack_inbox=inbox, correlation_id="c-1", ack_policy=1, with_crc=True
+        )
+        nats.sendall(f"PUB {name.replace('-', '.')} {len(data)}\r\n".encode() + data + b"\r\n")
+        header = reader.readline()
+        assert header.startswith(f"MSG {inbox} 1 ".encode())
+        ack = envelope.decode_ack(reader.read(int(header.split()[-1]) + 2)[:-2])
+    assert (ack.stream, ack.offset, ack.correlationId) == (name, 0, "c-1")
+    (message,) = client.read_range(name, 0, 0, 1)
+    assert (message.value, message.key, message.headers["h"]) == (b"raw", b"k", b"1")
+
+
+# -- reading ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ten(client: LiftbridgeClient) -> str:
+    """A stream whose partition 0 holds values b"0".."9" at offsets 0-9, with known timestamps."""
+    name = new_stream(client)
+    for i in range(10):
+        client.publish(name, str(i).encode(), ack_policy="all")
+        time.sleep(0.01)
+    return name
+
+
+def test_start_positions(client: LiftbridgeClient, ten: str) -> None:
+    def first(start: StartPosition) -> bytes:
+        with client.subscribe(ten, start=start, timeout=10) as sub:
+            return next(sub).value
+
+    assert first(StartPosition.earliest()) == b"0"
+    assert first(StartPosition.latest()) == b"9"
+    assert first(StartPosition.at_offset(4)) == b"4"
+    stamps = [m.timestamp for m in client.read_range(ten, 0, 0, 10)]
+    assert first(StartPosition.at_time(stamps[6])) == b"6"
+    assert first(StartPosition.time_delta(timedelta(hours=1))) == b"0"
+
+
+def test_stop_positions(client: LiftbridgeClient, ten: str) -> None:
+    def read(stop: StopPosition) -> list[bytes]:
+        with client.subscribe(ten, start=StartPosition.earliest(), stop=stop, timeout=10) as sub:
+            return values(sub)
+
+    assert read(StopPosition.at_offset(2)) == [b"0", b"1", b"2"]
+    assert read(StopPosition.latest()) == [str(i).encode() for i in range(10)]
+    stamps = [m.timestamp for m in client.read_range(ten, 0, 0, 10)]
+    assert read(StopPosition.at_time(stamps[3])) == [b"0", b"1", b"2", b"3"]
+
+
+def test_new_only_subscription_and_cancel_from_another_thread(client: LiftbridgeClient) -> None:
+    name = new_stream(client)
+    client.publish(name, b"old")
+    received: list[bytes] = []
+    sub = client.subscribe(name)
+
+    def consume() -> None:
+        for message in sub:
+            received.append(message.value)
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    wait_until(lambda: client.fetch_metadata([name]).partition(name, 0).high_watermark == 0, 5, "old message")
+    time.sleep(0.3)  # let the subscription start
+    client.publish(name, b"new")
+    wait_until(lambda: received == [b"new"], 10, "the new message")
+    sub.cancel()
+    reader.join(timeout=5)
+    assert not reader.is_alive(), "cancel() ends a blocked iteration"
+    assert received == [b"new"]
+
+
+def test_subscription_timeout(client: LiftbridgeClient) -> None:
+    name = new_stream(client)
+    started = time.monotonic()
+    with pytest.raises(LiftbridgeTimeoutError), client.subscribe(name, timeout=0.5) as sub:
+        next(sub)
+    assert time.monotonic() - started < 5
+
+
+def test_subscribe_unknown_partition_and_stream(client: LiftbridgeClient, ten: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="no partition 3"):
+        client.subscribe(ten, partition=3)
+    with pytest.raises(NoSuchStreamError):
+        client.subscribe("never-created")
+    with pytest.raises(NoSuchPartitionError):
+        client.fetch_partition_metadata(ten, 7)
+
+
+def test_read_range_exact_and_empty(client: LiftbridgeClient, ten: str) -> None:
+    assert values(client.read_range(ten, 0, 3, 7)) == [b"3", b"4", b"5", b"6"]
+    assert [m.offset for m in client.read_range(ten, 0, 0, 10)] == list(range(10))
+    assert list(client.read_range(ten, 0, 5, 5)) == []
+    empty = new_stream(client)
+    assert list(client.read_range(empty, 0, 0, 0)) == []
+    assert list(client.read_range(empty, 0, 0, 1, beyond_high_watermark="truncate")) == []
+    with pytest.raises(InvalidArgumentError, match=r"range \[0, 1\) goes beyond the high watermark -1"):
+        list(client.read_range(empty, 0, 0, 1))
+
+
+def test_read_range_beyond_high_watermark(client: LiftbridgeClient, ten: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"range \[8, 12\) goes beyond the high watermark 9"):
+        client.read_range(ten, 0, 8, 12)
+    assert values(client.read_range(ten, 0, 8, 12, beyond_high_watermark="truncate")) == [b"8", b"9"]
+    assert list(client.read_range(ten, 0, 15, 20, beyond_high_watermark="truncate")) == []
+    read: list[bytes] = []
+    messages = client.read_range(ten, 0, 8, 12, beyond_high_watermark="wait", timeout=1.0)
+    with pytest.raises(LiftbridgeTimeoutError):
+        read.extend(m.value for m in messages)
+    assert read == [b"8", b"9"], "what exists is delivered before the timeout"
+
+
+def test_read_range_waits_for_missing_messages(client: LiftbridgeClient) -> None:
+    name = new_stream(client)
+    client.publish(name, b"0", ack_policy="all")
+    later = threading.Timer(0.5, lambda: [client.publish(name, str(i).encode()) for i in (1, 2)])
+    later.start()
+    assert values(client.read_range(name, 0, 0, 3, beyond_high_watermark="wait", timeout=20)) == [b"0", b"1", b"2"]
+    later.join()
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "message"),
+    [(-1, 3, "start must be a whole number >= 0, got -1"), (5, 3, "range end 3 is before start 5")],
+)
+def test_read_range_refuses_bad_offsets(client: LiftbridgeClient, ten: str, start: int, end: int, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        client.read_range(ten, 0, start, end)
+
+
+def test_read_range_refuses_unknown_mode(client: LiftbridgeClient, ten: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="beyond_high_watermark must be"):
+        client.read_range(ten, 0, 0, 1, beyond_high_watermark="skip")  # type: ignore[arg-type]
+
+
+# -- cursors ----------------------------------------------------------------------------------------
+
+
+def test_cursors_with_several_cursor_partitions(tmp_path: Path) -> None:
+    with start_single(data_dir=tmp_path, cursor_partitions=4) as server, LiftbridgeClient(server.brokers) as c:
+        name = new_stream(c, partitions=3)
+        expected: dict[tuple[str, int], int] = {}
+        for i in range(12):
+            cursor_id, partition = f"reader-{i}", i % 3
+            c.set_cursor(cursor_id, name, partition, 100 + i)
+            expected[(cursor_id, partition)] = 100 + i
+        assert {k: c.fetch_cursor(k[0], name, k[1]) for k in expected} == expected
+        assert c.fetch_cursor("never-set", name, 0) == -1
+        c.set_cursor("reader-0", name, 0, 7)
+        assert c.fetch_cursor("reader-0", name, 0) == 7
+        used = {cursor_partition(cid, name, p, 4) for cid, p in expected}
+        assert len(used) > 1, "the cursors spread over several __cursors partitions"
+        for cursor_id, partition in expected:
+            key = f"{cursor_id},{name},{partition}".encode()
+            target = cursor_partition(cursor_id, name, partition, 4)
+            with c.subscribe(
+                "__cursors", partition=target, start=StartPosition.earliest(), stop=StopPosition.latest()
+            ) as sub:
+                assert key in {m.key for m in sub}, f"cursor {key!r} is stored in __cursors partition {target}"
+
+
+def test_cursor_bad_input(client: LiftbridgeClient, ten: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="cursor offset must be a whole number >= -1, got -2"):
+        client.set_cursor("c", ten, 0, -2)
+    with pytest.raises(InvalidArgumentError, match="cursor_id must be a non-empty string"):
+        client.fetch_cursor("", ten, 0)
+
+
+# -- sharing, pooling, closing ----------------------------------------------------------------------
+
+
+def established_connections(port: int) -> int:
+    """TCP connections of this process to 127.0.0.1:``port`` that are ESTABLISHED."""
+    inodes = {
+        os.readlink(f"/proc/self/fd/{fd}")[8:-1]
+        for fd in os.listdir("/proc/self/fd")
+        if os.path.exists(f"/proc/self/fd/{fd}") and os.readlink(f"/proc/self/fd/{fd}").startswith("socket:[")
+    }
+    count = 0
+    for table in ("tcp", "tcp6"):  # gRPC dials IPv4 addresses on dual-stack (tcp6) sockets
+        for line in Path(f"/proc/self/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == port and fields[3] == "01" and fields[9] in inodes:
+                count += 1
+    return count
+
+
+def test_32_threads_share_one_client_and_close_releases_everything(liftbridge_server: DevServer) -> None:
+    port = liftbridge_server.nodes[0].port
+    before = established_connections(port)  # other clients of this test module
+    shared = LiftbridgeClient(liftbridge_server.brokers, max_conns_per_broker=2)
+    name = new_stream(shared, partitions=4)
+    errors: list[BaseException] = []
+
+    def work(thread: int) -> None:
+        try:
+            for i in range(20):
+                shared.publish(name, f"{thread}-{i}".encode(), partition=thread % 4)
+            shared.fetch_metadata([name])
+            shared.fetch_partition_metadata(name, thread % 4)
+            shared.set_cursor(f"t{thread}", name, thread % 4, thread)
+            assert shared.fetch_cursor(f"t{thread}", name, thread % 4) == thread
+        except BaseException as exc:  # collected and re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    assert sum(shared.fetch_partition_metadata(name, p).high_watermark + 1 for p in range(4)) == 32 * 20
+    assert 1 <= shared.open_channels() <= 2
+    assert 1 <= established_connections(port) - before <= 2
+    shared.close()
+    shared.close()  # idempotent
+    assert shared.open_channels() == 0
+    wait_until(lambda: established_connections(port) == before, 5, "connections to close")
+    with pytest.raises(ClientClosedError):
+        shared.fetch_metadata()
+
+
+def test_idle_channels_close_after_keep_alive(liftbridge_server: DevServer) -> None:
+    with LiftbridgeClient(liftbridge_server.brokers, keep_alive_time=0.4) as short:
+        short.fetch_metadata()
+        assert short.open_channels() == 1
+        wait_until(lambda: short.open_channels() == 0, 5, "the idle channel to close")
+        short.fetch_metadata()  # a new channel opens on demand
+        assert short.open_channels() == 1
+
+
+def test_address_resolver_maps_advertised_addresses(liftbridge_server: DevServer) -> None:
+    seen: list[tuple[str, int]] = []
+
+    def resolve(host: str, port: int) -> str:
+        seen.append((host, port))
+        return f"localhost:{port}"
+
+    with LiftbridgeClient(liftbridge_server.brokers, address_resolver=resolve) as resolving:
+        name = new_stream(resolving)
+        resolving.publish(name, b"x")
+        assert resolving.fetch_partition_metadata(name, 0).high_watermark == 0
+    assert ("127.0.0.1", liftbridge_server.nodes[0].port) in seen
+
+
+def test_unreachable_broker_gives_unavailable_quickly() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    with LiftbridgeClient(f"127.0.0.1:{port}", request_timeout=2) as dead, pytest.raises(UnavailableError):
+        dead.fetch_metadata()
+    assert time.monotonic() - started < 10
+
+
+# -- asyncio ----------------------------------------------------------------------------------------
+
+
+def test_async_client_metadata_partition_metadata_and_cursors(client: LiftbridgeClient, ten: str) -> None:
+    async def scenario(brokers: list[str]) -> tuple[int, int, int, int]:
+        async with AsyncLiftbridgeClient(brokers) as aclient:
+            metadata = await aclient.fetch_metadata([ten])
+            partition = await aclient.fetch_partition_metadata(ten, 0)
+            await aclient.set_cursor("async", ten, 0, 5)
+            cursor = await aclient.fetch_cursor("async", ten, 0)
+            unknown = await aclient.fetch_cursor("async-unset", ten, 0)
+            with pytest.raises(NoSuchPartitionError):
+                await aclient.fetch_partition_metadata(ten, 9)
+            opened = aclient.open_channels()
+        assert aclient.open_channels() == 0
+        return metadata.partition(ten, 0).high_watermark, partition.high_watermark, cursor + unknown, opened
+
+    hw_from_any, hw_from_leader, cursors, opened = asyncio.run(scenario(list(client.config.brokers)))
+    assert (hw_from_any, hw_from_leader, cursors) == (9, 9, 4)
+    assert opened == 1
+    assert client.fetch_cursor("async", ten, 0) == 5, "the sync client sees what the async one stored"
