@@ -460,7 +460,7 @@ class LiftbridgeClient:
             resume=resume,
             timeout=timeout,
         )
-        return _from_offset(subscription, start)
+        return _closing(subscription)
 
     def _resume(self, stream: str, partition: int) -> None:
         """Resume a paused partition (a no-op otherwise): subscribe with resume, wait for the handshake, cancel."""
@@ -574,9 +574,7 @@ def _after_send_error(exc: grpc.RpcError, stream: str | None, partition: int | N
     return error_from_rpc(exc, stream=stream, partition=partition)
 
 
-def _from_offset(subscription: Subscription, start: int) -> Iterator[Message]:
-    """Drop messages below ``start`` (the server may start earlier); cancel the subscription at the end."""
+def _closing(subscription: Subscription) -> Iterator[Message]:
+    """The subscription's messages; the subscription is cancelled when iteration ends or stops early."""
     with subscription:
-        for message in subscription:
-            if message.offset >= start:
-                yield message
+        yield from subscription

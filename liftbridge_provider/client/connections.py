@@ -13,11 +13,13 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+import grpc.aio
+import grpc.experimental
 
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.errors import ClientClosedError
@@ -59,6 +61,7 @@ class ConnectionPool:
         self._credentials = config.tls.credentials() if config.tls is not None else None
         self._options = config.channel_options()
         self._channels: dict[str, list[PooledChannel]] = {}
+        self._aio_open = 0  # grpc.aio channels of running batches
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._janitor = threading.Thread(target=self._close_idle_loop, name="liftbridge-pool-janitor", daemon=True)
@@ -75,10 +78,29 @@ class ConnectionPool:
                 pooled.in_use -= 1
                 pooled.last_used = time.monotonic()
 
+    @contextlib.asynccontextmanager
+    async def aio_channel(self, address: str) -> AsyncIterator[grpc.aio.Channel]:
+        """A grpc.aio channel to ``address`` for one asyncio task (batch publishing), closed afterwards."""
+        if self._closed.is_set():
+            raise ClientClosedError("the Liftbridge client is closed")
+        options = [o for o in self._options if o[0] != grpc.experimental.ChannelOptions.SingleThreadedUnaryStream]
+        if self._credentials is not None:
+            channel = grpc.aio.secure_channel(address, self._credentials, options=options)
+        else:
+            channel = grpc.aio.insecure_channel(address, options=options)
+        with self._lock:
+            self._aio_open += 1
+        try:
+            yield channel
+        finally:
+            await channel.close()
+            with self._lock:
+                self._aio_open -= 1
+
     def open_channels(self) -> int:
         """How many channels are open now (all brokers)."""
         with self._lock:
-            return sum(len(channels) for channels in self._channels.values())
+            return sum(len(channels) for channels in self._channels.values()) + self._aio_open
 
     def close(self) -> None:
         """Close every channel; later leases raise ClientClosedError. Safe to call twice."""

@@ -15,15 +15,20 @@ still arrives before the batch ends.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
+import grpc.aio
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
     EncryptionError,
@@ -45,6 +50,7 @@ from liftbridge_provider.client.routing import Router
 log = logging.getLogger(__name__)
 PROGRESS_EVERY = 10.0  # seconds between progress log lines
 POLL = 0.05  # seconds between checks for expired acks while waiting
+CONNECT_TIMEOUT = 5.0  # seconds to connect to a broker before trying the next
 
 _ASYNC_ERRORS: dict[int, tuple[type[LiftbridgeError], bool]] = {
     # code: (error type, may the message have been stored anyway?)
@@ -117,8 +123,49 @@ def async_error(response: api.PublishResponse, stream: str, partition: int) -> L
     return kind(message, stream=stream, partition=partition, may_be_stored=may_be_stored)
 
 
+class _NotConnected(grpc.RpcError):
+    """The broker could not be reached, so nothing was sent to it."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return f"could not connect to {self.address} within {CONNECT_TIMEOUT:g}s"
+
+
+class _StreamEnded(grpc.RpcError):
+    """The PublishAsync stream ended while messages were still being written."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return f"the PublishAsync stream to {self.address} ended early"
+
+
+def _run_loop(coroutine: Coroutine[Any, Any, BatchResult]) -> BatchResult:
+    """Run ``coroutine`` in a new event loop: uvloop's when installed (about 20% less CPU per message)."""
+    try:
+        import uvloop  # noqa: PLC0415 - optional speed-up
+    except ImportError:
+        return asyncio.run(coroutine)
+    return uvloop.run(coroutine)
+
+
 class BatchPublisher:
-    """Sends one batch; not reusable. See the module docstring for the guarantees."""
+    """Sends one batch; not reusable. See the module docstring for the guarantees.
+
+    The stream runs on grpc.aio in a private event loop on its own thread, over
+    a channel opened for the batch and closed after it: asyncio streaming costs
+    far less CPU per message than gRPC's threaded streaming API, and all the
+    bookkeeping below runs on that one loop thread, without locks.
+    """
 
     def __init__(
         self,
@@ -131,68 +178,102 @@ class BatchPublisher:
     ) -> None:
         self._router = router
         self._requests = requests
-        self._expects_ack = [r.ackPolicy != api.NONE for r in requests]
+        self._expects_ack = requests[0].ackPolicy != api.NONE
         self._ack_wait = ack_wait
         self._deadline = Deadline(timeout) if timeout is not None else None
         self._window = window
-        self._lock = threading.Lock()
-        self._space = threading.Condition(self._lock)  # signalled when an in-flight message resolves
         self._next = 0  # index of the next request to send
-        self._generation = 0  # bumped when a stream breaks: stale senders stop
-        self._in_flight: dict[int, float] = {}  # index -> time sent
+        self._in_flight: dict[int, float] = {}  # index -> time sent, oldest first
         self._acks: list[Ack | None] = [None] * len(requests)
         self._failures: dict[int, LiftbridgeError] = {}
         self._resolved = 0
         self._started = time.monotonic()
         self._last_progress = self._started
+        self._space: asyncio.Event | None = None  # set when the window has room
+        self._sender_waiting = False
 
     def run(self) -> BatchResult:
+        """Publish the batch (blocking) and return the result."""
+        outcome: list[BatchResult] = []
+        errors: list[BaseException] = []
+
+        def main() -> None:
+            try:
+                outcome.append(_run_loop(self._run()))
+            except BaseException as exc:  # handed to the calling thread below
+                errors.append(exc)
+
+        worker = threading.Thread(target=main, name="liftbridge-publish-batch", daemon=True)
+        worker.start()
+        worker.join()
+        if errors:
+            raise errors[0]
+        return outcome[0]
+
+    async def _run(self) -> BatchResult:
+        self._space = asyncio.Event()
         attempt = 0
         while not self._done():
             addresses = self._router.broker_addresses()
             address = addresses[attempt % len(addresses)]
             try:
-                self._stream_to(address)
+                await self._stream_to(address)
             except grpc.RpcError as exc:
                 self._on_broken_stream(exc)
                 if exc.code() != grpc.StatusCode.UNAVAILABLE or self._deadline_passed():
                     self._fail_unsent(error_from_rpc(exc, stream=self._requests[0].stream))
                     break
-                time.sleep(backoff_delay(attempt))
+                await asyncio.sleep(backoff_delay(attempt))
                 attempt += 1
         failures = [PublishFailure(i, e) for i, e in sorted(self._failures.items())]
         return BatchResult(self._acks, failures)
 
-    def _stream_to(self, address: str) -> None:
-        with self._router.pool.lease(address) as pooled:
-            call = pooled.stub.PublishAsync(self._sender(self._generation))
+    async def _stream_to(self, address: str) -> None:
+        async with self._router.pool.aio_channel(address) as channel:
             try:
-                for response in call:
+                # Connect before writing: messages written to a channel that never connects were not sent.
+                await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT)
+            except TimeoutError:
+                raise _NotConnected(address) from None
+            call = api_grpc.APIStub(channel).PublishAsync()
+            sender = asyncio.create_task(self._send(call))
+            try:
+                while not self._all_acked():
+                    response = await call.read()
+                    if response is grpc.aio.EOF:
+                        break
                     self._on_response(response)
-                    if self._all_acked():
-                        break  # the server may linger up to 5 s before closing: no need to wait for it
+                if sender.done() and sender.exception() is not None:
+                    raise _StreamEnded(address) from sender.exception()
             finally:
+                sender.cancel()
                 call.cancel()
+                with contextlib.suppress(asyncio.CancelledError, asyncio.InvalidStateError, grpc.RpcError):
+                    await sender
 
-    def _sender(self, generation: int) -> Iterator[api.PublishRequest]:
-        """Yields requests while the window allows; then waits for the last acks before closing the stream."""
-        while True:
-            with self._lock:
-                while len(self._in_flight) >= self._window and generation == self._generation:
-                    self._space.wait(POLL)
-                    self._expire_acks_locked()
-                if generation != self._generation or self._next >= len(self._requests) or self._deadline_passed():
-                    break
-                index, self._next = self._next, self._next + 1
-                if self._expects_ack[index]:
-                    self._in_flight[index] = time.monotonic()
-                else:
-                    self._resolved += 1
-            yield self._requests[index]
-        with self._lock:
-            while generation == self._generation and self._in_flight:
-                self._space.wait(POLL)
-                self._expire_acks_locked()
+    async def _send(self, call: Any) -> None:
+        """Write requests while the window allows; then wait for the last acks, expiring late ones."""
+        assert self._space is not None
+        while self._next < len(self._requests) and not self._deadline_passed():
+            while len(self._in_flight) >= self._window:
+                self._space.clear()
+                self._sender_waiting = True
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._space.wait(), POLL)
+                self._sender_waiting = False
+                self._expire_acks()
+            index, self._next = self._next, self._next + 1
+            if self._expects_ack:
+                self._in_flight[index] = time.monotonic()
+            else:
+                self._resolved += 1
+            await call.write(self._requests[index])
+        if not self._expects_ack:
+            await call.done_writing()  # the server then ends the stream (no acks to wait for)
+            return
+        while self._in_flight:
+            await asyncio.sleep(POLL)
+            self._expire_acks()
 
     def _on_response(self, response: api.PublishResponse) -> None:
         failed = response.HasField("asyncError")
@@ -202,23 +283,23 @@ class BatchPublisher:
             return
         index = int(correlation_id)
         request = self._requests[index]
-        with self._lock:
-            was_waiting = self._in_flight.pop(index, None) is not None
-            if failed:
-                self._failures[index] = async_error(response, request.stream, request.partition)
-                self._acks[index] = None
-            elif was_waiting or isinstance(self._failures.get(index), AckTimeoutError):
-                # an ack that arrives after its timeout still counts; one after an error does not
-                self._failures.pop(index, None)
-                self._acks[index] = Ack(response.ack, request.partition)
-            if was_waiting:
-                self._resolved += 1
-                self._space.notify()
-        if self._resolved % 1024 == 0:
-            self._log_progress()
+        was_waiting = self._in_flight.pop(index, None) is not None
+        if failed:
+            self._failures[index] = async_error(response, request.stream, request.partition)
+            self._acks[index] = None
+        elif was_waiting or isinstance(self._failures.get(index), AckTimeoutError):
+            # an ack that arrives after its timeout still counts; one after an error does not
+            self._failures.pop(index, None)
+            self._acks[index] = Ack(response.ack, request.partition)
+        if was_waiting:
+            self._resolved += 1
+            if self._sender_waiting and self._space is not None:
+                self._space.set()
+            if self._resolved % 1024 == 0:
+                self._log_progress()
 
-    def _expire_acks_locked(self) -> None:
-        """Fail the messages whose ack is overdue (the lock is held)."""
+    def _expire_acks(self) -> None:
+        """Fail the messages whose ack is overdue."""
         cutoff = time.monotonic() - self._ack_wait
         expired = [i for i, sent in self._in_flight.items() if sent < cutoff]
         for index in expired:
@@ -233,44 +314,35 @@ class BatchPublisher:
         self._resolved += len(expired)
 
     def _on_broken_stream(self, exc: grpc.RpcError) -> None:
-        """The stream died: stop its sender and report every message awaiting an ack as uncertain."""
-        with self._lock:
-            self._generation += 1
-            for index in list(self._in_flight):
-                request = self._requests[index]
-                self._failures[index] = UnavailableError(
-                    f"connection lost before the ack ({exc.code().name}: {exc.details()}); "
-                    "the message may or may not have been stored",
-                    stream=request.stream,
-                    partition=request.partition,
-                    code=exc.code(),
-                    may_be_stored=True,
-                )
-                self._resolved += 1
-            self._in_flight.clear()
-            self._space.notify_all()
+        """The stream died: report every message awaiting an ack as uncertain."""
+        for index in self._in_flight:
+            request = self._requests[index]
+            self._failures[index] = UnavailableError(
+                f"connection lost before the ack ({exc.code().name}: {exc.details()}); "
+                "the message may or may not have been stored",
+                stream=request.stream,
+                partition=request.partition,
+                code=exc.code(),
+                may_be_stored=True,
+            )
+        self._resolved += len(self._in_flight)
+        self._in_flight.clear()
         log.warning("PublishAsync stream broke (%s); %d messages left to send", exc.code(), self._unsent())
 
     def _fail_unsent(self, error: LiftbridgeError) -> None:
-        with self._lock:
-            for index in range(self._next, len(self._requests)):
-                self._failures[index] = error
-            self._resolved += len(self._requests) - self._next
-            self._next = len(self._requests)
+        for index in range(self._next, len(self._requests)):
+            self._failures[index] = error
+        self._resolved += len(self._requests) - self._next
+        self._next = len(self._requests)
 
     def _done(self) -> bool:
-        with self._lock:
-            if self._deadline_passed() and self._next < len(self._requests):
-                timeout = AckTimeoutError("batch deadline passed before the message was sent")
-                for index in range(self._next, len(self._requests)):
-                    self._failures[index] = timeout
-                self._next = len(self._requests)
-            return self._next >= len(self._requests) and not self._in_flight
+        if self._deadline_passed() and self._next < len(self._requests):
+            self._fail_unsent(AckTimeoutError("batch deadline passed before the message was sent"))
+        return self._next >= len(self._requests) and not self._in_flight
 
     def _all_acked(self) -> bool:
         """Every message was sent and every expected ack resolved (never true for ack policy NONE)."""
-        with self._lock:
-            return self._next >= len(self._requests) and not self._in_flight and self._expects_ack[-1]
+        return self._expects_ack and self._next >= len(self._requests) and not self._in_flight
 
     def _unsent(self) -> int:
         return len(self._requests) - self._next

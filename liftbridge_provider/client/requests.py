@@ -184,16 +184,21 @@ def publish_request(
     correlation_id: str = "",
 ) -> api.PublishRequest:
     """A PublishRequest. ``expected_offset`` None means "next offset" (-1 on the wire)."""
-    return api.PublishRequest(
+    request = api.PublishRequest(
         stream=stream,
         partition=partition,
-        key=b"" if key is None else check_bytes(key, "key"),
         value=check_bytes(value, "value"),
-        headers=check_headers(headers),
         ackPolicy=ack_policy.value,
         expectedOffset=-1 if expected_offset is None else check_offset(expected_offset, "expected_offset"),
         correlationId=correlation_id,
     )
+    if key is not None:
+        request.key = check_bytes(key, "key")
+    if headers:
+        request.headers.update(check_headers(headers))
+    elif headers is not None:
+        check_headers(headers)
+    return request
 
 
 def subscribe_request(

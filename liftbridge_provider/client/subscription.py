@@ -116,6 +116,8 @@ class Subscription(Iterator[Message]):
             try:
                 for raw in self._open_and_read():
                     lost_since, attempt = None, 0
+                    if raw.offset < self._first_wanted():
+                        continue  # a server may start below the requested offset (e.g. a new leader)
                     self.last_offset = raw.offset
                     yield Message(raw)
                     if self._stop_offset is not None and raw.offset >= self._stop_offset:
@@ -143,6 +145,12 @@ class Subscription(Iterator[Message]):
             time.sleep(backoff_delay(attempt))
             attempt += 1
             self._router.metadata.refresh()
+
+    def _first_wanted(self) -> int:
+        """Offsets below this were delivered already, or lie before a requested start offset."""
+        if self.last_offset is not None:
+            return self.last_offset + 1
+        return self._request.startOffset if self._request.startPosition == api.OFFSET else 0
 
     def _open_and_read(self) -> Iterator[api.Message]:
         """Subscribe once (from last offset + 1 after a loss), skip the handshake, yield raw messages."""
