@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TOOLS_BIN := .tools/bin
-EXTRAS ?= dev
+EXTRAS ?= dev,airflow
 PYTEST_ARGS ?=
 
 .PHONY: setup venv tools proto lint test demo clean

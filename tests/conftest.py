@@ -1,3 +1,18 @@
-"""Shared fixtures: real Liftbridge servers from liftbridge_provider.devserver."""
+"""Shared fixtures: real Liftbridge servers from liftbridge_provider.devserver, and an Airflow home.
+
+Airflow reads its configuration when first imported, so its home (with a SQLite
+metadata DB) is set here, before any test module imports it: a fresh temporary
+folder per test session unless AIRFLOW_HOME is already set.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+if "AIRFLOW_HOME" not in os.environ:
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="lbtest-airflow-")
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 
 pytest_plugins = ["liftbridge_provider.devserver.pytest_plugin"]

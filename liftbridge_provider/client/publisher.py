@@ -51,6 +51,17 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY = 10.0  # seconds between progress log lines
 POLL = 0.05  # seconds between checks for expired acks while waiting
 CONNECT_TIMEOUT = 5.0  # seconds to connect to a broker before trying the next
+MAX_STREAM_ATTEMPTS = 10  # broken streams in a row, with no ack in between, before giving up
+# A stream that breaks with these is reopened to another broker for the messages not yet sent.
+_STREAM_RETRY_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    }
+)
 
 _ASYNC_ERRORS: dict[int, tuple[type[LiftbridgeError], bool]] = {
     # code: (error type, may the message have been stored anyway?)
@@ -187,6 +198,7 @@ class BatchPublisher:
         self._acks: list[Ack | None] = [None] * len(requests)
         self._failures: dict[int, LiftbridgeError] = {}
         self._resolved = 0
+        self._acked = 0
         self._started = time.monotonic()
         self._last_progress = self._started
         self._space: asyncio.Event | None = None  # set when the window has room
@@ -212,19 +224,21 @@ class BatchPublisher:
 
     async def _run(self) -> BatchResult:
         self._space = asyncio.Event()
-        attempt = 0
+        attempt = 0  # consecutive broken streams without a single ack in between
         while not self._done():
             addresses = self._router.broker_addresses()
             address = addresses[attempt % len(addresses)]
+            acked_before = self._acked
             try:
                 await self._stream_to(address)
             except grpc.RpcError as exc:
                 self._on_broken_stream(exc)
-                if exc.code() != grpc.StatusCode.UNAVAILABLE or self._deadline_passed():
+                attempt = 0 if self._acked > acked_before else attempt + 1
+                final = exc.code() not in _STREAM_RETRY_CODES or attempt >= MAX_STREAM_ATTEMPTS
+                if final or self._deadline_passed():
                     self._fail_unsent(error_from_rpc(exc, stream=self._requests[0].stream))
                     break
                 await asyncio.sleep(backoff_delay(attempt))
-                attempt += 1
         failures = [PublishFailure(i, e) for i, e in sorted(self._failures.items())]
         return BatchResult(self._acks, failures)
 
@@ -291,6 +305,7 @@ class BatchPublisher:
             # an ack that arrives after its timeout still counts; one after an error does not
             self._failures.pop(index, None)
             self._acks[index] = Ack(response.ack, request.partition)
+            self._acked += 1
         if was_waiting:
             self._resolved += 1
             if self._sender_waiting and self._space is not None:

@@ -1,0 +1,180 @@
+"""Frozen offset ranges: the one description shared by the freeze operator, the Spark source and the commit step.
+
+A range is half-open, ``[start, end)``: it holds offsets ``start .. end - 1``
+and is empty when ``start == end``. A :class:`RangesDocument` lists one range
+per partition of one stream, and round-trips through JSON::
+
+    {"version": 1, "stream": "orders", "cursor_id": "ingest",
+     "ranges": [{"partition": 0, "start": 10, "end": 25}, ...]}
+
+Parsing is strict: a malformed document raises InvalidArgumentError naming
+the bad value, before anything is read or committed. No Airflow or Spark here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.client.requests import check_cursor_id, check_stream_name
+
+VERSION = 1
+
+
+def _whole(value: object, name: str, minimum: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidArgumentError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """Offsets ``start <= offset < end`` of one partition."""
+
+    partition: int
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        _whole(self.partition, "partition")
+        _whole(self.start, f"partition {self.partition} start")
+        _whole(self.end, f"partition {self.partition} end")
+        if self.end < self.start:
+            raise InvalidArgumentError(
+                f"partition {self.partition}: end {self.end} is before start {self.start} (ranges are [start, end))"
+            )
+
+    @property
+    def count(self) -> int:
+        """How many offsets the range spans (compaction may have removed some of them)."""
+        return self.end - self.start
+
+    @property
+    def last(self) -> int | None:
+        """The last offset in the range (inclusive), or None when it is empty."""
+        return self.end - 1 if self.end > self.start else None
+
+    def to_json(self) -> dict[str, int]:
+        return {"partition": self.partition, "start": self.start, "end": self.end}
+
+
+@dataclass(frozen=True)
+class RangesDocument:
+    """One range per partition of ``stream``; ``cursor_id`` names the cursor the ranges start from, if any."""
+
+    stream: str
+    ranges: tuple[OffsetRange, ...]
+    cursor_id: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_stream_name(self.stream)
+        if self.cursor_id is not None:
+            check_cursor_id(self.cursor_id)
+        partitions = [r.partition for r in self.ranges]
+        if len(set(partitions)) != len(partitions):
+            raise InvalidArgumentError(f"partitions must appear once each, got {partitions}")
+        object.__setattr__(self, "ranges", tuple(sorted(self.ranges)))
+
+    @property
+    def total(self) -> int:
+        return sum(r.count for r in self.ranges)
+
+    def range_for(self, partition: int) -> OffsetRange:
+        for offset_range in self.ranges:
+            if offset_range.partition == partition:
+                return offset_range
+        raise InvalidArgumentError(f"no range for partition {partition} in the document for {self.stream!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "version": VERSION,
+            "stream": self.stream,
+            "ranges": [r.to_json() for r in self.ranges],
+        }
+        if self.cursor_id is not None:
+            document["cursor_id"] = self.cursor_id
+        if self.metadata:
+            document["metadata"] = dict(self.metadata)
+        return document
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True)
+
+    @classmethod
+    def parse(cls, value: RangesDocument | Mapping[str, Any] | str | bytes) -> RangesDocument:
+        """A document from itself, a mapping, or JSON text; refuses anything malformed."""
+        if isinstance(value, RangesDocument):
+            return value
+        if isinstance(value, str | bytes):
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise InvalidArgumentError(f"ranges document is not valid JSON: {exc}") from exc
+        if not isinstance(value, Mapping):
+            raise InvalidArgumentError(f"ranges document must be a JSON object, got {type(value).__name__}")
+        unknown = set(value) - {"version", "stream", "cursor_id", "ranges", "metadata"}
+        if unknown:
+            raise InvalidArgumentError(f"unknown keys in ranges document: {sorted(unknown)}")
+        if value.get("version", VERSION) != VERSION:
+            raise InvalidArgumentError(f"unsupported ranges document version {value.get('version')!r}; expected 1")
+        ranges = value.get("ranges")
+        if not isinstance(ranges, list):
+            raise InvalidArgumentError(f"'ranges' must be a list of {{partition, start, end}}, got {ranges!r}")
+        return cls(
+            stream=value.get("stream"),  # type: ignore[arg-type]  # checked in __post_init__
+            ranges=tuple(_parse_range(item) for item in ranges),
+            cursor_id=value.get("cursor_id"),
+            metadata=value.get("metadata") or {},
+        )
+
+
+def _parse_range(item: object) -> OffsetRange:
+    if not isinstance(item, Mapping) or set(item) != {"partition", "start", "end"}:
+        raise InvalidArgumentError(f"each range must be {{'partition', 'start', 'end'}}, got {item!r}")
+    return OffsetRange(item["partition"], item["start"], item["end"])
+
+
+def ranges_from_offsets(
+    stream: str, starting: Mapping[int, int], ending: Mapping[int, int], cursor_id: str | None = None
+) -> RangesDocument:
+    """A document from per-partition start and end offsets (the same partitions in both)."""
+    if set(starting) != set(ending):
+        raise InvalidArgumentError(
+            f"starting and ending offsets must name the same partitions, got {sorted(starting)} and {sorted(ending)}"
+        )
+    return RangesDocument(stream, tuple(OffsetRange(p, starting[p], ending[p]) for p in starting), cursor_id)
+
+
+def partition_offsets(value: Mapping[Any, Any] | str, what: str) -> dict[int, int]:
+    """``{partition: offset}`` from a mapping or JSON object whose keys may be strings ("0")."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(f"{what} must map partitions to offsets, got {value!r}")
+    offsets = {}
+    for key, offset in value.items():
+        try:
+            partition = int(key)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"{what}: partition {key!r} is not a number") from None
+        offsets[_whole(partition, f"{what} partition")] = _whole(offset, f"{what} offset of partition {partition}")
+    return offsets
+
+
+def check_partitions(partitions: Iterable[int] | None, count: int, stream: str) -> list[int]:
+    """The given partitions (all ``0..count-1`` when None), each checked against the stream's count."""
+    if partitions is None:
+        return list(range(count))
+    chosen = []
+    for partition in partitions:
+        if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < count:
+            raise InvalidArgumentError(f"no partition {partition!r}: stream {stream!r} has partitions 0-{count - 1}")
+        chosen.append(partition)
+    return chosen

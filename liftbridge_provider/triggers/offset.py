@@ -1,0 +1,89 @@
+"""LiftbridgeOffsetTrigger: wait, in the triggerer, until partitions reach target offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeError
+from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
+
+
+def unmet_targets(targets: Mapping[int, int], high_watermarks: Mapping[int, int]) -> dict[int, int]:
+    """Partitions whose high watermark is still below its target: ``{partition: missing offsets}``."""
+    return {p: t - high_watermarks.get(p, -1) for p, t in targets.items() if high_watermarks.get(p, -1) < t}
+
+
+class LiftbridgeOffsetTrigger(BaseTrigger):
+    """Fires when every partition's committed high watermark is at least its target offset.
+
+    :param stream: stream name.
+    :param targets: ``{partition: offset}`` (keys may be strings, as JSON makes them).
+    :param liftbridge_conn_id: the ``liftbridge`` connection.
+    :param poll_interval: seconds between checks (default 5).
+    :param timeout: seconds after which an error event is sent (default: none).
+    """
+
+    def __init__(
+        self,
+        *,
+        stream: str,
+        targets: Mapping[Any, int],
+        liftbridge_conn_id: str = LiftbridgeHook.default_conn_name,
+        poll_interval: float = 5.0,
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.stream = stream
+        self.targets = {int(p): int(t) for p, t in targets.items()}
+        self.liftbridge_conn_id = liftbridge_conn_id
+        self.poll_interval = poll_interval
+        self.timeout = timeout
+        self._client: AsyncLiftbridgeClient | None = None
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "stream": self.stream,
+                "targets": {str(p): t for p, t in self.targets.items()},
+                "liftbridge_conn_id": self.liftbridge_conn_id,
+                "poll_interval": self.poll_interval,
+                "timeout": self.timeout,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        started = time.monotonic()
+        try:
+            self._client = await LiftbridgeHook(liftbridge_conn_id=self.liftbridge_conn_id).aget_async_client()
+            while True:
+                high_watermarks = {
+                    p: (await self._client.fetch_partition_metadata(self.stream, p)).high_watermark
+                    for p in self.targets
+                }
+                missing = unmet_targets(self.targets, high_watermarks)
+                if not missing:
+                    yield TriggerEvent(
+                        {"status": "success", "high_watermarks": {str(p): hw for p, hw in high_watermarks.items()}}
+                    )
+                    return
+                if self.timeout is not None and time.monotonic() - started > self.timeout:
+                    yield TriggerEvent({"status": "timeout", "missing": {str(p): n for p, n in missing.items()}})
+                    return
+                self.log.info("%s: waiting for %s more offset(s) per partition", self.stream, missing)
+                await asyncio.sleep(self.poll_interval)
+        except LiftbridgeError as exc:
+            yield TriggerEvent({"status": "error", "message": str(exc)})
+        finally:
+            await self.cleanup()
+
+    async def cleanup(self) -> None:
+        """Close the trigger's channels."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None

@@ -1,0 +1,446 @@
+"""The Airflow faces for real: DAGs run by `airflow dags test` against a real Liftbridge node.
+
+Airflow's home (from tests/conftest.py) holds a SQLite metadata DB, migrated once
+per session; each test writes its DAG file into the home's dags folder, runs the
+real CLI, then reads the XComs from the metadata DB and the stream's real state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from liftbridge_provider.client import LiftbridgeClient, PublishMessage, partition_by_key
+from liftbridge_provider.devserver import DevServer, start_single
+from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
+from tests.integration.tls_certs import write_ca, write_server_cert
+
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+HOME = Path(os.environ["AIRFLOW_HOME"])
+IMPORTS = """
+from airflow.sdk import DAG, task
+from liftbridge_provider.operators.streams import (
+    LiftbridgeCreateStreamOperator, LiftbridgeDeleteStreamOperator,
+    LiftbridgePauseStreamOperator, LiftbridgeSetStreamReadonlyOperator,
+)
+from liftbridge_provider.operators.publish import LiftbridgePublishOperator
+from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator, LiftbridgeCommitCursorOperator
+from liftbridge_provider.sensors.offset import LiftbridgePartitionOffsetSensor
+"""
+
+
+@pytest.fixture(scope="session")
+def airflow_home() -> Path:
+    result = subprocess.run([AIRFLOW, "db", "migrate"], capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (HOME / "dags").mkdir(exist_ok=True)
+    return HOME
+
+
+@pytest.fixture
+def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
+    with LiftbridgeClient(liftbridge_server.brokers) as shared:
+        yield shared
+
+
+def connection_env(server: DevServer, **extra: Any) -> dict[str, str]:
+    connection = {"conn_type": "liftbridge", "host": ",".join(server.brokers), "extra": extra}
+    return {"AIRFLOW_CONN_LIFTBRIDGE_DEFAULT": json.dumps(connection)}
+
+
+class DagRun:
+    """What `airflow dags test` printed, and what its run left in the metadata DB."""
+
+    def __init__(self, dag_id: str, result: subprocess.CompletedProcess[str]) -> None:
+        self.dag_id = dag_id
+        self.returncode = result.returncode
+        self.output = result.stdout + result.stderr
+        self.xcom, self.states = _run_records(dag_id)
+
+    def ok(self) -> bool:
+        return self.returncode == 0 and set(self.states.values()) <= {"success", "skipped"}
+
+
+def _run_records(dag_id: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """XCom return values and task states of the latest run of ``dag_id``."""
+    from airflow.models.dagrun import DagRun as DagRunModel  # noqa: PLC0415 - after AIRFLOW_HOME is set
+    from airflow.models.xcom import XComModel  # noqa: PLC0415
+    from airflow.utils.session import create_session  # noqa: PLC0415
+
+    with create_session() as session:
+        run = session.query(DagRunModel).filter(DagRunModel.dag_id == dag_id).order_by(DagRunModel.id.desc()).first()
+        if run is None:
+            return {}, {}
+        xcoms = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run.run_id).all()
+        states = {ti.task_id: str(ti.state) for ti in run.task_instances}
+        return {x.task_id: x.value for x in xcoms if x.key == "return_value"}, states
+
+
+def run_dag(home: Path, body: str, env: dict[str, str], dag_id: str | None = None) -> DagRun:
+    """Write a DAG file (``body`` goes inside ``with DAG(...)``) and run it with `airflow dags test`."""
+    dag_id = dag_id or f"lbtest_{uuid.uuid4().hex[:8]}"
+    source = IMPORTS + f"\nwith DAG({dag_id!r}, schedule=None):\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    (home / "dags" / f"{dag_id}.py").write_text(source)
+    result = subprocess.run(
+        [AIRFLOW, "dags", "test", dag_id],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return DagRun(dag_id, result)
+
+
+def stream_name() -> str:
+    return f"af-{uuid.uuid4().hex[:8]}"
+
+
+def test_ingest_flow_create_publish_freeze_wait_commit(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    stream = stream_name()
+    body = f"""
+        create = LiftbridgeCreateStreamOperator(task_id="create", stream={stream!r}, partitions=3)
+        publish = LiftbridgePublishOperator(
+            task_id="publish", stream={stream!r},
+            messages=[{{"user": f"u{{i % 7}}", "n": i, "trace": f"t{{i}}"}} for i in range(40)],
+            key_field="user", header_fields=["trace"], ack_policy="all",
+        )
+        freeze = LiftbridgeOffsetRangesOperator(task_id="freeze", stream={stream!r}, cursor_id="ingest")
+        wait = LiftbridgePartitionOffsetSensor(
+            task_id="wait", ranges=freeze.output, deferrable=True, poke_interval=1, timeout=60
+        )
+        commit = LiftbridgeCommitCursorOperator(task_id="commit", ranges=freeze.output)
+        create >> publish >> freeze >> wait >> commit
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server), dag_id=f"ingest_{stream.replace('-', '_')}")
+    assert run.ok(), run.output[-4000:]
+    assert sorted(run.xcom["create"]["partitions"]) == ["0", "1", "2"]
+    published = run.xcom["publish"]
+    assert published["count"] == 40
+    high_watermarks = {p: client.fetch_partition_metadata(stream, p).high_watermark for p in range(3)}
+    for partition, summary in published["partitions"].items():
+        assert summary["first_offset"] == 0
+        assert summary["last_offset"] == high_watermarks[int(partition)]
+        assert summary["count"] == high_watermarks[int(partition)] + 1
+    ranges = run.xcom["freeze"]
+    assert ranges["stream"] == stream
+    assert ranges["cursor_id"] == "ingest"
+    assert ranges["ranges"] == [{"partition": p, "start": 0, "end": high_watermarks[p] + 1} for p in range(3)]
+    assert run.xcom["commit"] == {str(p): hw for p, hw in high_watermarks.items()}
+    assert {p: client.fetch_cursor("ingest", stream, p) for p in range(3)} == high_watermarks
+    read = {p: list(client.read_range(stream, p, 0, high_watermarks[p] + 1)) for p in range(3)}
+    assert sum(len(messages) for messages in read.values()) == 40
+    for partition, messages in read.items():
+        assert all(partition_by_key(stream, m.key, b"", 3) == partition for m in messages), "partitioned by key"
+        assert all(m.headers["trace"].startswith(b"t") for m in messages)
+
+    # A second run with nothing new: empty ranges, cursors unchanged.
+    run2 = run_dag(airflow_home, body, connection_env(liftbridge_server), dag_id=run.dag_id)
+    assert run2.ok(), run2.output[-4000:]
+    # (the second run published 40 more, so its ranges start where the first one's ended)
+    starts = [r["start"] for r in run2.xcom["freeze"]["ranges"]]
+    assert starts == [high_watermarks[p] + 1 for p in range(3)]
+    assert sum(r["end"] - r["start"] for r in run2.xcom["freeze"]["ranges"]) == 40
+
+
+def test_deferred_sensor_waits_for_messages_published_later(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
+) -> None:
+    stream = stream_name()
+    client.create_stream(stream, stream, partitions=2)
+    marker = tmp_path / "sensor-starts"
+
+    def publish_after_the_sensor_started() -> None:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(3)  # the sensor's first check has found nothing by now
+        client.publish_batch(stream, [PublishMessage(b"x", partition=p) for p in (0, 1) * 6])
+
+    publisher = threading.Thread(target=publish_after_the_sensor_started)
+    publisher.start()
+    body = f"""
+        @task
+        def announce():
+            open({str(marker)!r}, "w").close()
+
+        wait = LiftbridgePartitionOffsetSensor(
+            task_id="wait", stream={stream!r}, target_offset=5, deferrable=True, poke_interval=1, timeout=120
+        )
+        poke = LiftbridgePartitionOffsetSensor(
+            task_id="poke", stream={stream!r}, target_offsets={{"1": 5}}, deferrable=False, poke_interval=1,
+            timeout=60, mode="poke",
+        )
+        announce() >> wait >> poke
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    publisher.join()
+    assert run.ok(), run.output[-4000:]
+    # Only the trigger's event reaches execute_complete, which returns it: the sensor deferred.
+    assert run.xcom["wait"] == {"status": "success", "high_watermarks": {"0": 5, "1": 5}}
+    assert run.xcom.get("poke") is None
+
+
+def test_sensor_timeout_fails_the_task(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    stream = stream_name()
+    client.create_stream(stream, stream)
+    body = f"""
+        LiftbridgePartitionOffsetSensor(
+            task_id="wait", stream={stream!r}, target_offset=3, deferrable=True, poke_interval=1, timeout=3
+        )
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    assert run.states["wait"] == "failed", run.output[-3000:]
+
+
+def test_admin_operators(airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient) -> None:
+    stream = stream_name()
+    body = f"""
+        create = LiftbridgeCreateStreamOperator(
+            task_id="create", stream={stream!r}, subject="admin.{stream}", partitions=2,
+            retention_max_age=3600, optimistic_concurrency_control=True,
+        )
+        again = LiftbridgeCreateStreamOperator(task_id="again", stream={stream!r}, partitions=2)
+        pause = LiftbridgePauseStreamOperator(task_id="pause", stream={stream!r}, partitions=[0])
+        readonly = LiftbridgeSetStreamReadonlyOperator(task_id="readonly", stream={stream!r}, partitions=[1])
+        create >> again >> pause >> readonly
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    assert run.ok(), run.output[-4000:]
+    assert run.xcom["create"]["subject"] == f"admin.{stream}"
+    assert run.xcom["again"] == run.xcom["create"], "if_exists='ignore' returns the existing stream"
+    partitions = client.fetch_metadata([stream]).stream(stream).partitions
+    assert partitions[0].paused
+    assert partitions[1].readonly
+
+    body = f"""
+        exists = LiftbridgeCreateStreamOperator(task_id="exists", stream={stream!r}, if_exists="fail")
+        delete = LiftbridgeDeleteStreamOperator(task_id="delete", stream={stream!r}, trigger_rule="all_done")
+        missing = LiftbridgeDeleteStreamOperator(task_id="missing", stream={stream!r}, if_missing="fail")
+        exists >> delete >> missing
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    assert run.states == {"exists": "failed", "delete": "success", "missing": "failed"}
+    assert f"stream '{stream}' already exists (if_exists='fail')" in run.output
+    assert f"there is no stream '{stream}' (if_missing='fail')" in run.output
+    assert run.xcom["delete"] is True
+    assert stream not in client.fetch_metadata().streams
+
+
+def test_publish_sources_and_failures(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
+) -> None:
+    stream = stream_name()
+    client.create_stream(stream, stream, partitions=2)
+    jsonl = tmp_path / "records.jsonl"
+    jsonl.write_text("".join(json.dumps({"id": i, "body": f"line {i}"}) + "\n" for i in range(5)))
+    (airflow_home / "dags" / "lbtest_records.py").write_text(
+        "def make(count):\n    return [f'generated {i}'.encode() for i in range(count)]\n"
+    )
+    readonly = stream_name()
+    client.create_stream(readonly, readonly)
+    client.set_stream_readonly(readonly)
+    body = f"""
+        @task
+        def upstream():
+            return ["from xcom 1", "from xcom 2"]
+
+        LiftbridgePublishOperator(task_id="iterable", stream={stream!r}, messages=[b"a", "b"], partitioner=None)
+        LiftbridgePublishOperator(task_id="xcom", stream={stream!r}, messages=upstream(), partitioner="round_robin")
+        LiftbridgePublishOperator(
+            task_id="callable", stream={stream!r}, messages_callable="lbtest_records.make",
+            messages_callable_kwargs={{"count": 3}}, partitioner=None,
+        )
+        LiftbridgePublishOperator(
+            task_id="jsonl", stream={stream!r}, jsonl_path={str(jsonl)!r}, key_field="id", value_field="body"
+        )
+        LiftbridgePublishOperator(task_id="rejected", stream={readonly!r}, messages=[b"1", b"2", b"3"])
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    assert {k: v for k, v in run.states.items() if k != "rejected"} == dict.fromkeys(
+        ["upstream", "iterable", "xcom", "callable", "jsonl"], "success"
+    ), run.output[-4000:]
+    assert run.xcom["iterable"]["partitions"]["0"]["count"] == 2
+    assert list(run.xcom["iterable"]["partitions"]) == ["0"], "no partitioner: partition 0"
+    assert sum(p["count"] for p in run.xcom["xcom"]["partitions"].values()) == 2
+    assert sorted(run.xcom["xcom"]["partitions"]) == ["0", "1"]
+    assert run.xcom["callable"]["count"] == 3
+    assert run.xcom["jsonl"]["count"] == 5
+    values = {
+        m.value
+        for p in (0, 1)
+        for m in client.read_range(stream, p, 0, client.fetch_partition_metadata(stream, p).high_watermark + 1)
+    }
+    assert {b"a", b"b", b"from xcom 1", b"generated 2", b"line 4"} <= values
+    assert run.states["rejected"] == "failed"
+    assert "3 of 3 messages failed" in run.output
+    assert "record #0: ReadonlyPartitionError" in run.output
+
+
+def test_bad_input_fails_tasks_with_clear_messages(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    stream = stream_name()
+    client.create_stream(stream, stream, partitions=2)
+    body = f"""
+        LiftbridgeOffsetRangesOperator(task_id="missing_stream", stream="no-such-stream", start="earliest")
+        LiftbridgeOffsetRangesOperator(task_id="unknown_partition", stream={stream!r}, start="earliest", partitions=[9])
+        LiftbridgeOffsetRangesOperator(
+            task_id="reversed", stream={stream!r}, partitions=[0], start={{"0": 5}}, end={{"0": 2}}
+        )
+        LiftbridgeOffsetRangesOperator(task_id="negative", stream={stream!r}, start={{"0": -1}}, partitions=[0])
+        LiftbridgeCommitCursorOperator(task_id="bad_ranges", ranges='{{"stream": "s", "ranges": [{{"partition": 0}}]}}')
+        LiftbridgePartitionOffsetSensor(task_id="bad_target", stream={stream!r}, target_offset=-4, timeout=5)
+        LiftbridgePublishOperator(task_id="bad_partition", stream={stream!r}, messages=[b"x"], partitioner=None,
+                                  messages_callable_kwargs={{}}, batch_size=1, window=0)
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    assert set(run.states.values()) == {"failed"}, run.states
+    expected = [
+        "no stream named 'no-such-stream'",
+        f"no partition 9: stream '{stream}' has partitions 0-1",
+        "partition 0: end 2 is before start 5",
+        "start offset of partition 0 must be a whole number >= 0, got -1",
+        "each range must be {'partition', 'start', 'end'}",
+        "target_offset must be a whole number >= 0, got -4",
+        "window must be a whole number >= 1, got 0",
+    ]
+    for message in expected:
+        assert message in run.output, message
+
+
+def test_bad_connection_and_bad_ack_policy(airflow_home: Path, liftbridge_server: DevServer) -> None:
+    body = """
+        LiftbridgeOffsetRangesOperator(task_id="freeze", stream="s", start="earliest")
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server, request_timeout="soon"))
+    assert run.states == {"freeze": "failed"}
+    assert (
+        "connection 'liftbridge_default': connection extra request_timeout must be a number, got 'soon'" in run.output
+    )
+    run = run_dag(
+        airflow_home, 'LiftbridgePublishOperator(task_id="p", stream="s", messages=[b"x"], ack_policy="most")\n', {}
+    )
+    assert run.returncode != 0
+    assert "unknown ack policy 'most'; allowed: leader, all, none" in run.output
+
+
+def test_hook_hands_out_one_pooled_client_per_process(airflow_home: Path, liftbridge_server: DevServer) -> None:
+    body = """
+        @task
+        def first():
+            import os
+            from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
+            client = LiftbridgeHook().get_conn()
+            client.fetch_metadata()
+            return [os.getpid(), id(client)]
+
+        @task
+        def second(previous):
+            import os
+            from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
+            return [os.getpid(), id(LiftbridgeHook().get_conn()), previous]
+
+        second(first())
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    assert run.ok(), run.output[-3000:]
+    pid, client_id, previous = run.xcom["second"]
+    assert previous == [pid, client_id], "the second task reused the first task's client"
+
+
+def test_connection_test_success_and_failures(
+    liftbridge_server: DevServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def check(env: dict[str, str]) -> tuple[bool, str]:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        return LiftbridgeHook().test_connection()
+
+    ok, message = check(connection_env(liftbridge_server))
+    assert ok, message
+    assert "Connected: 1 broker(s)" in message
+    with start_single() as stopped:
+        env = connection_env(stopped, request_timeout=2)
+    ok, message = check(env)
+    assert not ok
+    assert f"Cannot reach any broker at {stopped.brokers[0]}" in message
+    ok, message = check(connection_env(liftbridge_server, request_timeout=2) | {})
+    assert ok
+    wrong_port = {
+        "AIRFLOW_CONN_LIFTBRIDGE_DEFAULT": json.dumps(
+            {"conn_type": "liftbridge", "host": "127.0.0.1", "port": 1, "extra": {"request_timeout": 2}}
+        )
+    }
+    ok, message = check(wrong_port)
+    assert not ok
+    assert "Cannot reach any broker at 127.0.0.1:1" in message
+
+    ca = write_ca(tmp_path)
+    server_cert = write_server_cert(tmp_path, ca)
+    tls = {"tls.cert": str(server_cert.cert_path), "tls.key": str(server_cert.key_path)}
+    with start_single(extra_config=tls, credentials=_credentials(ca.cert_pem)) as tls_server:
+        ok, message = check(connection_env(tls_server, request_timeout=3))
+        assert not ok
+        assert "does the server require TLS?" in message
+        other_ca = write_ca(tmp_path / "other")
+        ok, message = check(connection_env(tls_server, request_timeout=3, tls_ca_cert=str(other_ca.cert_path)))
+        assert not ok
+        assert "TLS handshake with" in message
+        ok, message = check(connection_env(tls_server, tls_ca_cert=str(ca.cert_path)))
+        assert ok, message
+
+
+def _credentials(ca_pem: bytes) -> Any:
+    import grpc  # noqa: PLC0415
+
+    return grpc.ssl_channel_credentials(root_certificates=ca_pem)
+
+
+def test_providers_cli_lists_the_provider_and_connection_type(airflow_home: Path) -> None:
+    providers = subprocess.run([AIRFLOW, "providers", "list"], capture_output=True, text=True, timeout=120, check=False)
+    assert providers.returncode == 0, providers.stderr[-2000:]
+    assert "airflow-provider-liftbridge" in providers.stdout
+    hooks = subprocess.run([AIRFLOW, "providers", "hooks"], capture_output=True, text=True, timeout=120, check=False)
+    assert hooks.returncode == 0, hooks.stderr[-2000:]
+    assert "liftbridge" in hooks.stdout
+    assert "liftbridge_provider.hooks.liftbridge.LiftbridgeHook" in hooks.stdout
+
+
+def test_freeze_refuses_or_skips_when_retention_removed_the_start(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    stream = stream_name()
+    client.create_stream(stream, stream, retention_max_messages=5, segment_max_bytes=256, cleaner_interval=0.2)
+    client.publish_batch(stream, [f"m{i}".encode() * 20 for i in range(40)], ack_policy="all")
+    time.sleep(2)  # let the cleaner remove old segments before anything reads them
+    earliest = client.earliest_offset(stream)
+    assert earliest is not None
+    assert earliest > 0
+    body = f"""
+        LiftbridgeOffsetRangesOperator(task_id="strict", stream={stream!r}, cursor_id="never-set")
+        LiftbridgeOffsetRangesOperator(task_id="lenient", stream={stream!r}, cursor_id="never-set", on_data_loss="skip")
+        LiftbridgeOffsetRangesOperator(
+            task_id="capped", stream={stream!r}, start="earliest", end={{"0": 40}}, max_messages_per_partition=2
+        )
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    assert run.states == {"strict": "failed", "lenient": "success", "capped": "success"}, run.output[-3000:]
+    assert f"partition 0: offsets 0-{earliest - 1} were already removed by retention" in run.output
+    assert run.xcom["lenient"]["ranges"] == [{"partition": 0, "start": earliest, "end": 40}]
+    assert run.xcom["capped"]["ranges"] == [{"partition": 0, "start": earliest, "end": min(40, earliest + 2)}]

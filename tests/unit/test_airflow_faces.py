@@ -1,0 +1,197 @@
+"""Pure translation in the Airflow faces: provider info, connection -> config, records, trigger, ranges."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import pytest
+
+from liftbridge_provider.client import InvalidArgumentError, PublishMessage
+from liftbridge_provider.get_provider_info import get_provider_info
+from liftbridge_provider.hooks.liftbridge import brokers_from, config_from_connection
+from liftbridge_provider.operators.publish import record_to_message
+from liftbridge_provider.ranges import OffsetRange, RangesDocument, partition_offsets, ranges_from_offsets
+from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger, unmet_targets
+
+
+def airflow_schema(name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(resources.files("airflow").joinpath(name).read_text())
+    return schema
+
+
+def test_provider_info_is_valid_against_airflow_schemas() -> None:
+    info = get_provider_info()
+    jsonschema.validate(info, airflow_schema("provider_info.schema.json"))
+    connection_schema = airflow_schema("provider.yaml.schema.json")["properties"]["connection-types"]
+    jsonschema.validate(info["connection-types"], connection_schema)
+    (connection,) = info["connection-types"]
+    assert connection["connection-type"] == "liftbridge"
+    assert connection["conn-fields"]["tls_private_key"]["schema"]["format"] == "password"
+    assert info["package-name"] == "airflow-provider-liftbridge"
+
+
+def test_provider_info_names_importable_classes() -> None:
+    import importlib  # noqa: PLC0415
+
+    info = get_provider_info()
+    modules = [
+        m for kind in ("hooks", "operators", "sensors", "triggers") for e in info[kind] for m in e["python-modules"]
+    ]
+    for module in modules:
+        importlib.import_module(module)
+    hook_path = info["connection-types"][0]["hook-class-name"]
+    module, _, name = hook_path.rpartition(".")
+    hook = getattr(importlib.import_module(module), name)
+    assert (hook.conn_type, hook.default_conn_name, hook.conn_name_attr) == (
+        "liftbridge",
+        "liftbridge_default",
+        "liftbridge_conn_id",
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "expected"),
+    [
+        ("a:1,b:2", None, ("a:1", "b:2")),
+        ("a, b", None, ("a:9292", "b:9292")),
+        ("a,b:7", 5000, ("a:5000", "b:7")),
+        ("[::1]:9", None, ("[::1]:9",)),
+    ],
+)
+def test_brokers_from_host_and_port(host: str, port: int | None, expected: tuple[str, ...]) -> None:
+    assert brokers_from(host, port) == expected
+
+
+def test_connection_extras_become_client_options() -> None:
+    config = config_from_connection(
+        "h:1",
+        None,
+        {
+            "request_timeout": "3.5",
+            "max_conns_per_broker": 4,
+            "keep_alive_time": 9,
+            "resubscribe_wait": "12",
+            "read_isr_replica": "true",
+            "tls_ca_cert": "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----",
+            "tls_server_name": "liftbridge.internal",
+        },
+    )
+    assert (config.request_timeout, config.max_conns_per_broker, config.keep_alive_time) == (3.5, 4, 9.0)
+    assert config.resubscribe_wait == 12.0
+    assert config.read_isr_replica is True
+    assert config.tls is not None
+    assert config.tls.server_name == "liftbridge.internal"
+    assert config_from_connection("h", None, {"tls_ca_cert": ""}).tls is None
+
+
+@pytest.mark.parametrize(
+    ("host", "extra", "message"),
+    [
+        (None, {}, "no host"),
+        ("h:99999", {}, "invalid broker address 'h:99999'"),
+        ("h", {"request_timeout": "soon"}, "request_timeout must be a number, got 'soon'"),
+        ("h", {"request_timeout": -1}, "request_timeout must be a number of seconds > 0, got -1.0"),
+        ("h", {"max_conns_per_broker": 0}, "max_conns_per_broker must be a whole number >= 1, got 0"),
+        ("h", {"read_isr_replica": "maybe"}, "read_isr_replica must be true or false, got 'maybe'"),
+        ("h", {"bootstrap.servers": "x"}, "unknown Liftbridge connection extras ['bootstrap.servers']"),
+        ("h", {"tls_client_cert": "c.pem"}, "both a client certificate and a client key"),
+    ],
+)
+def test_bad_connection_extras_are_named(host: str | None, extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidArgumentError) as raised:
+        config_from_connection(host, None, extra)
+    assert message in str(raised.value)
+
+
+def test_records_to_messages() -> None:
+    assert record_to_message(b"raw") == PublishMessage(value=b"raw")
+    assert record_to_message("text") == PublishMessage(value=b"text")
+    record = {"id": 7, "user": "u1", "trace": "t-9", "body": {"a": 1}}
+    whole = record_to_message(record, key_field="user", header_fields=["trace"])
+    assert whole.key == b"u1"
+    assert whole.headers == {"trace": b"t-9"}
+    assert json.loads(whole.value) == record
+    assert record_to_message(record, value_field="body").value == b'{"a":1}'
+    assert record_to_message(record, key_field="id").key == b"7"
+    with pytest.raises(InvalidArgumentError, match=r"record has no field\(s\) \['missing'\]"):
+        record_to_message(record, key_field="missing")
+    with pytest.raises(InvalidArgumentError, match="need mapping records"):
+        record_to_message(b"raw", key_field="user")
+    with pytest.raises(InvalidArgumentError, match="record must be bytes, str or JSON-serialisable, got object"):
+        record_to_message(object())
+
+
+def test_trigger_serialize_round_trip() -> None:
+    trigger = LiftbridgeOffsetTrigger(
+        stream="s", targets={0: 5, "2": 9}, liftbridge_conn_id="lb", poll_interval=0.5, timeout=30
+    )
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "liftbridge_provider.triggers.offset.LiftbridgeOffsetTrigger"
+    assert kwargs == {
+        "stream": "s",
+        "targets": {"0": 5, "2": 9},
+        "liftbridge_conn_id": "lb",
+        "poll_interval": 0.5,
+        "timeout": 30,
+    }
+    assert json.loads(json.dumps(kwargs)) == kwargs
+    again = LiftbridgeOffsetTrigger(**kwargs)
+    assert again.serialize() == (classpath, kwargs)
+    assert again.targets == {0: 5, 2: 9}
+
+
+def test_unmet_targets() -> None:
+    assert unmet_targets({0: 5, 1: 3}, {0: 5, 1: 1}) == {1: 2}
+    assert unmet_targets({0: 0}, {}) == {0: 1}
+    assert unmet_targets({0: 4}, {0: 9}) == {}
+
+
+def test_ranges_document_round_trip_and_validation() -> None:
+    document = ranges_from_offsets("orders", {1: 5, 0: 0}, {0: 10, 1: 5}, cursor_id="ingest")
+    assert [r.partition for r in document.ranges] == [0, 1]
+    assert document.total == 10
+    assert document.range_for(1).last is None
+    assert RangesDocument.parse(document.dumps()) == document
+    assert RangesDocument.parse(document.to_json()) == document
+    assert document.to_json() == {
+        "version": 1,
+        "stream": "orders",
+        "cursor_id": "ingest",
+        "ranges": [{"partition": 0, "start": 0, "end": 10}, {"partition": 1, "start": 5, "end": 5}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[]", "must be a JSON object, got list"),
+        ({"stream": "s", "ranges": [{"partition": 0, "start": 5, "end": 2}]}, "end 2 is before start 5"),
+        ({"stream": "s", "ranges": [{"partition": 0, "start": -1, "end": 2}]}, "start must be a whole number >= 0"),
+        ({"stream": "s", "ranges": [{"partition": 0, "start": 0}]}, "each range must be"),
+        ({"stream": "s", "ranges": "0-5"}, "'ranges' must be a list"),
+        ({"stream": "", "ranges": []}, "invalid stream name ''"),
+        ({"stream": "s", "ranges": [], "extra": 1}, "unknown keys in ranges document: ['extra']"),
+        ({"stream": "s", "version": 2, "ranges": []}, "unsupported ranges document version 2"),
+        (
+            {"stream": "s", "ranges": [{"partition": 0, "start": 0, "end": 1}, {"partition": 0, "start": 1, "end": 2}]},
+            "partitions must appear once each",
+        ),
+    ],
+)
+def test_malformed_ranges_documents_are_refused(document: Any, message: str) -> None:
+    with pytest.raises(InvalidArgumentError) as raised:
+        RangesDocument.parse(document)
+    assert message in str(raised.value)
+
+
+def test_partition_offsets_accepts_json_keys() -> None:
+    assert partition_offsets('{"0": 5, "3": 0}', "start") == {0: 5, 3: 0}
+    with pytest.raises(InvalidArgumentError, match="start: partition 'x' is not a number"):
+        partition_offsets({"x": 1}, "start")
+    with pytest.raises(InvalidArgumentError, match="end offset of partition 0 must be a whole number >= 0, got -3"):
+        partition_offsets({0: -3}, "end")
+    assert OffsetRange(0, 3, 3).count == 0
