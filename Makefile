@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TOOLS_BIN := .tools/bin
-EXTRAS ?= dev,airflow
+EXTRAS ?= dev,airflow,spark
 PYTEST_ARGS ?=
 
 .PHONY: setup venv tools proto lint test demo clean
@@ -22,6 +22,9 @@ $(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	@# apache-airflow-providers-apache-spark pulls pyspark-client, whose Python files overwrite
+	@# pyspark's with another version: reinstall pyspark's own files last, at the resolved version.
+	$(PY) -m pip install --quiet --force-reinstall --no-deps "pyspark==$$($(PY) -c 'import importlib.metadata as m; print(m.version("pyspark"))')"
 	touch $@
 
 # The pinned Liftbridge and NATS servers, built with `go install` into .tools/bin.

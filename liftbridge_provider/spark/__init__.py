@@ -1,0 +1,1 @@
+"""PySpark data source ``liftbridge`` (no Airflow import). See docs/spark.md."""

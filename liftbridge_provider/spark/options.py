@@ -1,0 +1,136 @@
+"""Options of the ``liftbridge`` Spark source: strings in, a validated ReadOptions out.
+
+| option | meaning |
+|---|---|
+| ``brokers`` | ``host:port`` list, comma separated (required) |
+| ``stream`` | stream name (required unless ``ranges`` names it) |
+| ``ranges`` | a ranges document (JSON), as LiftbridgeOffsetRangesOperator returns |
+| ``startingOffsets`` / ``endingOffsets`` | ``{"partition": offset}`` JSON, or ``"earliest"`` / ``"latest"`` |
+| ``partitions`` | partitions to read, comma separated (default: every partition in the offsets) |
+| ``minPartitions`` | at least this many Spark input partitions (ranges are split) |
+| ``maxRecordsPerPartition`` | at most this many offsets per Spark input partition |
+| ``readFromReplica`` | ``true`` reads from any in-sync replica (default ``false``: the leader) |
+| ``failOnDataLoss`` | ``true`` (default) fails when retention removed a range's start; ``false`` skips ahead |
+| ``tlsCaCert`` / ``tlsClientCert`` / ``tlsPrivateKey`` / ``tlsServerName`` | TLS, as in the connection |
+| ``requestTimeout`` | seconds per request (default 10) |
+| ``readTimeout`` | seconds one input partition may take to read (default 600) |
+| ``batchSize`` | rows per Arrow record batch (default 10000) |
+
+``ranges`` and ``startingOffsets``/``endingOffsets`` exclude each other. End
+offsets are exclusive (``[start, end)``); ``latest`` is the high watermark + 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from liftbridge_provider.client import ClientConfig, TLSConfig
+from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.client.options import split_brokers
+
+KNOWN = {
+    "brokers",
+    "stream",
+    "ranges",
+    "startingoffsets",
+    "endingoffsets",
+    "partitions",
+    "minpartitions",
+    "maxrecordsperpartition",
+    "readfromreplica",
+    "failondataloss",
+    "tlscacert",
+    "tlsclientcert",
+    "tlsprivatekey",
+    "tlsservername",
+    "requesttimeout",
+    "readtimeout",
+    "batchsize",
+    "path",  # spark.read.load(path) passes it; unused
+}
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The source's options, checked. Offsets stay as given; the reader resolves them."""
+
+    config: ClientConfig
+    stream: str | None
+    ranges: str | None
+    starting_offsets: str | None
+    ending_offsets: str | None
+    partitions: tuple[int, ...] | None
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    read_from_replica: bool
+    fail_on_data_loss: bool
+    read_timeout: float
+    batch_size: int
+
+
+def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
+    value = options.get(name.lower())
+    if value is None:
+        return default
+    if value.strip().lower() not in ("true", "false"):
+        raise InvalidArgumentError(f"option {name} must be true or false, got {value!r}")
+    return value.strip().lower() == "true"
+
+
+def _number(options: Mapping[str, str], name: str, kind: type[int] | type[float]) -> int | float | None:
+    value = options.get(name.lower())
+    if value is None:
+        return None
+    try:
+        number = kind(value)
+    except ValueError:
+        raise InvalidArgumentError(f"option {name} must be a {kind.__name__}, got {value!r}") from None
+    if number <= 0:
+        raise InvalidArgumentError(f"option {name} must be > 0, got {value!r}")
+    return number
+
+
+def parse_options(raw: Mapping[str, str]) -> ReadOptions:
+    """Validate the options Spark passes (a case-insensitive mapping of strings)."""
+    options = {key.lower(): value for key, value in raw.items()}
+    unknown = sorted(set(options) - KNOWN)
+    if unknown:
+        raise InvalidArgumentError(f"unknown liftbridge source option(s) {unknown}; see docs/spark.md")
+    if "brokers" not in options:
+        raise InvalidArgumentError("option brokers is required: host:port[,host:port...]")
+    has_offsets = "startingoffsets" in options or "endingoffsets" in options
+    if "ranges" in options and has_offsets:
+        raise InvalidArgumentError("give either ranges or startingOffsets/endingOffsets, not both")
+    if "ranges" not in options and not ("startingoffsets" in options and "endingoffsets" in options):
+        raise InvalidArgumentError("give ranges, or both startingOffsets and endingOffsets")
+    if "ranges" not in options and "stream" not in options:
+        raise InvalidArgumentError("option stream is required with startingOffsets/endingOffsets")
+    partitions = None
+    if "partitions" in options:
+        try:
+            partitions = tuple(int(p) for p in options["partitions"].split(",") if p.strip())
+        except ValueError:
+            raise InvalidArgumentError(f"option partitions must be numbers, got {options['partitions']!r}") from None
+    tls_values = [options.get(k) for k in ("tlscacert", "tlsclientcert", "tlsprivatekey", "tlsservername")]
+    tls = (
+        TLSConfig(ca=tls_values[0], cert=tls_values[1], key=tls_values[2], server_name=tls_values[3])
+        if any(tls_values)
+        else None
+    )
+    timeout = _number(options, "requestTimeout", float)
+    config = ClientConfig(brokers=split_brokers(options["brokers"]), tls=tls, request_timeout=float(timeout or 10.0))
+    return ReadOptions(
+        config=config,
+        stream=options.get("stream"),
+        ranges=options.get("ranges"),
+        starting_offsets=options.get("startingoffsets"),
+        ending_offsets=options.get("endingoffsets"),
+        partitions=partitions,
+        min_partitions=_number(options, "minPartitions", int),  # type: ignore[arg-type]
+        max_records_per_partition=_number(options, "maxRecordsPerPartition", int),  # type: ignore[arg-type]
+        read_from_replica=_flag(options, "readFromReplica", False),
+        fail_on_data_loss=_flag(options, "failOnDataLoss", True),
+        read_timeout=float(_number(options, "readTimeout", float) or 600.0),
+        batch_size=int(_number(options, "batchSize", int) or 10_000),
+    )

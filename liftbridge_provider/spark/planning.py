@@ -1,0 +1,57 @@
+"""Split frozen offset ranges into Spark input partitions: a pure function, like Spark's
+KafkaOffsetRangeCalculator.
+
+Every range is cut into slices of at most ``max_records_per_partition``
+offsets; if that gives fewer than ``min_partitions`` slices, the largest
+slices are halved until there are enough (or every slice holds one offset).
+Slices of one range are contiguous, in order, and cover it exactly; empty
+ranges produce no slice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.ranges import OffsetRange
+
+
+@dataclass(frozen=True, order=True)
+class Slice:
+    """Offsets ``start <= offset < end`` of one partition, read by one Spark task."""
+
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def count(self) -> int:
+        return self.end - self.start
+
+
+def _split(offset_range: OffsetRange | Slice, size: int) -> list[Slice]:
+    return [
+        Slice(offset_range.partition, start, min(start + size, offset_range.end))
+        for start in range(offset_range.start, offset_range.end, size)
+    ]
+
+
+def plan_slices(
+    ranges: Iterable[OffsetRange], *, min_partitions: int | None = None, max_records_per_partition: int | None = None
+) -> list[Slice]:
+    """The slices that cover ``ranges`` exactly, ordered by partition then offset."""
+    for name, value in (("minPartitions", min_partitions), ("maxRecordsPerPartition", max_records_per_partition)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise InvalidArgumentError(f"{name} must be a whole number >= 1, got {value!r}")
+    slices = []
+    for offset_range in ranges:
+        if offset_range.end > offset_range.start:
+            slices.extend(_split(offset_range, max_records_per_partition or offset_range.count))
+    while min_partitions is not None and len(slices) < min_partitions:
+        largest = max(slices, key=lambda s: s.count, default=None)
+        if largest is None or largest.count < 2:
+            break
+        slices.remove(largest)
+        slices.extend(_split(largest, (largest.count + 1) // 2))
+    return sorted(slices)

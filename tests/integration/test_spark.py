@@ -1,0 +1,333 @@
+"""The `liftbridge` Spark source and the ingest job, with real Spark and a real Liftbridge server."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from liftbridge_provider.client import LiftbridgeClient, PublishMessage, partition_by_key
+from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.ranges import OffsetRange, RangesDocument
+
+ROOT = Path(__file__).resolve().parents[2]
+INGEST = ROOT / "spark_jobs" / "ingest.py"
+SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
+SPARK_CLASS = str(Path(sys.executable).with_name("spark-class"))
+SPARK_ENV = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("liftbridge-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
+    with LiftbridgeClient(liftbridge_server.brokers) as shared:
+        yield shared
+
+
+@pytest.fixture(scope="module")
+def three(client: LiftbridgeClient) -> str:
+    """A stream with 3 partitions and 3,000 keyed messages with headers."""
+    name = f"spark-{uuid.uuid4().hex[:8]}"
+    client.create_stream(name, name, partitions=3)
+    batch = [
+        PublishMessage(f"value-{i}".encode(), key=f"key-{i}".encode(), headers={"n": str(i).encode()})
+        for i in range(3000)
+    ]
+    client.publish_batch(name, batch, partitioner=partition_by_key, ack_policy="all")
+    return name
+
+
+def high_watermarks(client: LiftbridgeClient, stream: str) -> dict[int, int]:
+    count = len(client.stream_info(stream).partitions)
+    return {p: client.fetch_partition_metadata(stream, p).high_watermark for p in range(count)}
+
+
+def read(spark: SparkSession, brokers: list[str], **options: str) -> DataFrame:
+    return spark.read.format("liftbridge").option("brokers", ",".join(brokers)).options(**options).load()
+
+
+def rows_of(frame: DataFrame) -> list[tuple[Any, ...]]:
+    return sorted(
+        (r.partition, r.offset, r.key, r.value, r.stream, r.subject, tuple(sorted(r.headers.items())), r.timestamp)
+        for r in frame.collect()
+    )
+
+
+def expected_rows(client: LiftbridgeClient, document: RangesDocument) -> list[tuple[Any, ...]]:
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    rows = []
+    for r in document.ranges:
+        for m in client.read_range(document.stream, r.partition, r.start, r.end):
+            stamp = datetime.fromtimestamp((m.timestamp // 1000) / 1e6, tz=UTC).replace(tzinfo=None)
+            headers = tuple(sorted(m.raw.headers.items()))
+            rows.append((r.partition, m.offset, m.key, m.value, m.stream, m.subject, headers, stamp))
+    return sorted(rows)
+
+
+def test_pyspark_python_matches_the_jvm(spark: SparkSession) -> None:
+    assert pyspark.__version__ == spark.version
+
+
+def test_exact_ranges_over_three_partitions(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str
+) -> None:
+    hw = high_watermarks(client, three)
+    document = RangesDocument(
+        three, (OffsetRange(0, 10, hw[0] - 4), OffsetRange(1, 0, hw[1] + 1), OffsetRange(2, 5, 6))
+    )
+    frame = read(spark, liftbridge_server.brokers, ranges=document.dumps())
+    assert frame.schema.simpleString() == (
+        "struct<key:binary,value:binary,stream:string,partition:int,offset:bigint,timestamp:timestamp,"
+        "subject:string,headers:map<string,binary>>"
+    )
+    rows = rows_of(frame)
+    assert len(rows) == document.total
+    assert rows == expected_rows(client, document)
+    for partition, offset, key, value, _stream, _subject, headers, _stamp in rows:
+        n = int(value.decode().split("-")[1])
+        assert key == f"key-{n}".encode()
+        assert dict(headers)["n"] == str(n).encode()
+        assert partition_by_key(three, key, b"", 3) == partition
+        assert document.range_for(partition).start <= offset < document.range_for(partition).end
+
+
+def test_splitting_returns_the_same_rows(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str
+) -> None:
+    options = {"stream": three, "startingOffsets": "earliest", "endingOffsets": "latest"}
+    whole = rows_of(read(spark, liftbridge_server.brokers, **options))
+    assert len(whole) == 3000
+    split = read(spark, liftbridge_server.brokers, maxRecordsPerPartition="150", **options)
+    assert split.rdd.getNumPartitions() >= 3000 // 150
+    assert rows_of(split) == whole
+    many = read(spark, liftbridge_server.brokers, minPartitions="11", **options)
+    assert many.rdd.getNumPartitions() >= 11
+    assert rows_of(many) == whole
+    subset = read(spark, liftbridge_server.brokers, partitions="1", **options)
+    assert {r[0] for r in rows_of(subset)} == {1}
+
+
+def test_empty_ranges_and_retention(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str
+) -> None:
+    empty = RangesDocument(three, (OffsetRange(0, 7, 7), OffsetRange(1, 0, 0)))
+    assert read(spark, liftbridge_server.brokers, ranges=empty.dumps()).count() == 0
+
+    pruned = f"spark-ret-{uuid.uuid4().hex[:6]}"
+    client.create_stream(pruned, pruned, retention_max_messages=5, segment_max_bytes=256, cleaner_interval=0.2)
+    client.publish_batch(pruned, [f"m{i}".encode() * 20 for i in range(40)], ack_policy="all")
+    time.sleep(2)
+    earliest = client.earliest_offset(pruned)
+    assert earliest is not None
+    assert earliest > 0
+    lost = RangesDocument(pruned, (OffsetRange(0, 0, 40),))
+    with pytest.raises(Exception, match=r"offsets 0-\d+ were removed by retention \(failOnDataLoss=true"):
+        read(spark, liftbridge_server.brokers, ranges=lost.dumps()).count()
+    skipped = read(spark, liftbridge_server.brokers, ranges=lost.dumps(), failOnDataLoss="false")
+    assert sorted(r.offset for r in skipped.collect()) == list(range(earliest, 40))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"ranges": "{not json"}, "ranges document is not valid JSON"),
+        ({"ranges": '{"stream": "S", "ranges": [{"partition": 9, "start": 0, "end": 1}]}'}, "no partition 9"),
+        ({"ranges": '{"stream": "S", "ranges": [{"partition": 0, "start": 5, "end": 1}]}'}, "end 1 is before start 5"),
+        ({"ranges": "{}", "startingOffsets": "earliest", "endingOffsets": "latest"}, "either ranges or"),
+        ({"stream": "S", "startingOffsets": "earliest", "endingOffsets": "latest", "colour": "red"}, "['colour']"),
+        ({"stream": "S", "startingOffsets": '{"0": 9}', "endingOffsets": '{"0": 2}'}, "end 2 is before start 9"),
+        (
+            {"stream": "S", "partitions": "0", "startingOffsets": "earliest", "endingOffsets": '{"0": 99999}'},
+            "beyond the committed",
+        ),
+        (
+            {"stream": "S", "startingOffsets": "earliest", "endingOffsets": '{"0": 9}'},
+            "must both give partitions [1, 2]",
+        ),
+        ({"stream": "S", "startingOffsets": "earliest"}, "give ranges, or both startingOffsets and endingOffsets"),
+        ({"ranges": "{}", "minPartitions": "0"}, "option minPartitions must be > 0"),
+    ],
+)
+def test_bad_input_is_refused_before_any_task(
+    spark: SparkSession, liftbridge_server: DevServer, three: str, options: dict[str, str], message: str
+) -> None:
+    options = {
+        k: v.replace('"S"', json.dumps(three)).replace("S", three) if k != "colour" else v for k, v in options.items()
+    }
+    tasks_before = spark.sparkContext.statusTracker().getJobIdsForGroup()
+    with pytest.raises(Exception, match=re.escape(message)):  # Spark wraps the source's InvalidArgumentError
+        read(spark, liftbridge_server.brokers, **options).count()
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == tasks_before, "no Spark job ran"
+
+
+def run_ingest(
+    brokers: list[str], ranges: RangesDocument, output: Path, *extra: str, master: str = "local[2]"
+) -> subprocess.CompletedProcess[str]:
+    command = [
+        SPARK_SUBMIT,
+        "--master",
+        master,
+        "--conf",
+        f"spark.pyspark.python={sys.executable}",
+        "--conf",
+        "spark.ui.enabled=false",
+        str(INGEST),
+        "--brokers",
+        ",".join(brokers),
+        "--ranges",
+        ranges.dumps(),
+        "--output",
+        str(output),
+        *extra,
+    ]
+    return subprocess.run(command, env=SPARK_ENV, capture_output=True, text=True, timeout=600, check=False)
+
+
+def parquet_rows(spark: SparkSession, folder: Path) -> list[tuple[Any, ...]]:
+    return sorted(
+        tuple(r) for r in spark.read.parquet(str(folder)).select("partition", "offset", "key", "value").collect()
+    )
+
+
+def test_ingest_job_writes_each_range_once_and_reruns_identically(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str, tmp_path: Path
+) -> None:
+    hw = high_watermarks(client, three)
+    document = RangesDocument(three, tuple(OffsetRange(p, 0, hw[p] + 1) for p in range(3)), cursor_id="ingest")
+    output = tmp_path / "lake"
+    first = run_ingest(liftbridge_server.brokers, document, output)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    folders = sorted(p.relative_to(output) for p in output.glob("stream=*/partition=*/range=*"))
+    assert [str(f) for f in folders] == [f"stream={three}/partition={p}/range=0-{hw[p] + 1}" for p in range(3)]
+    before = parquet_rows(spark, output / f"stream={three}")
+    assert len(before) == 3000
+    manifests = list((output / f"stream={three}" / "_manifests").glob("*.json"))
+    assert len(manifests) == 1
+    manifest = json.loads(manifests[0].read_text())
+    assert manifest["total_rows"] == 3000
+    assert [w["rows"] for w in manifest["written"]] == [hw[p] + 1 for p in range(3)]
+
+    second = run_ingest(liftbridge_server.brokers, document, output)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert parquet_rows(spark, output / f"stream={three}") == before, "a rerun replaces, never duplicates"
+    assert len(list((output / f"stream={three}" / "_manifests").glob("*.json"))) == 1
+    assert all(client.fetch_cursor("ingest", three, p) == -1 for p in range(3)), "the job never moves the cursor"
+
+
+def test_ingest_job_exits_nonzero_on_shortfall(
+    liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
+) -> None:
+    compacted = f"spark-cmp-{uuid.uuid4().hex[:6]}"
+    client.create_stream(compacted, compacted, compact_enabled=True, segment_max_bytes=256, cleaner_interval=0.2)
+    client.publish_batch(
+        compacted, [PublishMessage(b"v" * 30, key=f"k{i % 2}".encode()) for i in range(40)], ack_policy="all"
+    )
+    time.sleep(2)
+    document = RangesDocument(compacted, (OffsetRange(0, 0, 40),))
+    strict = run_ingest(liftbridge_server.brokers, document, tmp_path / "strict")
+    assert strict.returncode != 0, strict.stderr[-2000:]
+    printed = strict.stdout + strict.stderr
+    assert "rows for 40 offsets [0, 40)" in printed or "were removed by retention (failOnDataLoss=true" in printed
+    lenient = run_ingest(liftbridge_server.brokers, document, tmp_path / "lenient", "--allow-gaps")
+    assert lenient.returncode == 0, lenient.stderr[-2000:]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_ingest_job_on_a_standalone_master_and_worker(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str, tmp_path: Path
+) -> None:
+    port, master_ui, worker_ui = free_port(), free_port(), free_port()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    master = subprocess.Popen(
+        [
+            SPARK_CLASS,
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(master_ui),
+        ],
+        env=SPARK_ENV,
+        stdout=(logs / "master.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    worker = subprocess.Popen(
+        [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host", "127.0.0.1",
+         "--webui-port", str(worker_ui), "--cores", "2", "--memory", "1g", "--work-dir", str(tmp_path / "work")],
+        env=SPARK_ENV,
+        stdout=(logs / "worker.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while "Successfully registered with master" not in (logs / "worker.log").read_text():
+            assert time.monotonic() < deadline, (logs / "worker.log").read_text()[-2000:]
+            assert worker.poll() is None, (logs / "worker.log").read_text()[-2000:]
+            assert master.poll() is None, (logs / "master.log").read_text()[-2000:]
+            time.sleep(0.5)
+        hw = high_watermarks(client, three)
+        document = RangesDocument(three, tuple(OffsetRange(p, 0, hw[p] + 1) for p in range(3)))
+        result = run_ingest(liftbridge_server.brokers, document, tmp_path / "lake", master=f"spark://127.0.0.1:{port}")
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "app-" in (logs / "master.log").read_text(), "the application ran on the standalone master"
+        assert len(parquet_rows(spark, tmp_path / "lake" / f"stream={three}")) == 3000
+    finally:
+        for process in (worker, master):
+            process.terminate()
+            process.wait(timeout=30)
+
+
+@pytest.mark.cluster
+def test_leader_kill_during_a_read_returns_exactly_the_range(
+    spark: SparkSession, liftbridge_cluster: DevServer
+) -> None:
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=30) as cluster_client:
+        cluster_client.create_stream("spark-fo", "spark-fo", replication_factor=3, min_isr=2)
+        cluster_client.publish_batch("spark-fo", [f"v{i}".encode() for i in range(60_000)], ack_policy="all")
+        leader = cluster_client.fetch_partition_metadata("spark-fo", 0).leader
+        assert leader is not None
+        killer = threading.Timer(1.5, liftbridge_cluster.kill, args=(leader,))
+        killer.start()
+        frame = read(
+            spark, liftbridge_cluster.brokers, ranges=RangesDocument("spark-fo", (OffsetRange(0, 0, 60_000),)).dumps(),
+            maxRecordsPerPartition="500", requestTimeout="30",
+        )  # fmt: skip
+        offsets = sorted(r.offset for r in frame.select("offset").collect())
+        killer.join()
+        assert offsets == list(range(60_000))
+        assert not liftbridge_cluster.node(leader).running, "the leader was killed during the read"

@@ -1,0 +1,73 @@
+"""Pure parts of the Spark source: slicing ranges into input partitions, and option parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from liftbridge_provider.client import InvalidArgumentError
+from liftbridge_provider.ranges import OffsetRange
+from liftbridge_provider.spark.options import parse_options
+from liftbridge_provider.spark.planning import Slice, plan_slices
+
+RANGES = [OffsetRange(0, 0, 10), OffsetRange(1, 5, 5), OffsetRange(2, 100, 103)]
+
+
+def covered(slices: list[Slice]) -> dict[int, list[int]]:
+    offsets: dict[int, list[int]] = {}
+    for s in slices:
+        offsets.setdefault(s.partition, []).extend(range(s.start, s.end))
+    return offsets
+
+
+def test_one_slice_per_non_empty_range_by_default() -> None:
+    assert plan_slices(RANGES) == [Slice(0, 0, 10), Slice(2, 100, 103)]
+
+
+def test_max_records_per_partition_cuts_ranges() -> None:
+    slices = plan_slices(RANGES, max_records_per_partition=4)
+    assert slices == [Slice(0, 0, 4), Slice(0, 4, 8), Slice(0, 8, 10), Slice(2, 100, 103)]
+    assert covered(slices) == {0: list(range(10)), 2: [100, 101, 102]}
+
+
+@pytest.mark.parametrize("minimum", [1, 2, 5, 13, 50])
+def test_min_partitions_splits_the_largest_slices(minimum: int) -> None:
+    slices = plan_slices(RANGES, min_partitions=minimum)
+    assert len(slices) >= min(minimum, 13), "enough slices, up to one per offset"
+    assert covered(slices) == {0: list(range(10)), 2: [100, 101, 102]}, "exact cover, no overlap"
+    assert all(s.count >= 1 for s in slices)
+
+
+def test_bad_planning_arguments() -> None:
+    with pytest.raises(InvalidArgumentError, match="minPartitions must be a whole number >= 1, got 0"):
+        plan_slices(RANGES, min_partitions=0)
+    with pytest.raises(InvalidArgumentError, match="maxRecordsPerPartition must be a whole number >= 1"):
+        plan_slices(RANGES, max_records_per_partition=-2)
+
+
+def test_options_are_parsed_and_checked() -> None:
+    options = parse_options(
+        {"brokers": "a:1,b", "ranges": "{}", "minPartitions": "4", "readFromReplica": "TRUE", "requestTimeout": "3"}
+    )
+    assert options.config.brokers == ("a:1", "b:9292")
+    assert options.config.request_timeout == 3.0
+    assert (options.min_partitions, options.read_from_replica, options.fail_on_data_loss) == (4, True, True)
+    assert options.batch_size == 10_000
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"ranges": "{}"}, "option brokers is required"),
+        ({"brokers": "a", "ranges": "{}", "startingOffsets": "earliest"}, "either ranges or"),
+        ({"brokers": "a", "stream": "s"}, "give ranges, or both startingOffsets and endingOffsets"),
+        ({"brokers": "a", "startingOffsets": "earliest", "endingOffsets": "latest"}, "option stream is required"),
+        ({"brokers": "a", "ranges": "{}", "failOnDataLoss": "maybe"}, "failOnDataLoss must be true or false"),
+        ({"brokers": "a", "ranges": "{}", "batchSize": "ten"}, "batchSize must be a int, got 'ten'"),
+        ({"brokers": "a", "ranges": "{}", "partitions": "0,x"}, "partitions must be numbers"),
+        ({"brokers": "a", "ranges": "{}", "startOffset": "1"}, "unknown liftbridge source option(s) ['startoffset']"),
+    ],
+)
+def test_bad_options_are_named(raw: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidArgumentError) as raised:
+        parse_options(raw)
+    assert message in str(raised.value)
