@@ -444,3 +444,43 @@ def test_freeze_refuses_or_skips_when_retention_removed_the_start(
     assert f"partition 0: offsets 0-{earliest - 1} were already removed by retention" in run.output
     assert run.xcom["lenient"]["ranges"] == [{"partition": 0, "start": earliest, "end": 40}]
     assert run.xcom["capped"]["ranges"] == [{"partition": 0, "start": earliest, "end": min(40, earliest + 2)}]
+
+
+def test_spark_submit_operator_runs_the_ingest_job_between_freeze_and_commit(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
+) -> None:
+    stream = stream_name()
+    client.create_stream(stream, stream, partitions=2)
+    client.publish_batch(
+        stream, [PublishMessage(f"e{i}".encode(), partition=i % 2) for i in range(50)], ack_policy="all"
+    )
+    output = tmp_path / "lake"
+    ingest = Path(__file__).resolve().parents[2] / "spark_jobs" / "ingest.py"
+    body = f"""
+        from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+        freeze = LiftbridgeOffsetRangesOperator(task_id="freeze", stream={stream!r}, cursor_id="lake")
+        wait = LiftbridgePartitionOffsetSensor(task_id="wait", ranges=freeze.output, poke_interval=1, timeout=60)
+        spark = SparkSubmitOperator(
+            task_id="ingest",
+            application={str(ingest)!r},
+            conf={{"spark.pyspark.python": {sys.executable!r}, "spark.ui.enabled": "false"}},
+            application_args=[
+                "--brokers", {",".join(liftbridge_server.brokers)!r},
+                "--ranges", "{{{{ ti.xcom_pull(task_ids='freeze') | tojson }}}}",
+                "--output", {str(output)!r},
+            ],
+        )
+        commit = LiftbridgeCommitCursorOperator(task_id="commit", ranges=freeze.output)
+        freeze >> wait >> spark >> commit
+    """
+    env = connection_env(liftbridge_server) | {
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    run = run_dag(airflow_home, body, env)
+    assert run.ok(), run.output[-4000:]
+    folders = sorted(str(p.relative_to(output)) for p in output.glob("stream=*/partition=*/range=*"))
+    assert folders == [f"stream={stream}/partition=0/range=0-25", f"stream={stream}/partition=1/range=0-25"]
+    assert run.xcom["commit"] == {"0": 24, "1": 24}
+    assert [client.fetch_cursor("lake", stream, p) for p in (0, 1)] == [24, 24]
