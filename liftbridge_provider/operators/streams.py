@@ -53,14 +53,14 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
     Options left as None keep the server's defaults.
     """
 
-    template_fields = (*LiftbridgeBaseOperator.template_fields, "stream", "subject")
+    template_fields = (*LiftbridgeBaseOperator.template_fields, "stream", "subject", "partitions")
 
     def __init__(
         self,
         *,
         stream: str,
         subject: str | None = None,
-        partitions: int = 1,
+        partitions: int | str = 1,
         replication_factor: int = 1,
         if_exists: Literal["ignore", "fail"] = "ignore",
         group: str | None = None,
@@ -106,16 +106,20 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
         self.stream_options: dict[str, Any] = {name: value for name, value in options.items() if value is not None}
 
     def execute(self, context: Any) -> dict[str, Any]:
+        try:
+            partitions = int(self.partitions)
+        except ValueError:
+            raise AirflowFailException(f"partitions must be a whole number, got {self.partitions!r}") from None
         with self.client() as client:
             try:
                 client.create_stream(
                     self.subject or self.stream,
                     self.stream,
-                    partitions=self.partitions,
+                    partitions=partitions,
                     replication_factor=self.replication_factor,
                     **self.stream_options,
                 )
-                self.log.info("created stream %r with %d partition(s)", self.stream, self.partitions)
+                self.log.info("created stream %r with %d partition(s)", self.stream, partitions)
             except StreamExistsError:
                 if self.if_exists == "fail":
                     raise AirflowFailException(f"stream {self.stream!r} already exists (if_exists='fail')") from None

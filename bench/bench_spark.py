@@ -1,0 +1,468 @@
+"""Throughput and per-task memory of the ``liftbridge`` Spark source against a real single-node server.
+
+    .venv/bin/python bench/bench_spark.py [--messages 1000000] [--partitions 4] [--size 256]
+                                          [--memory-messages 100000,1000000] [--runs 2]
+
+Starts one Liftbridge node on 127.0.0.1 (``liftbridge_provider.devserver``), publishes
+``--messages`` values of ``--size`` random bytes (keys ``k<i>``) round-robin over
+``--partitions`` partitions with ``publish_batch`` (ack policy LEADER, window 1024, chunks
+of 100,000), then measures in this one process, side by side:
+
+- ``read_range`` in one thread, partition after partition: the baseline;
+- ``read_slice`` in one thread over the same ranges (the source's task code without Spark:
+  read_range plus building Arrow batches);
+- ``spark.read.format("liftbridge")`` (startingOffsets earliest, endingOffsets latest) written
+  to the ``noop`` sink, with the default planning (one input partition per stream partition)
+  and with ``maxRecordsPerPartition`` = messages / 8;
+- the same written to Parquet (snappy) in a temporary folder; the Parquet rows are counted
+  afterwards (not timed) and must equal ``--messages``.
+
+Spark runs ``local[2]`` with the UI off. Every test runs ``--runs`` times (default 2,
+interleaved) and the table shows the fastest run (the first Spark run pays for JVM and Python
+worker warm-up). MB/s counts payload bytes (1 MB = 10^6 bytes); "machine %" is the busy share
+of all CPUs (from /proc/stat) during the shown run.
+
+Then, for peak memory per task, it publishes ``max(--memory-messages)`` messages to a separate
+single-partition stream and, in a fresh process per size (``_spark_memory_worker.py``), runs
+``read_slice`` over offsets ``[0, size)``, discarding the batches, and reports ``ru_maxrss``
+after the imports (baseline) and after the read (peak).
+
+About 5 minutes with the defaults on 2 CPUs (most of it publishing 2,000,000 messages).
+This is a benchmark, not a test: it prints numbers and asserts nothing about time.
+It reports (and exits 1 on) wrong results: failed publishes, missing rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from liftbridge_provider.client import LiftbridgeClient, LiftbridgeError, PublishMessage
+from liftbridge_provider.devserver import start_single
+from liftbridge_provider.devserver.binaries import liftbridge_binary, liftbridge_version
+from liftbridge_provider.spark.options import parse_options
+from liftbridge_provider.spark.planning import Slice
+from liftbridge_provider.spark.source import arrow_schema, read_slice
+
+WORKER = Path(__file__).with_name("_spark_memory_worker.py")
+CHUNK = 100_000  # messages per publish_batch call: bounds the memory of the publisher
+
+
+# -- measuring ------------------------------------------------------------------------
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from the first line of /proc/stat."""
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    total = sum(values[:8])  # user nice system idle iowait irq softirq steal (guest is inside user)
+    return total - idle, total
+
+
+@dataclass
+class Meter:
+    """Wall-clock seconds and the machine's busy CPU share of a ``with`` block."""
+
+    seconds: float = 0.0
+    machine: float = 0.0
+
+    @contextmanager
+    def measure(self) -> Iterator[None]:
+        busy0, total0 = cpu_times()
+        wall0 = time.perf_counter()
+        yield
+        self.seconds = time.perf_counter() - wall0
+        busy1, total1 = cpu_times()
+        self.machine = (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
+
+
+@dataclass
+class Test:
+    """All runs of one throughput test."""
+
+    name: str
+    input_partitions: int | str
+    rows: int = 0
+    runs: list[Meter] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> Meter:
+        return min(self.runs, key=lambda m: m.seconds)
+
+
+# -- publishing -------------------------------------------------------------------------
+
+
+def create_stream(client: LiftbridgeClient, name: str, partitions: int) -> None:
+    client.create_stream(name, name, partitions=partitions)
+    deadline = time.monotonic() + 10
+    for partition in range(partitions):  # partition leaders may need a moment after CreateStream returns
+        while True:
+            try:
+                client.fetch_partition_metadata(name, partition)
+                break
+            except LiftbridgeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
+def publish(client: LiftbridgeClient, stream: str, messages: int, partitions: int, size: int) -> float:
+    """Publish ``messages`` random values round-robin over the partitions; returns the seconds taken."""
+    started = time.perf_counter()
+    for first in range(0, messages, CHUNK):
+        count = min(CHUNK, messages - first)
+        payload = os.urandom(count * size)
+        batch = [
+            PublishMessage(
+                payload[j * size : (j + 1) * size], key=f"k{first + j}".encode(), partition=(first + j) % partitions
+            )
+            for j in range(count)
+        ]
+        client.publish_batch(stream, batch, ack_policy="leader", window=1024)
+    return time.perf_counter() - started
+
+
+def high_watermarks(client: LiftbridgeClient, stream: str, partitions: int) -> list[int]:
+    return [client.fetch_partition_metadata(stream, p).high_watermark for p in range(partitions)]
+
+
+# -- the tests ----------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, client: LiftbridgeClient, brokers: str, stream: str, args: argparse.Namespace) -> None:
+        self.client = client
+        self.brokers = brokers
+        self.stream = stream
+        self.args = args
+        self.ends = [hw + 1 for hw in high_watermarks(client, stream, args.partitions)]
+
+    def read_range(self, test: Test) -> None:
+        rows = 0
+        meter = Meter()
+        with meter.measure():
+            for partition, end in enumerate(self.ends):
+                for _message in self.client.read_range(self.stream, partition, 0, end):
+                    rows += 1
+        test.rows = rows
+        test.runs.append(meter)
+
+    def read_slice(self, test: Test) -> None:
+        options = parse_options({"brokers": self.brokers, "ranges": "{}"})
+        schema = arrow_schema()
+        rows = 0
+        meter = Meter()
+        with meter.measure():
+            for partition, end in enumerate(self.ends):
+                for batch in read_slice(options, self.stream, Slice(partition, 0, end), schema):
+                    rows += batch.num_rows
+        test.rows = rows
+        test.runs.append(meter)
+
+
+class SparkBench:
+    def __init__(self, brokers: str, stream: str, messages: int, workdir: Path) -> None:
+        # pyspark's launcher scripts (spark-submit, find-spark-home) live in the venv's bin folder.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+        os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+        started = time.perf_counter()
+        self.spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("bench-spark")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
+        self.spark.sparkContext.setLogLevel("ERROR")
+        self.startup = time.perf_counter() - started
+        self.brokers = brokers
+        self.stream = stream
+        self.messages = messages
+        self.workdir = workdir
+        self.outputs = 0
+        self.parquet_note = "?"
+
+    def frame_options(self, extra: dict[str, str]) -> dict[str, str]:
+        return {
+            "brokers": self.brokers,
+            "stream": self.stream,
+            "startingOffsets": "earliest",
+            "endingOffsets": "latest",
+            **extra,
+        }
+
+    def input_partitions(self, extra: dict[str, str]) -> int:
+        frame = self.spark.read.format("liftbridge").options(**self.frame_options(extra)).load()
+        return int(frame.rdd.getNumPartitions())
+
+    def noop(self, test: Test, extra: dict[str, str]) -> None:
+        meter = Meter()
+        with meter.measure():
+            frame = self.spark.read.format("liftbridge").options(**self.frame_options(extra)).load()
+            frame.write.format("noop").mode("overwrite").save()
+        test.rows = self.messages  # the noop sink counts nothing; the Parquet runs check the row count
+        test.runs.append(meter)
+
+    def parquet(self, test: Test, extra: dict[str, str]) -> None:
+        self.outputs += 1
+        path = str(self.workdir / f"out-{self.outputs}")
+        meter = Meter()
+        with meter.measure():
+            frame = self.spark.read.format("liftbridge").options(**self.frame_options(extra)).load()
+            frame.write.option("compression", "snappy").mode("overwrite").parquet(path)
+        rows = int(self.spark.read.parquet(path).count())
+        files = list(Path(path).glob("*.parquet"))
+        size = sum(f.stat().st_size for f in files)
+        test.rows = rows
+        if rows != self.messages:
+            test.problems.append(f"run {len(test.runs) + 1}: Parquet holds {rows} rows, expected {self.messages}")
+        test.runs.append(meter)
+        self.parquet_note = f"{len(files)} Parquet file(s), {size / 1e6:.0f} MB (snappy)"
+
+    def stop(self) -> None:
+        self.spark.stop()
+
+
+# -- memory ---------------------------------------------------------------------------------
+
+
+def memory_run(brokers: str, stream: str, size: int) -> dict[str, float]:
+    result = subprocess.run(
+        [sys.executable, str(WORKER), "--brokers", brokers, "--stream", stream, "--end", str(size)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(f"memory worker failed ({result.returncode}): {result.stderr[-2000:]}")
+    values: dict[str, float] = json.loads(lines[-1])
+    return values
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def versions() -> str:
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    try:
+        server = liftbridge_version(liftbridge_binary())
+    except Exception as exc:  # only for the header line
+        server = f"unknown ({exc})"
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr
+        java = java.splitlines()[0] if java else "?"
+    except OSError:
+        java = "not found"
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"Liftbridge {server}, single node on 127.0.0.1 | {os.cpu_count()} CPUs ({cpu}) | "
+        f"Python {platform.python_version()}, pyspark {version('pyspark')}, pyarrow {version('pyarrow')}, "
+        f"grpcio {version('grpcio')} | {java}"
+    )
+
+
+def print_table(tests: list[Test], baseline: Test, size: int, runs: int) -> None:
+    base_rate = baseline.rows / baseline.best.seconds
+    header = [
+        "test",
+        "input partitions",
+        "rows",
+        "seconds",
+        "rows/s",
+        "MB/s",
+        "vs read_range",
+        "machine %",
+        "all runs s",
+    ]
+    rows = []
+    for test in tests:
+        best = test.best
+        rate = test.rows / best.seconds
+        rows.append(
+            [
+                test.name,
+                str(test.input_partitions),
+                f"{test.rows:,}",
+                f"{best.seconds:.2f}",
+                f"{rate:,.0f}",
+                f"{test.rows * size / best.seconds / 1e6:.1f}",
+                f"{rate / base_rate:.2f}x",
+                f"{best.machine * 100:.0f}%",
+                " / ".join(f"{m.seconds:.2f}" for m in test.runs),
+            ]
+        )
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
+    print(f"Throughput, best of {runs} run(s) per test (the first Spark run includes JVM / Python worker warm-up):")
+    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True))))
+    for row in rows:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+
+
+def print_memory(results: dict[int, dict[str, float]]) -> None:
+    sizes = sorted(results)
+    print("Peak memory of one task (read_slice in a fresh process, batches discarded):")
+    label_width = 34
+    print("".ljust(label_width) + "".join(f"{s:>14,}" for s in sizes))
+    lines: list[tuple[str, Callable[[dict[str, float]], str]]] = [
+        ("rows read", lambda r: f"{int(r['rows']):,}"),
+        ("record batches (largest rows)", lambda r: f"{int(r['batches'])} ({int(r['largest_batch']):,})"),
+        ("seconds", lambda r: f"{r['seconds']:.2f}"),
+        ("rows/s", lambda r: f"{r['rows'] / r['seconds']:,.0f}"),
+        ("baseline ru_maxrss MiB (imports)", lambda r: f"{r['baseline_maxrss_mib']:.1f}"),
+        ("peak ru_maxrss MiB (after read)", lambda r: f"{r['peak_maxrss_mib']:.1f}"),
+        ("peak - baseline MiB", lambda r: f"{r['peak_maxrss_mib'] - r['baseline_maxrss_mib']:.1f}"),
+        ("RSS MiB before / after read", lambda r: f"{r['baseline_rss_mib']:.0f} / {r['end_rss_mib']:.0f}"),
+    ]
+    for label, cell in lines:
+        print(label.ljust(label_width) + "".join(f"{cell(results[s]):>14}" for s in sizes))
+
+
+# -- main -------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=1_000_000, help="messages of the throughput stream (1000000)")
+    parser.add_argument("--partitions", type=int, default=4, help="partitions of the throughput stream (4)")
+    parser.add_argument("--size", type=int, default=256, help="value size in bytes (256)")
+    parser.add_argument(
+        "--memory-messages", default="100000,1000000", help="range sizes of the memory test (100000,1000000)"
+    )
+    parser.add_argument("--runs", type=int, default=2, help="runs of every throughput test; the best is shown (2)")
+    args = parser.parse_args(argv)
+    args.memory_sizes = sorted({int(s) for s in args.memory_messages.split(",") if s.strip()})
+    if args.messages < 8 or args.partitions < 1 or args.size < 1 or args.runs < 1:
+        parser.error("--messages must be >= 8, --partitions, --size and --runs >= 1")
+    if any(s < 1 for s in args.memory_sizes):
+        parser.error("--memory-messages must be >= 1")
+    return args
+
+
+def progress(text: str) -> None:
+    print(f"  .. {text}", file=sys.stderr, flush=True)
+
+
+def run_throughput(
+    client: LiftbridgeClient, brokers: str, stream: str, args: argparse.Namespace, workdir: Path
+) -> tuple[list[Test], str]:
+    """Every throughput test, ``args.runs`` times interleaved; returns the tests and a note on Spark."""
+    bench = Bench(client, brokers, stream, args)
+    spark = SparkBench(brokers, stream, args.messages, workdir)
+    progress(f"Spark session started in {spark.startup:.1f} s")
+    max_records = max(1, args.messages // 8)
+    default_planning: dict[str, str] = {}
+    split_planning = {"maxRecordsPerPartition": str(max_records)}
+    default_count = spark.input_partitions(default_planning)
+    split_count = spark.input_partitions(split_planning)
+    split = f"maxRecordsPerPartition={max_records}"
+    steps: list[tuple[Test, Callable[[Test], None]]] = [
+        (Test("read_range (1 thread, baseline)", args.partitions), bench.read_range),
+        (Test("read_slice (1 thread, no Spark)", args.partitions), bench.read_slice),
+        (Test("Spark -> noop, default planning", default_count), lambda t: spark.noop(t, default_planning)),
+        (Test(f"Spark -> noop, {split}", split_count), lambda t: spark.noop(t, split_planning)),
+        (Test("Spark -> Parquet, default planning", default_count), lambda t: spark.parquet(t, default_planning)),
+        (Test(f"Spark -> Parquet, {split}", split_count), lambda t: spark.parquet(t, split_planning)),
+    ]
+    for run in range(args.runs):
+        for test, step in steps:
+            step(test)
+            progress(f"run {run + 1}: {test.name:<48} {test.runs[-1].seconds:7.2f} s")
+    spark.stop()
+    note = (
+        f"Spark local[2], UI off; session start {spark.startup:.1f} s (not counted); "
+        f"Parquet output: {spark.parquet_note}"
+    )
+    return [test for test, _ in steps], note
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(versions())
+    print(
+        f"{args.messages:,} messages of {args.size} random bytes over {args.partitions} partitions; "
+        f"memory test: {', '.join(f'{s:,}' for s in args.memory_sizes)} messages of one partition"
+    )
+    started = time.perf_counter()
+    problems: list[str] = []
+    with (
+        start_single() as server,
+        LiftbridgeClient(server.brokers) as client,
+        tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp,
+    ):
+        brokers = ",".join(server.brokers)
+        stream = "bench-spark"
+        create_stream(client, stream, args.partitions)
+        seconds = publish(client, stream, args.messages, args.partitions, args.size)
+        print(
+            f"publish_batch: {args.messages:,} messages over {args.partitions} partitions in {seconds:.1f} s = "
+            f"{args.messages / seconds:,.0f} msgs/s, {args.messages * args.size / seconds / 1e6:.1f} MB/s"
+        )
+        stored = sum(hw + 1 for hw in high_watermarks(client, stream, args.partitions))
+        if stored != args.messages:
+            problems.append(f"the stream holds {stored} messages, expected {args.messages}")
+
+        tests, note = run_throughput(client, brokers, stream, args, Path(tmp))
+        for test in tests:
+            if test.rows != args.messages:
+                problems.append(f"{test.name}: {test.rows} rows, expected {args.messages}")
+            problems.extend(f"{test.name}: {p}" for p in test.problems)
+
+        memory_stream = "bench-spark-memory"
+        largest = args.memory_sizes[-1]
+        create_stream(client, memory_stream, 1)
+        seconds = publish(client, memory_stream, largest, 1, args.size)
+        print(
+            f"publish_batch: {largest:,} messages to one partition (memory test) in {seconds:.1f} s = "
+            f"{largest / seconds:,.0f} msgs/s"
+        )
+        memory: dict[int, dict[str, float]] = {}
+        for size in args.memory_sizes:
+            memory[size] = memory_run(brokers, memory_stream, size)
+            if memory[size]["rows"] != size:
+                problems.append(f"memory test: read {memory[size]['rows']} rows, expected {size}")
+            progress(f"memory test {size:,}: peak {memory[size]['peak_maxrss_mib']:.0f} MiB")
+
+    print(note)
+    print()
+    print_table(tests, tests[0], args.size, args.runs)
+    print()
+    print_memory(memory)
+    print()
+    for problem in problems:
+        print(f"PROBLEM {problem}")
+    print(f"total wall time {time.perf_counter() - started:.0f} s (including server and Spark start-up)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
