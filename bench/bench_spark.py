@@ -187,6 +187,7 @@ class SparkBench:
             SparkSession.builder.master("local[2]")
             .appName("bench-spark")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .getOrCreate()
         )

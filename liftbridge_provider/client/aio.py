@@ -78,9 +78,7 @@ class AsyncLiftbridgeClient:
         self, stream: str, partition: int = 0, *, timeout: float | None = None
     ) -> PartitionInfo:
         """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader."""
-        build.check_stream_name(stream)
-        build.check_partition(partition, stream=stream)
-        request = api.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+        request = build.partition_metadata_request(stream, partition)
         response = await self._call_leader(
             stream, partition, lambda stub, remaining: stub.FetchPartitionMetadata(request, timeout=remaining), timeout
         )
@@ -88,11 +86,7 @@ class AsyncLiftbridgeClient:
 
     async def fetch_cursor(self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None) -> int:
         """The cursor's stored offset, or -1 if it was never set."""
-        request = api.FetchCursorRequest(
-            cursorId=build.check_cursor_id(cursor_id),
-            stream=build.check_stream_name(stream),
-            partition=build.check_partition(partition, stream=stream),
-        )
+        request = build.fetch_cursor_request(cursor_id, stream, partition)
         response = await self._cursor_call(request, lambda stub, t: stub.FetchCursor(request, timeout=t), timeout)
         offset: int = response.offset
         return offset
@@ -101,12 +95,7 @@ class AsyncLiftbridgeClient:
         self, cursor_id: str, stream: str, partition: int, offset: int, *, timeout: float | None = None
     ) -> None:
         """Store ``offset`` (the last processed offset; -1: none) for the cursor."""
-        request = api.SetCursorRequest(
-            cursorId=build.check_cursor_id(cursor_id),
-            stream=build.check_stream_name(stream),
-            partition=build.check_partition(partition, stream=stream),
-            offset=build.check_offset(offset, "cursor offset", minimum=-1),
-        )
+        request = build.set_cursor_request(cursor_id, stream, partition, offset)
         await self._cursor_call(request, lambda stub, t: stub.SetCursor(request, timeout=t), timeout)
 
     async def _cursor_call(self, request: Any, rpc: Callable[[Any, float], Awaitable[T]], timeout: float | None) -> T:

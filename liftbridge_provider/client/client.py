@@ -111,9 +111,7 @@ class LiftbridgeClient:
         self, stream: str, partition: int = 0, *, timeout: float | None = None
     ) -> PartitionInfo:
         """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader."""
-        build.check_stream_name(stream)
-        build.check_partition(partition, stream=stream)
-        request = api.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+        request = build.partition_metadata_request(stream, partition)
 
         def attempt(pooled: PooledChannel, remaining: float) -> api.FetchPartitionMetadataResponse:
             response: api.FetchPartitionMetadataResponse = pooled.stub.FetchPartitionMetadata(
@@ -506,27 +504,18 @@ class LiftbridgeClient:
             return info.high_watermark + 1
         return first.offset
 
-    # -- cursors ---------    # -- cursors ---------------------------------------------------------------
+    # -- cursors ---------------------------------------------------------------
 
     def set_cursor(
         self, cursor_id: str, stream: str, partition: int, offset: int, *, timeout: float | None = None
     ) -> None:
         """Store ``offset`` (by convention the last processed offset; -1: none) for the cursor."""
-        request = api.SetCursorRequest(
-            cursorId=build.check_cursor_id(cursor_id),
-            stream=build.check_stream_name(stream),
-            partition=build.check_partition(partition, stream=stream),
-            offset=build.check_offset(offset, "cursor offset", minimum=-1),
-        )
+        request = build.set_cursor_request(cursor_id, stream, partition, offset)
         self._cursor_call("SetCursor", request, timeout)
 
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None) -> int:
         """The cursor's stored offset, or -1 if it was never set."""
-        request = api.FetchCursorRequest(
-            cursorId=build.check_cursor_id(cursor_id),
-            stream=build.check_stream_name(stream),
-            partition=build.check_partition(partition, stream=stream),
-        )
+        request = build.fetch_cursor_request(cursor_id, stream, partition)
         response: api.FetchCursorResponse = self._cursor_call("FetchCursor", request, timeout)
         return response.offset
 

@@ -238,6 +238,30 @@ def cursor_partition(cursor_id: str, stream: str, partition: int, cursor_partiti
     return zlib.crc32(key) % cursor_partitions
 
 
+def partition_metadata_request(stream: str, partition: int) -> api.FetchPartitionMetadataRequest:
+    return api.FetchPartitionMetadataRequest(
+        stream=check_stream_name(stream), partition=check_partition(partition, stream=stream)
+    )
+
+
+def set_cursor_request(cursor_id: str, stream: str, partition: int, offset: int) -> api.SetCursorRequest:
+    """A SetCursorRequest; ``offset`` is the last processed offset (-1: none)."""
+    return api.SetCursorRequest(
+        cursorId=check_cursor_id(cursor_id),
+        stream=check_stream_name(stream),
+        partition=check_partition(partition, stream=stream),
+        offset=check_offset(offset, "cursor offset", minimum=-1),
+    )
+
+
+def fetch_cursor_request(cursor_id: str, stream: str, partition: int) -> api.FetchCursorRequest:
+    return api.FetchCursorRequest(
+        cursorId=check_cursor_id(cursor_id),
+        stream=check_stream_name(stream),
+        partition=check_partition(partition, stream=stream),
+    )
+
+
 def check_cursor_id(cursor_id: object) -> str:
     if not isinstance(cursor_id, str) or not cursor_id or "," in cursor_id:
         raise InvalidArgumentError(f"cursor_id must be a non-empty string without commas, got {cursor_id!r}")

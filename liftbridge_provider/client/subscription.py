@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.connections import PooledChannel
 from liftbridge_provider.client.errors import (
     LiftbridgeTimeoutError,
@@ -180,7 +181,7 @@ class Subscription(Iterator[Message]):
         The metadata flag can stay set after a resume, so ask the leader: a paused
         partition refuses FetchPartitionMetadata.
         """
-        request = api.FetchPartitionMetadataRequest(stream=self.stream, partition=self.partition)
+        request = build.partition_metadata_request(self.stream, self.partition)
 
         def attempt(pooled: PooledChannel, remaining: float) -> object:
             return pooled.stub.FetchPartitionMetadata(request, timeout=remaining)
