@@ -25,8 +25,9 @@ from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import start_single
 
 ROOT = Path(__file__).resolve().parents[1]
-AIRFLOW_HOME = ROOT / ".airflow"
-OUTPUT = ROOT / "out" / "lake"
+# Overridable so the system test can run the demo in a temporary folder.
+AIRFLOW_HOME = Path(os.environ.get("DEMO_AIRFLOW_HOME", ROOT / ".airflow"))
+OUTPUT = Path(os.environ.get("DEMO_OUTPUT", ROOT / "out" / "lake"))
 STREAM = "demo-events"
 BATCHES = [1000, 500, 0]  # events published by each run; the last run finds nothing new
 log = logging.getLogger("demo")
@@ -63,7 +64,7 @@ def rows_per_range() -> dict[str, int]:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    shutil.rmtree(OUTPUT.parent, ignore_errors=True)
+    shutil.rmtree(OUTPUT, ignore_errors=True)
     AIRFLOW_HOME.mkdir(exist_ok=True)
     with start_single() as server, LiftbridgeClient(server.brokers) as client:
         log.info("liftbridge running at %s", server.brokers[0])
