@@ -29,12 +29,14 @@ after the imports (baseline) and after the read (peak).
 
 About 5 minutes with the defaults on 2 CPUs (most of it publishing 2,000,000 messages).
 This is a benchmark, not a test: it prints numbers and asserts nothing about time.
-It reports (and exits 1 on) wrong results: failed publishes, missing rows.
+It reports (and exits 1 on) wrong results: failed publishes, missing rows. After
+``--time-limit`` seconds (default 1200) a hung run prints its Python stacks and exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import platform
@@ -360,6 +362,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--memory-messages", default="100000,1000000", help="range sizes of the memory test (100000,1000000)"
     )
     parser.add_argument("--runs", type=int, default=2, help="runs of every throughput test; the best is shown (2)")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=1200,
+        help="seconds after which a hung run dumps its stacks and exits (1200)",
+    )
     args = parser.parse_args(argv)
     args.memory_sizes = sorted({int(s) for s in args.memory_messages.split(",") if s.strip()})
     if args.messages < 8 or args.partitions < 1 or args.size < 1 or args.runs < 1:
@@ -408,6 +416,7 @@ def run_throughput(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    faulthandler.dump_traceback_later(args.time_limit, exit=True)  # a benchmark must not hang forever
     print(versions())
     print(
         f"{args.messages:,} messages of {args.size} random bytes over {args.partitions} partitions; "
@@ -462,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"PROBLEM {problem}")
     print(f"total wall time {time.perf_counter() - started:.0f} s (including server and Spark start-up)")
+    faulthandler.cancel_dump_traceback_later()
     return 1 if problems else 0
 
 

@@ -62,7 +62,9 @@ class ConnectionPool:
         self._options = config.channel_options()
         self._channels: dict[str, list[PooledChannel]] = {}
         self._aio_open = 0  # grpc.aio channels of running batches
-        self._lock = threading.Lock()
+        # Reentrant: a subscription finalised by the garbage collector while this thread holds the
+        # lock (say, inside _acquire) releases its lease through the same lock.
+        self._lock = threading.RLock()
         self._closed = threading.Event()
         self._janitor = threading.Thread(target=self._close_idle_loop, name="liftbridge-pool-janitor", daemon=True)
         self._janitor.start()

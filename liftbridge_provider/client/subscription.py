@@ -10,10 +10,11 @@ the stop offset), and can be cancelled from any thread or by a timeout.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -79,7 +80,7 @@ class Subscription(Iterator[Message]):
         self._lock = threading.Lock()
         self._call: Any = None
         self.last_offset: int | None = None
-        self._messages = self._run()
+        self._messages: Generator[Message, None, None] = self._run()
 
     @property
     def stream(self) -> str:
@@ -108,8 +109,10 @@ class Subscription(Iterator[Message]):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.cancel()
+        with contextlib.suppress(ValueError):  # "generator already executing": another thread iterates
+            self._messages.close()  # release the channel now, not whenever the garbage collector runs
 
-    def _run(self) -> Iterator[Message]:
+    def _run(self) -> Generator[Message, None, None]:
         lost_since: float | None = None
         attempt = 0
         while not self._cancelled.is_set():

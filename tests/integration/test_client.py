@@ -602,3 +602,24 @@ def test_async_client_metadata_partition_metadata_and_cursors(client: Liftbridge
     assert (hw_from_any, hw_from_leader, cursors) == (9, 9, 4)
     assert opened == 1
     assert client.fetch_cursor("async", ten, 0) == 5, "the sync client sees what the async one stored"
+
+
+def test_subscription_finalised_while_the_pool_lock_is_held_does_not_deadlock(
+    client: LiftbridgeClient, ten: str
+) -> None:
+    """The garbage collector can finalise an abandoned subscription at any point, including inside the
+    pool's own locked section (seen in Spark's planner worker); releasing its lease there must not block."""
+    subscription = client.subscribe(ten, start=StartPosition.earliest())
+    assert next(subscription).offset == 0  # now holds a lease on a pooled channel
+    pool = client._pool
+    done = threading.Event()
+
+    def finalise_under_lock() -> None:
+        with pool._lock:
+            subscription._messages.close()  # what the garbage collector does to the abandoned generator
+        done.set()
+
+    worker = threading.Thread(target=finalise_under_lock, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert done.is_set(), "releasing a lease under the pool lock deadlocked"
