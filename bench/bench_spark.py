@@ -1,7 +1,7 @@
 """Throughput and per-task memory of the ``liftbridge`` Spark source against a real single-node server.
 
     .venv/bin/python bench/bench_spark.py [--messages 1000000] [--partitions 4] [--size 256]
-                                          [--memory-messages 100000,1000000] [--runs 2]
+                                          [--memory-messages 100000,1000000] [--memory-runs 3] [--runs 2]
 
 Starts one Liftbridge node on 127.0.0.1 (``liftbridge_provider.devserver``), publishes
 ``--messages`` values of ``--size`` random bytes (keys ``k<i>``) round-robin over
@@ -23,11 +23,12 @@ worker warm-up). MB/s counts payload bytes (1 MB = 10^6 bytes); "machine %" is t
 of all CPUs (from /proc/stat) during the shown run.
 
 Then, for peak memory per task, it publishes ``max(--memory-messages)`` messages to a separate
-single-partition stream and, in a fresh process per size (``_spark_memory_worker.py``), runs
-``read_slice`` over offsets ``[0, size)``, discarding the batches, and reports ``ru_maxrss``
-after the imports (baseline) and after the read (peak).
+single-partition stream and, in a fresh process per size and run (``_spark_memory_worker.py``),
+runs ``read_slice`` over offsets ``[0, size)``, discarding the batches, and reports ``ru_maxrss``
+after the imports (baseline) and after the read (peak); ``--memory-runs`` (default 3) runs per
+size, interleaved, the highest peak shown.
 
-About 5 minutes with the defaults on 2 CPUs (most of it publishing 2,000,000 messages).
+About 5.5 minutes with the defaults on 2 CPUs (a third of it publishing 2,000,000 messages).
 This is a benchmark, not a test: it prints numbers and asserts nothing about time.
 It reports (and exits 1 on) wrong results: failed publishes, missing rows. After
 ``--time-limit`` seconds (default 1200) a hung run prints its Python stacks and exits.
@@ -40,6 +41,7 @@ import faulthandler
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -179,7 +181,11 @@ class Bench:
 
 
 class SparkBench:
-    def __init__(self, brokers: str, stream: str, messages: int, workdir: Path) -> None:
+    """One SparkSession, started before any gRPC channel exists in this process: pyspark forks (with a
+    preexec_fn) to launch the JVM, and a fork while gRPC threads run can break the child
+    ("Java gateway process exited before sending its port number")."""
+
+    def __init__(self, messages: int, workdir: Path) -> None:
         # pyspark's launcher scripts (spark-submit, find-spark-home) live in the venv's bin folder.
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -195,8 +201,8 @@ class SparkBench:
         )
         self.spark.sparkContext.setLogLevel("ERROR")
         self.startup = time.perf_counter() - started
-        self.brokers = brokers
-        self.stream = stream
+        self.brokers = ""
+        self.stream = ""
         self.messages = messages
         self.workdir = workdir
         self.outputs = 0
@@ -233,6 +239,7 @@ class SparkBench:
         rows = int(self.spark.read.parquet(path).count())
         files = list(Path(path).glob("*.parquet"))
         size = sum(f.stat().st_size for f in files)
+        shutil.rmtree(path)  # 1M rows are about 275 MB
         test.rows = rows
         if rows != self.messages:
             test.problems.append(f"run {len(test.runs) + 1}: Parquet holds {rows} rows, expected {self.messages}")
@@ -331,11 +338,16 @@ def print_table(tests: list[Test], baseline: Test, size: int, runs: int) -> None
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
 
 
-def print_memory(results: dict[int, dict[str, float]]) -> None:
+def print_memory(results: dict[int, list[dict[str, float]]]) -> None:
     sizes = sorted(results)
-    print("Peak memory of one task (read_slice in a fresh process, batches discarded):")
-    label_width = 34
-    print("".ljust(label_width) + "".join(f"{s:>14,}" for s in sizes))
+    runs = max(len(r) for r in results.values())
+    print(
+        f"Peak memory of one task (read_slice in a fresh process per run, batches discarded; {runs} run(s) per size, "
+        "columns show the run with the highest peak):"
+    )
+    worst = {s: max(results[s], key=lambda r: r["peak_maxrss_mib"]) for s in sizes}
+    label_width, width = 36, 20
+    print("".ljust(label_width) + "".join(f"{s:>{width},}" for s in sizes))
     lines: list[tuple[str, Callable[[dict[str, float]], str]]] = [
         ("rows read", lambda r: f"{int(r['rows']):,}"),
         ("record batches (largest rows)", lambda r: f"{int(r['batches'])} ({int(r['largest_batch']):,})"),
@@ -347,7 +359,9 @@ def print_memory(results: dict[int, dict[str, float]]) -> None:
         ("RSS MiB before / after read", lambda r: f"{r['baseline_rss_mib']:.0f} / {r['end_rss_mib']:.0f}"),
     ]
     for label, cell in lines:
-        print(label.ljust(label_width) + "".join(f"{cell(results[s]):>14}" for s in sizes))
+        print(label.ljust(label_width) + "".join(f"{cell(worst[s]):>{width}}" for s in sizes))
+    every = {s: " / ".join(f"{r['peak_maxrss_mib']:.0f}" for r in results[s]) for s in sizes}
+    print("peak ru_maxrss MiB, every run".ljust(label_width) + "".join(f"{every[s]:>{width}}" for s in sizes))
 
 
 # -- main -------------------------------------------------------------------------------------------
@@ -361,6 +375,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--memory-messages", default="100000,1000000", help="range sizes of the memory test (100000,1000000)"
     )
+    parser.add_argument("--memory-runs", type=int, default=3, help="fresh worker runs per memory-test size (3)")
     parser.add_argument("--runs", type=int, default=2, help="runs of every throughput test; the best is shown (2)")
     parser.add_argument(
         "--time-limit",
@@ -370,8 +385,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.memory_sizes = sorted({int(s) for s in args.memory_messages.split(",") if s.strip()})
-    if args.messages < 8 or args.partitions < 1 or args.size < 1 or args.runs < 1:
-        parser.error("--messages must be >= 8, --partitions, --size and --runs >= 1")
+    if args.messages < 8 or min(args.partitions, args.size, args.runs, args.memory_runs) < 1:
+        parser.error("--messages must be >= 8, --partitions, --size, --runs and --memory-runs >= 1")
     if any(s < 1 for s in args.memory_sizes):
         parser.error("--memory-messages must be >= 1")
     return args
@@ -382,12 +397,11 @@ def progress(text: str) -> None:
 
 
 def run_throughput(
-    client: LiftbridgeClient, brokers: str, stream: str, args: argparse.Namespace, workdir: Path
+    client: LiftbridgeClient, spark: SparkBench, brokers: str, stream: str, args: argparse.Namespace
 ) -> tuple[list[Test], str]:
     """Every throughput test, ``args.runs`` times interleaved; returns the tests and a note on Spark."""
     bench = Bench(client, brokers, stream, args)
-    spark = SparkBench(brokers, stream, args.messages, workdir)
-    progress(f"Spark session started in {spark.startup:.1f} s")
+    spark.brokers, spark.stream = brokers, stream
     max_records = max(1, args.messages // 8)
     default_planning: dict[str, str] = {}
     split_planning = {"maxRecordsPerPartition": str(max_records)}
@@ -406,12 +420,61 @@ def run_throughput(
         for test, step in steps:
             step(test)
             progress(f"run {run + 1}: {test.name:<48} {test.runs[-1].seconds:7.2f} s")
-    spark.stop()
     note = (
         f"Spark local[2], UI off; session start {spark.startup:.1f} s (not counted); "
         f"Parquet output: {spark.parquet_note}"
     )
     return [test for test, _ in steps], note
+
+
+@dataclass
+class Results:
+    tests: list[Test] = field(default_factory=list)
+    spark_note: str = ""
+    memory: dict[int, list[dict[str, float]]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def run_on_server(spark: SparkBench, args: argparse.Namespace) -> Results:
+    """Start the server, publish, run the throughput tests, then the memory test."""
+    results = Results()
+    with start_single() as server, LiftbridgeClient(server.brokers) as client:
+        brokers = ",".join(server.brokers)
+        stream = "bench-spark"
+        create_stream(client, stream, args.partitions)
+        seconds = publish(client, stream, args.messages, args.partitions, args.size)
+        print(
+            f"publish_batch: {args.messages:,} messages over {args.partitions} partitions in {seconds:.1f} s = "
+            f"{args.messages / seconds:,.0f} msgs/s, {args.messages * args.size / seconds / 1e6:.1f} MB/s",
+            flush=True,
+        )
+        stored = sum(hw + 1 for hw in high_watermarks(client, stream, args.partitions))
+        if stored != args.messages:
+            results.problems.append(f"the stream holds {stored} messages, expected {args.messages}")
+
+        results.tests, results.spark_note = run_throughput(client, spark, brokers, stream, args)
+        for test in results.tests:
+            if test.rows != args.messages:
+                results.problems.append(f"{test.name}: {test.rows} rows, expected {args.messages}")
+            results.problems.extend(f"{test.name}: {p}" for p in test.problems)
+
+        memory_stream = "bench-spark-memory"
+        largest = args.memory_sizes[-1]
+        create_stream(client, memory_stream, 1)
+        seconds = publish(client, memory_stream, largest, 1, args.size)
+        print(
+            f"publish_batch: {largest:,} messages to one partition (memory test) in {seconds:.1f} s = "
+            f"{largest / seconds:,.0f} msgs/s",
+            flush=True,
+        )
+        for run in range(args.memory_runs):
+            for size in args.memory_sizes:
+                result = memory_run(brokers, memory_stream, size)
+                results.memory.setdefault(size, []).append(result)
+                if result["rows"] != size:
+                    results.problems.append(f"memory test: read {result['rows']} rows, expected {size}")
+                progress(f"run {run + 1}: memory test {size:,}: peak {result['peak_maxrss_mib']:.0f} MiB")
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -420,59 +483,29 @@ def main(argv: list[str] | None = None) -> int:
     print(versions())
     print(
         f"{args.messages:,} messages of {args.size} random bytes over {args.partitions} partitions; "
-        f"memory test: {', '.join(f'{s:,}' for s in args.memory_sizes)} messages of one partition"
+        f"memory test: {', '.join(f'{s:,}' for s in args.memory_sizes)} messages of one partition",
+        flush=True,
     )
     started = time.perf_counter()
-    problems: list[str] = []
-    with (
-        start_single() as server,
-        LiftbridgeClient(server.brokers) as client,
-        tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp,
-    ):
-        brokers = ",".join(server.brokers)
-        stream = "bench-spark"
-        create_stream(client, stream, args.partitions)
-        seconds = publish(client, stream, args.messages, args.partitions, args.size)
-        print(
-            f"publish_batch: {args.messages:,} messages over {args.partitions} partitions in {seconds:.1f} s = "
-            f"{args.messages / seconds:,.0f} msgs/s, {args.messages * args.size / seconds / 1e6:.1f} MB/s"
-        )
-        stored = sum(hw + 1 for hw in high_watermarks(client, stream, args.partitions))
-        if stored != args.messages:
-            problems.append(f"the stream holds {stored} messages, expected {args.messages}")
+    with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
+        spark = SparkBench(args.messages, Path(tmp))  # first: before this process opens any gRPC channel
+        progress(f"Spark session started in {spark.startup:.1f} s")
+        try:
+            results = run_on_server(spark, args)
+        finally:
+            spark.stop()
 
-        tests, note = run_throughput(client, brokers, stream, args, Path(tmp))
-        for test in tests:
-            if test.rows != args.messages:
-                problems.append(f"{test.name}: {test.rows} rows, expected {args.messages}")
-            problems.extend(f"{test.name}: {p}" for p in test.problems)
-
-        memory_stream = "bench-spark-memory"
-        largest = args.memory_sizes[-1]
-        create_stream(client, memory_stream, 1)
-        seconds = publish(client, memory_stream, largest, 1, args.size)
-        print(
-            f"publish_batch: {largest:,} messages to one partition (memory test) in {seconds:.1f} s = "
-            f"{largest / seconds:,.0f} msgs/s"
-        )
-        memory: dict[int, dict[str, float]] = {}
-        for size in args.memory_sizes:
-            memory[size] = memory_run(brokers, memory_stream, size)
-            if memory[size]["rows"] != size:
-                problems.append(f"memory test: read {memory[size]['rows']} rows, expected {size}")
-            progress(f"memory test {size:,}: peak {memory[size]['peak_maxrss_mib']:.0f} MiB")
-
-    print(note)
+    print(results.spark_note)
     print()
-    print_table(tests, tests[0], args.size, args.runs)
+    print_table(results.tests, results.tests[0], args.size, args.runs)
     print()
-    print_memory(memory)
+    print_memory(results.memory)
     print()
-    for problem in problems:
+    for problem in results.problems:
         print(f"PROBLEM {problem}")
     print(f"total wall time {time.perf_counter() - started:.0f} s (including server and Spark start-up)")
     faulthandler.cancel_dump_traceback_later()
-    return 1 if problems else 0
+    return 1 if results.problems else 0
 
 
 if __name__ == "__main__":

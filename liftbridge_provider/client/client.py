@@ -221,6 +221,7 @@ class LiftbridgeClient:
             try:
                 response: api.PublishResponse = pooled.stub.Publish(request, timeout=remaining)
             except grpc.RpcError as exc:
+                pooled.connected = exc.code() != grpc.StatusCode.UNAVAILABLE
                 raise _after_send_error(exc, stream, chosen) from exc
             return response
 
@@ -357,6 +358,7 @@ class LiftbridgeClient:
             try:
                 response: api.PublishToSubjectResponse = pooled.stub.PublishToSubject(request, timeout=remaining)
             except grpc.RpcError as exc:
+                pooled.connected = exc.code() != grpc.StatusCode.UNAVAILABLE
                 raise _after_send_error(exc, None, None) from exc
             return response
 

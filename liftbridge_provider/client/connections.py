@@ -37,19 +37,22 @@ class PooledChannel:
     stub: Any  # api_grpc.APIStub (the generated stub module is untyped)
     in_use: int = 0
     last_used: float = field(default_factory=time.monotonic)
-    state: grpc.ChannelConnectivity = grpc.ChannelConnectivity.IDLE
-
-    def on_state(self, state: grpc.ChannelConnectivity) -> None:
-        self.state = state
+    connected: bool = False  # seen ready; cleared by callers when an RPC finds it unavailable
 
     def wait_ready(self, timeout: float) -> bool:
-        """Whether the channel is (or becomes, within ``timeout`` s) connected."""
-        if self.state == grpc.ChannelConnectivity.READY:
+        """Whether the channel is (or becomes, within ``timeout`` s) connected.
+
+        Only a channel not yet seen ready is watched, with a ready-future that
+        stops watching once it resolves: a standing connectivity subscription
+        keeps a gRPC polling thread that fails noisily when the channel closes.
+        """
+        if self.connected:
             return True
         try:
             grpc.channel_ready_future(self.channel).result(timeout=max(timeout, 0.001))
         except grpc.FutureTimeoutError:
             return False
+        self.connected = True
         return True
 
 
@@ -133,7 +136,6 @@ class ConnectionPool:
         else:
             channel = grpc.insecure_channel(address, options=self._options)
         pooled = PooledChannel(address, channel, api_grpc.APIStub(channel))
-        channel.subscribe(pooled.on_state, try_to_connect=False)
         log.debug("opened channel to %s", address)
         return pooled
 

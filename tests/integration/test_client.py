@@ -543,7 +543,7 @@ def test_32_threads_share_one_client_and_close_releases_everything(liftbridge_se
     shared.close()
     shared.close()  # idempotent
     assert shared.open_channels() == 0
-    wait_until(lambda: established_connections(port) == before, 5, "connections to close")
+    wait_until(lambda: established_connections(port) <= before, 5, "connections to close")
     with pytest.raises(ClientClosedError):
         shared.fetch_metadata()
 
