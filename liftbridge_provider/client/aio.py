@@ -21,7 +21,6 @@ from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.errors import (
     ClientClosedError,
-    InvalidArgumentError,
     NoSuchPartitionError,
     NoSuchStreamError,
 )
@@ -37,12 +36,7 @@ class AsyncLiftbridgeClient:
     """Asyncio client for metadata and cursors. Arguments as for :class:`LiftbridgeClient`."""
 
     def __init__(self, brokers: str | Sequence[str] | ClientConfig, **options: Any) -> None:
-        if isinstance(brokers, ClientConfig):
-            if options:
-                raise InvalidArgumentError(f"give options in the ClientConfig, not also as {sorted(options)}")
-            self.config = brokers
-        else:
-            self.config = ClientConfig(brokers=brokers, **options)  # type: ignore[arg-type]
+        self.config = ClientConfig.of(brokers, **options)
         self._credentials = self.config.tls.credentials() if self.config.tls is not None else None
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._snapshot = EMPTY

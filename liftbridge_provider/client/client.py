@@ -65,12 +65,7 @@ class LiftbridgeClient:
     """
 
     def __init__(self, brokers: str | Sequence[str] | ClientConfig, **options: Any) -> None:
-        if isinstance(brokers, ClientConfig):
-            if options:
-                raise InvalidArgumentError(f"give options in the ClientConfig, not also as {sorted(options)}")
-            self.config = brokers
-        else:
-            self.config = ClientConfig(brokers=brokers, **options)  # type: ignore[arg-type]
+        self.config = ClientConfig.of(brokers, **options)
         self._pool = ConnectionPool(self.config)
         self._router = Router(self.config, self._pool)
 
@@ -215,17 +210,7 @@ class LiftbridgeClient:
             expected_offset=expected_offset,
         )
 
-        def attempt(pooled: PooledChannel, remaining: float) -> api.PublishResponse:
-            if not pooled.wait_ready(min(remaining, 2.0)):
-                raise _NotConnected()
-            try:
-                response: api.PublishResponse = pooled.stub.Publish(request, timeout=remaining)
-            except grpc.RpcError as exc:
-                pooled.connected = exc.code() != grpc.StatusCode.UNAVAILABLE
-                raise _after_send_error(exc, stream, chosen) from exc
-            return response
-
-        response = self._router.call_any(attempt, timeout=timeout, stream=stream)
+        response = self._send_once("Publish", request, timeout, stream, chosen)
         if policy == AckPolicy.NONE or not response.HasField("ack"):
             return None
         return Ack(response.ack, chosen)
@@ -352,20 +337,26 @@ class LiftbridgeClient:
             ackPolicy=policy.value,
         )
 
-        def attempt(pooled: PooledChannel, remaining: float) -> api.PublishToSubjectResponse:
-            if not pooled.wait_ready(min(remaining, 2.0)):
-                raise _NotConnected()
-            try:
-                response: api.PublishToSubjectResponse = pooled.stub.PublishToSubject(request, timeout=remaining)
-            except grpc.RpcError as exc:
-                pooled.connected = exc.code() != grpc.StatusCode.UNAVAILABLE
-                raise _after_send_error(exc, None, None) from exc
-            return response
-
-        response = self._router.call_any(attempt, timeout=timeout)
+        response = self._send_once("PublishToSubject", request, timeout, None, None)
         if policy == AckPolicy.NONE or not response.HasField("ack"):
             return None
         return Ack(response.ack, -1)
+
+    def _send_once(
+        self, method: str, request: Any, timeout: float | None, stream: str | None, partition: int | None
+    ) -> Any:
+        """Send a publish to one broker: re-sent elsewhere only if it could not connect (nothing was sent)."""
+
+        def attempt(pooled: PooledChannel, remaining: float) -> Any:
+            if not pooled.wait_ready(min(remaining, 2.0)):
+                raise _NotConnected()
+            try:
+                return getattr(pooled.stub, method)(request, timeout=remaining)
+            except grpc.RpcError as exc:
+                pooled.connected = exc.code() != grpc.StatusCode.UNAVAILABLE
+                raise _after_send_error(exc, stream, partition) from exc
+
+        return self._router.call_any(attempt, timeout=timeout, stream=stream)
 
     # -- reading ---------------------------------------------------------------
 

@@ -132,6 +132,15 @@ class ClientConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidArgumentError(f"{name} must be a whole number >= 1, got {value!r}")
 
+    @classmethod
+    def of(cls, brokers: str | Sequence[str] | ClientConfig, **options: Any) -> ClientConfig:
+        """A config from broker addresses and keyword options, or a given config (then no options)."""
+        if isinstance(brokers, ClientConfig):
+            if options:
+                raise InvalidArgumentError(f"give options in the ClientConfig, not also as {sorted(options)}")
+            return brokers
+        return cls(brokers=brokers, **options)  # type: ignore[arg-type]  # normalised in __post_init__
+
     def channel_options(self) -> list[tuple[str, Any]]:
         options: list[tuple[str, Any]] = [
             ("grpc.max_send_message_length", self.max_message_bytes),
