@@ -19,15 +19,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from liftbridge_provider.client.errors import InvalidArgumentError
-from liftbridge_provider.client.requests import check_cursor_id, check_stream_name
+from liftbridge_provider.client.requests import check_cursor_id, check_offset, check_partition, check_stream_name
 
 VERSION = 1
 
 
-def _whole(value: object, name: str, minimum: int = 0) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidArgumentError(f"{name} must be a whole number >= {minimum}, got {value!r}")
-    return value
+def _load_json(value: str | bytes, what: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"{what} is not valid JSON: {exc}") from exc
 
 
 @dataclass(frozen=True, order=True)
@@ -39,9 +40,9 @@ class OffsetRange:
     end: int
 
     def __post_init__(self) -> None:
-        _whole(self.partition, "partition")
-        _whole(self.start, f"partition {self.partition} start")
-        _whole(self.end, f"partition {self.partition} end")
+        check_offset(self.partition, "partition")
+        check_offset(self.start, f"partition {self.partition} start")
+        check_offset(self.end, f"partition {self.partition} end")
         if self.end < self.start:
             raise InvalidArgumentError(
                 f"partition {self.partition}: end {self.end} is before start {self.start} (ranges are [start, end))"
@@ -110,10 +111,7 @@ class RangesDocument:
         if isinstance(value, RangesDocument):
             return value
         if isinstance(value, str | bytes):
-            try:
-                value = json.loads(value)
-            except ValueError as exc:
-                raise InvalidArgumentError(f"ranges document is not valid JSON: {exc}") from exc
+            value = _load_json(value, "ranges document")
         if not isinstance(value, Mapping):
             raise InvalidArgumentError(f"ranges document must be a JSON object, got {type(value).__name__}")
         unknown = set(value) - {"version", "stream", "cursor_id", "ranges", "metadata"}
@@ -152,10 +150,7 @@ def ranges_from_offsets(
 def partition_offsets(value: Mapping[Any, Any] | str, what: str) -> dict[int, int]:
     """``{partition: offset}`` from a mapping or JSON object whose keys may be strings ("0")."""
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise InvalidArgumentError(f"{what} is not valid JSON: {exc}") from exc
+        value = _load_json(value, what)
     if not isinstance(value, Mapping):
         raise InvalidArgumentError(f"{what} must map partitions to offsets, got {value!r}")
     offsets = {}
@@ -164,7 +159,9 @@ def partition_offsets(value: Mapping[Any, Any] | str, what: str) -> dict[int, in
             partition = int(key)
         except (TypeError, ValueError):
             raise InvalidArgumentError(f"{what}: partition {key!r} is not a number") from None
-        offsets[_whole(partition, f"{what} partition")] = _whole(offset, f"{what} offset of partition {partition}")
+        offsets[check_offset(partition, f"{what} partition")] = check_offset(
+            offset, f"{what} offset of partition {partition}"
+        )
     return offsets
 
 
@@ -172,9 +169,4 @@ def check_partitions(partitions: Iterable[int] | None, count: int, stream: str) 
     """The given partitions (all ``0..count-1`` when None), each checked against the stream's count."""
     if partitions is None:
         return list(range(count))
-    chosen = []
-    for partition in partitions:
-        if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < count:
-            raise InvalidArgumentError(f"no partition {partition!r}: stream {stream!r} has partitions 0-{count - 1}")
-        chosen.append(partition)
-    return chosen
+    return [check_partition(partition, count, stream) for partition in partitions]

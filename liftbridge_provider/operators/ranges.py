@@ -92,7 +92,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
             start = client.fetch_cursor(self.cursor_id, self.stream, partition) + 1  # type: ignore[arg-type]
         else:
             start = client.earliest_offset(self.stream, partition) or 0
-        if start < end:
+        if start < end and self.start != "earliest":  # a start taken from earliest_offset is retained
             start = self._check_retained(client, partition, start)
         end = max(end, start) if ends is None else end
         if self.max_messages_per_partition is not None:
