@@ -87,7 +87,18 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "Liftbridge", "python-modules": ["liftbridge_provider.sensors.offset"]},
         ],
         "triggers": [
-            {"integration-name": "Liftbridge", "python-modules": ["liftbridge_provider.triggers.offset"]},
+            {
+                "integration-name": "Liftbridge",
+                "python-modules": ["liftbridge_provider.triggers.offset", "liftbridge_provider.triggers.message"],
+            },
+        ],
+        "queues": ["liftbridge_provider.queues.liftbridge.LiftbridgeMessageQueueProvider"],
+        "asset-uris": [
+            {
+                "schemes": ["liftbridge"],
+                "handler": "liftbridge_provider.assets.liftbridge.sanitize_uri",
+                "factory": "liftbridge_provider.assets.liftbridge.create_asset",
+            }
         ],
         "connection-types": [
             {

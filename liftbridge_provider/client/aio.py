@@ -1,15 +1,18 @@
 """AsyncLiftbridgeClient: the asyncio side, for Airflow triggers.
 
-It covers what triggers need: metadata, partition metadata (from the leader)
-and cursors. Request building, validation, metadata parsing, routing choices
-and the retry policy are the sync client's own functions; only the waiting
-(``await``) differs. One ``grpc.aio`` channel per broker, closed by ``close()``.
+It covers what triggers need: metadata, partition metadata (from the leader),
+cursors, and an endless subscription that follows the partition leader.
+Request building, validation, metadata parsing, routing choices and the retry
+policy are the sync client's own functions; only the waiting (``await``) differs.
+One ``grpc.aio`` channel per broker, closed by ``close()``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -23,11 +26,17 @@ from liftbridge_provider.client.errors import (
     ClientClosedError,
     NoSuchPartitionError,
     NoSuchStreamError,
+    UnavailableError,
+    error_from_rpc,
 )
+from liftbridge_provider.client.messages import Message, StartPosition
 from liftbridge_provider.client.metadata import EMPTY, Metadata, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.retry import Action, Deadline, RetryState
+from liftbridge_provider.client.retry import Action, Deadline, RetryState, backoff_delay
 from liftbridge_provider.client.routing import broker_addresses, replica_address
+from liftbridge_provider.client.subscription import NoLeaderYet, resubscribable
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -91,6 +100,57 @@ class AsyncLiftbridgeClient:
         """Store ``offset`` (the last processed offset; -1: none) for the cursor."""
         request = build.set_cursor_request(cursor_id, stream, partition, offset)
         await self._cursor_call(request, lambda stub, t: stub.SetCursor(request, timeout=t), timeout)
+
+    async def subscribe(self, stream: str, partition: int, start_offset: int) -> AsyncIterator[Message]:
+        """Messages of one partition from ``start_offset`` on, without end; an async generator.
+
+        When the leader goes away the subscription moves to the new leader and
+        continues after the last offset it yielded (never repeating one); it raises
+        UnavailableError after ``resubscribe_wait`` seconds without a leader.
+        """
+        next_offset = build.check_offset(start_offset, "start_offset")
+        lost_since: float | None = None
+        attempt = 0
+        while True:
+            failure: grpc.RpcError | None = None
+            try:
+                async for raw in self._subscribe_once(stream, partition, next_offset):
+                    lost_since, attempt = None, 0
+                    if raw.offset < next_offset:
+                        continue  # a new leader may start below the requested offset
+                    next_offset = raw.offset + 1
+                    yield Message(raw)
+            except grpc.RpcError as exc:
+                if not (isinstance(exc, NoLeaderYet) or resubscribable(exc)):
+                    raise error_from_rpc(exc, stream=stream, partition=partition) from exc
+                failure = exc
+            lost_since = lost_since or time.monotonic()
+            if time.monotonic() - lost_since > self.config.resubscribe_wait:
+                raise UnavailableError(
+                    f"no leader served {stream}/{partition} for {self.config.resubscribe_wait:g}s ({failure})",
+                    stream=stream,
+                )
+            log.info("subscription to %s/%d lost (%s); resubscribing at %d", stream, partition, failure, next_offset)
+            await asyncio.sleep(backoff_delay(attempt))
+            attempt += 1
+            await self.fetch_metadata()
+
+    async def _subscribe_once(self, stream: str, partition: int, offset: int) -> AsyncIterator[api.Message]:
+        """One Subscribe call on the current leader, without its empty confirmation message."""
+        snapshot = await self._snapshot_with(stream)
+        address = replica_address(self.config, snapshot, stream, partition, any_isr_replica=False)
+        if address is None:
+            raise NoLeaderYet()
+        request = build.subscribe_request(stream, partition, StartPosition.at_offset(offset), None)
+        call = self._stub(address).Subscribe(request)
+        try:
+            confirmed = False
+            async for raw in call:
+                if confirmed:
+                    yield raw
+                confirmed = True
+        finally:
+            call.cancel()
 
     async def _cursor_call(self, request: Any, rpc: Callable[[Any, float], Awaitable[T]], timeout: float | None) -> T:
         snapshot = await self._snapshot_with(build.CURSORS_STREAM)

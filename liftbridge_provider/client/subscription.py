@@ -43,7 +43,7 @@ def _ends_cleanly(exc: grpc.RpcError) -> bool:
     return exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and details.startswith(_ENDS_CLEANLY)
 
 
-def _resubscribable(exc: grpc.RpcError) -> bool:
+def resubscribable(exc: grpc.RpcError) -> bool:
     """The broker went away or stopped leading the partition: try again elsewhere."""
     code, details = exc.code(), (exc.details() or "").lower()
     if code == grpc.StatusCode.UNAVAILABLE:
@@ -169,7 +169,7 @@ class Subscription(Iterator[Message]):
             self._refuse_if_paused()
         address = self._router.replica_address(snapshot, self.stream, self.partition, request.readISRReplica)
         if address is None:
-            raise _NoLeaderYet()
+            raise NoLeaderYet()
         with self._router.pool.lease(address) as pooled:
             with self._lock:
                 if self._cancelled.is_set():
@@ -208,12 +208,12 @@ class Subscription(Iterator[Message]):
     def _raise_if_final(self, exc: grpc.RpcError) -> None:
         if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
             self._raise_if_timed_out(exc)
-        if isinstance(exc, _NoLeaderYet) or _resubscribable(exc):
+        if isinstance(exc, NoLeaderYet) or resubscribable(exc):
             return
         raise error_from_rpc(exc, stream=self.stream, partition=self.partition) from exc
 
 
-class _NoLeaderYet(grpc.RpcError):
+class NoLeaderYet(grpc.RpcError):
     """No leader known for the partition right now (an election is running)."""
 
     def code(self) -> grpc.StatusCode:

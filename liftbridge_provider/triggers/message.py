@@ -1,0 +1,170 @@
+"""LiftbridgeMessageTrigger: start DAG runs when data lands in a Liftbridge stream (Airflow 3 assets).
+
+Use it in an ``AssetWatcher``, directly or through the common messaging
+``MessageQueueTrigger(scheme="liftbridge", ...)``::
+
+    Asset("liftbridge://127.0.0.1:9292/orders", watchers=[
+        AssetWatcher(name="orders", trigger=LiftbridgeMessageTrigger(stream="orders", mode="batch")),
+    ])
+
+All watchers in a triggerer with the same reader settings share one reader
+(see :meth:`shared_stream_key`); each applies its own ``value_format`` and
+``apply_function``. Delivery and restarts are described in
+:mod:`liftbridge_provider.triggers.watchers`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedStreamProducer
+
+from liftbridge_provider.client import InvalidArgumentError, Message
+from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
+from liftbridge_provider.triggers.watchers import reader_for
+from liftbridge_provider.watching import VALUE_FORMATS, WatchSettings, message_payload
+
+PayloadFunction = Callable[[dict[str, Any]], "dict[str, Any] | None"]
+
+
+def import_function(dotted_path: str) -> PayloadFunction:
+    """The callable at ``package.module.name``; a clear error when it cannot be imported."""
+    module_name, _, name = dotted_path.rpartition(".")
+    try:
+        function = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"apply_function {dotted_path!r} cannot be imported in the triggerer ({exc}); it must be a dotted "
+            "path to a function in a module on the triggerer's Python path"
+        ) from exc
+    if not callable(function):
+        raise InvalidArgumentError(f"apply_function {dotted_path!r} is not callable")
+    return function  # type: ignore[no-any-return]
+
+
+class LiftbridgeMessageTrigger(BaseEventTrigger):
+    """Fires asset events for messages of a stream: one per message, or one per batch of frozen ranges.
+
+    Message mode payload: ``stream``, ``partition``, ``offset``, ``key``, ``value``,
+    ``headers`` (text, or base64 per the ``*_encoding`` fields), ``timestamp`` (ns).
+    Batch mode payload: a ranges document (``liftbridge_provider.ranges``) with
+    ``metadata.batch`` (its number) and ``metadata.offsets``; ingest it with
+    ``spark_jobs/ingest.py``.
+
+    :param stream: the stream.
+    :param partitions: partitions to watch (default: all).
+    :param liftbridge_conn_id: the ``liftbridge`` connection (default ``liftbridge_default``).
+    :param cursor_id: the cursor holding the watcher's position (default ``airflow-<mode>-watcher``).
+    :param mode: ``message`` (default) or ``batch``.
+    :param start_from: with no stored position, ``earliest`` (default) or ``latest``.
+    :param value_format: message mode: ``text`` (UTF-8, base64 when not UTF-8; default) or ``base64``.
+    :param apply_function: message mode: dotted path to ``f(payload) -> payload | None``,
+        run in the triggerer; None skips the message.
+    :param max_in_flight: message mode: events per partition not yet stored by Airflow (default 1).
+    :param max_messages: batch mode: offsets that fire a batch (default 1000).
+    :param max_wait: batch mode: seconds after which a non-empty batch fires (default 60).
+    :param poll_interval: batch mode: seconds between checks (default 2).
+    """
+
+    def __init__(
+        self,
+        *,
+        stream: str,
+        partitions: Sequence[int] | None = None,
+        liftbridge_conn_id: str = LiftbridgeHook.default_conn_name,
+        cursor_id: str | None = None,
+        mode: str = "message",
+        start_from: str = "earliest",
+        value_format: str = "text",
+        apply_function: str | None = None,
+        max_in_flight: int = 1,
+        max_messages: int = 1000,
+        max_wait: float = 60.0,
+        poll_interval: float = 2.0,
+    ) -> None:
+        super().__init__()
+        self.settings = WatchSettings(
+            stream=stream,
+            partitions=tuple(partitions) if partitions is not None else None,
+            liftbridge_conn_id=liftbridge_conn_id,
+            cursor_id=cursor_id,
+            mode=mode,
+            start_from=start_from,
+            max_in_flight=max_in_flight,
+            max_messages=max_messages,
+            max_wait=max_wait,
+            poll_interval=poll_interval,
+        )
+        if value_format not in VALUE_FORMATS:
+            raise InvalidArgumentError(f"value_format must be one of {', '.join(VALUE_FORMATS)}; got {value_format!r}")
+        if apply_function is not None and (not isinstance(apply_function, str) or "." not in apply_function):
+            raise InvalidArgumentError(
+                f"apply_function must be a dotted path such as 'pkg.mod.fn', got {apply_function!r}"
+            )
+        if mode == "batch" and apply_function is not None:
+            raise InvalidArgumentError("apply_function works on single messages; it cannot be used with mode='batch'")
+        self.value_format = value_format
+        self.apply_function = apply_function
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        s = self.settings
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "stream": s.stream,
+                "partitions": list(s.partitions) if s.partitions is not None else None,
+                "liftbridge_conn_id": s.liftbridge_conn_id,
+                "cursor_id": s.cursor,
+                "mode": s.mode,
+                "start_from": s.start_from,
+                "value_format": self.value_format,
+                "apply_function": self.apply_function,
+                "max_in_flight": s.max_in_flight,
+                "max_messages": s.max_messages,
+                "max_wait": s.max_wait,
+                "poll_interval": s.poll_interval,
+            },
+        )
+
+    def shared_stream_key(self) -> Hashable:
+        """Connection, stream, partitions, cursor and reader settings: equal keys share one reader."""
+        return self.settings.group_key()
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SharedStreamProducer:
+        return reader_for(cls(**kwargs).settings)
+
+    async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        async for raw in shared_stream:
+            payload = self._payload(raw)
+            if payload is not None:
+                yield TriggerEvent(payload)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Standalone run (no shared stream): the cursor moves once the event was handed to Airflow."""
+        reader = reader_for(self.settings)
+        try:
+            async for raw, broker_payload in reader.open_stream():
+                payload = self._payload(raw)
+                if payload is not None:
+                    yield TriggerEvent(payload)
+                await reader.advance([AdvanceItem(broker_payload, AdvanceOutcome(acked=1, failed=0))])
+        finally:
+            await reader.aclose()
+
+    def _payload(self, raw: Any) -> dict[str, Any] | None:
+        if not isinstance(raw, Message):
+            return dict(raw)  # a batch document
+        payload = message_payload(raw, self.value_format)
+        if self.apply_function is not None:
+            return self._function(payload)
+        return payload
+
+    @cached_property
+    def _function(self) -> PayloadFunction:
+        assert self.apply_function is not None
+        return import_function(self.apply_function)

@@ -1,0 +1,247 @@
+"""The pure parts of the stream watchers behind event-driven DAG runs (no Airflow, no I/O).
+
+A watcher follows a stream and turns what arrives into Airflow asset events,
+in one of two modes:
+
+* ``message``: one event per message (:func:`message_payload`);
+* ``batch``: one event per batch of frozen offset ranges, fired when at least
+  ``max_messages`` offsets arrived or ``max_wait`` seconds passed since the
+  first of them was seen (:func:`batch_due`).
+
+The watcher's position lives in Liftbridge cursors named after its
+``cursor_id`` (:class:`CursorNames`). A batch is planned in one of two slots
+before it is sent and recorded after Airflow stored it, so a restart either
+sends the very same batch again or continues after it (:func:`resume_point`).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.client.messages import Message
+from liftbridge_provider.client.requests import check_cursor_id, check_partition, check_stream_name
+from liftbridge_provider.ranges import OffsetRange, RangesDocument
+
+MODES = ("message", "batch")
+START_FROM = ("earliest", "latest")
+VALUE_FORMATS = ("text", "base64")
+
+
+def _choice(value: object, name: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise InvalidArgumentError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+    return str(value)
+
+
+def _positive_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"{name} must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def _positive_seconds(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise InvalidArgumentError(f"{name} must be a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """What one watcher follows and how; validated on creation.
+
+    :param stream: the stream.
+    :param partitions: partitions to watch (None: all of them).
+    :param liftbridge_conn_id: the ``liftbridge`` connection.
+    :param cursor_id: the cursor that stores the watcher's position (default
+        ``airflow-<mode>-watcher``).
+    :param mode: ``message`` or ``batch``.
+    :param start_from: where a watcher without a stored position starts:
+        ``earliest`` (default) or ``latest`` (only messages that arrive later).
+    :param max_in_flight: message mode: events per partition sent to Airflow
+        and not yet stored (default 1: at most one event repeated after a crash).
+    :param max_messages: batch mode: offsets that fire a batch (default 1000).
+    :param max_wait: batch mode: seconds after which a non-empty batch fires (default 60).
+    :param poll_interval: batch mode: seconds between high-watermark checks (default 2).
+    """
+
+    stream: str
+    partitions: tuple[int, ...] | None = None
+    liftbridge_conn_id: str = "liftbridge_default"
+    cursor_id: str | None = None
+    mode: str = "message"
+    start_from: str = "earliest"
+    max_in_flight: int = 1
+    max_messages: int = 1000
+    max_wait: float = 60.0
+    poll_interval: float = 2.0
+
+    def __post_init__(self) -> None:
+        check_stream_name(self.stream)
+        _choice(self.mode, "mode", MODES)
+        _choice(self.start_from, "start_from", START_FROM)
+        if not isinstance(self.liftbridge_conn_id, str) or not self.liftbridge_conn_id:
+            raise InvalidArgumentError(f"liftbridge_conn_id must be a connection id, got {self.liftbridge_conn_id!r}")
+        if self.partitions is not None:
+            partitions = tuple(check_partition(p, stream=self.stream) for p in self.partitions)
+            if not partitions or len(set(partitions)) != len(partitions):
+                raise InvalidArgumentError(f"partitions must list distinct partitions, got {list(self.partitions)}")
+            object.__setattr__(self, "partitions", tuple(sorted(partitions)))
+        object.__setattr__(self, "cursor_id", check_cursor_id(self.cursor_id or f"airflow-{self.mode}-watcher"))
+        _positive_int(self.max_in_flight, "max_in_flight")
+        _positive_int(self.max_messages, "max_messages")
+        object.__setattr__(self, "max_wait", _positive_seconds(self.max_wait, "max_wait"))
+        object.__setattr__(self, "poll_interval", _positive_seconds(self.poll_interval, "poll_interval"))
+
+    @property
+    def cursor(self) -> str:
+        assert self.cursor_id is not None  # set in __post_init__
+        return self.cursor_id
+
+    def group_key(self) -> Hashable:
+        """Watchers with equal keys share one reader (one subscription per partition) in a triggerer."""
+        common = ("liftbridge", self.liftbridge_conn_id, self.stream, self.partitions, self.cursor, self.start_from)
+        if self.mode == "message":
+            return (*common, "message", self.max_in_flight)
+        return (*common, "batch", self.max_messages, self.max_wait, self.poll_interval)
+
+    def position_key(self) -> tuple[str, str, str]:
+        """Watchers with the same position key move the same cursors."""
+        return (self.liftbridge_conn_id, self.stream, self.cursor)
+
+
+@dataclass(frozen=True)
+class CursorNames:
+    """The cursors of one watcher, all on the watched stream.
+
+    ``position``: per partition, the last offset Airflow has stored an event for.
+    Batch mode adds ``planned``/``recorded`` batch numbers (on the first watched
+    partition) and, per partition, the start and end offset of a batch in slot 0 or 1.
+    """
+
+    cursor_id: str
+
+    @property
+    def position(self) -> str:
+        return self.cursor_id
+
+    @property
+    def planned(self) -> str:
+        return f"{self.cursor_id}.batch-planned"
+
+    @property
+    def recorded(self) -> str:
+        return f"{self.cursor_id}.batch-recorded"
+
+    def slot_start(self, batch: int) -> str:
+        return f"{self.cursor_id}.batch-slot{batch % 2}-start"
+
+    def slot_end(self, batch: int) -> str:
+        return f"{self.cursor_id}.batch-slot{batch % 2}-end"
+
+
+def encode_bytes(data: bytes, value_format: str) -> tuple[str, str]:
+    """``(text, "text")`` for UTF-8 data when ``value_format`` is text, else ``(base64, "base64")``."""
+    if value_format == "text":
+        try:
+            return data.decode("utf-8"), "text"
+        except UnicodeDecodeError:
+            pass
+    return base64.b64encode(data).decode("ascii"), "base64"
+
+
+def message_payload(message: Message, value_format: str = "text") -> dict[str, Any]:
+    """The JSON event for one message: stream, partition, offset, key, value, headers, timestamp (ns).
+
+    Bytes come as text when ``value_format`` is ``text`` and they are UTF-8, else
+    as base64; ``key_encoding``, ``value_encoding`` and ``headers_encoding`` say which.
+    """
+    key, key_encoding = encode_bytes(message.key, value_format)
+    value, value_encoding = encode_bytes(message.value, value_format)
+    headers = {name: encode_bytes(data, value_format) for name, data in message.headers.items()}
+    headers_encoding = "text" if all(e == "text" for _, e in headers.values()) else "base64"
+    if headers_encoding == "base64":
+        headers = {name: encode_bytes(data, "base64") for name, data in message.headers.items()}
+    return {
+        "stream": message.stream,
+        "partition": message.partition,
+        "offset": message.offset,
+        "key": key,
+        "key_encoding": key_encoding,
+        "value": value,
+        "value_encoding": value_encoding,
+        "headers": {name: text for name, (text, _) in headers.items()},
+        "headers_encoding": headers_encoding,
+        "timestamp": message.timestamp,
+    }
+
+
+def batch_due(pending: int, first_seen: float | None, now: float, max_messages: int, max_wait: float) -> bool:
+    """Whether a batch of ``pending`` offsets, the first seen at ``first_seen`` (monotonic s), should fire now."""
+    if pending <= 0:
+        return False
+    return pending >= max_messages or (first_seen is not None and now - first_seen >= max_wait)
+
+
+def batch_document(
+    stream: str, starts: Mapping[int, int], ends: Mapping[int, int], *, batch: int, cursor_id: str
+) -> RangesDocument:
+    """The event payload of batch number ``batch``: one ``[start, end)`` range per partition."""
+    ranges = tuple(OffsetRange(p, starts[p], ends[p]) for p in sorted(starts))
+    offsets = sum(r.count for r in ranges)
+    return RangesDocument(
+        stream, ranges, metadata={"mode": "batch", "batch": batch, "offsets": offsets, "watcher_cursor": cursor_id}
+    )
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a batch watcher goes on after a restart.
+
+    ``resend``: the batch that was planned and maybe stored but not recorded (send it
+    again, identical); ``next_starts``: the first offset of the next batch per
+    partition (None: nothing stored yet); ``next_batch``: the next batch number.
+    """
+
+    resend: RangesDocument | None
+    next_starts: dict[int, int] | None
+    next_batch: int
+
+
+def resume_point(
+    stream: str,
+    cursor_id: str,
+    *,
+    planned: int,
+    recorded: int,
+    slots: Mapping[int, tuple[Mapping[int, int], Mapping[int, int]]],
+) -> ResumePoint:
+    """Work out the resume point from the stored cursors (-1 where a cursor was never set).
+
+    ``slots[0|1]`` holds ``(starts, ends)`` per partition as stored in that slot.
+    A batch is planned (slot written, then ``planned`` set) before it is sent and
+    recorded (``recorded`` set) after Airflow stored its event, so the slot of
+    ``planned`` is complete whenever ``planned > recorded``.
+    """
+    if planned > recorded:
+        starts, ends = slots[planned % 2]
+        document = batch_document(stream, starts, ends, batch=planned, cursor_id=cursor_id)
+        return ResumePoint(document, dict(ends), planned + 1)
+    if recorded >= 0:
+        _, ends = slots[recorded % 2]
+        return ResumePoint(None, {p: end for p, end in ends.items() if end >= 0}, recorded + 1)
+    return ResumePoint(None, None, 0)
+
+
+def committable(offsets_in_order: list[tuple[int, bool]]) -> int | None:
+    """The last offset of the clean prefix of ``(offset, clean)`` pairs (None: the first one is not clean)."""
+    last = None
+    for offset, clean in offsets_in_order:
+        if not clean:
+            break
+        last = offset
+    return last
