@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
-from liftbridge_provider.client import LiftbridgeClient
+import pyarrow.parquet as pq
+
+from liftbridge_provider.client import LiftbridgeClient, partition_by_round_robin
 from liftbridge_provider.devserver import DevServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,3 +56,81 @@ def test_stream_admin_dag(liftbridge_server: DevServer, tmp_path: Path) -> None:
         assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     with LiftbridgeClient(liftbridge_server.brokers) as client:
         assert "admin-demo" not in client.fetch_metadata().streams, "the DAG ends by deleting its stream"
+
+
+def test_event_driven_example_ingests_every_published_message(liftbridge_server: DevServer, tmp_path: Path) -> None:
+    """dags/liftbridge_event_ingest.py under `airflow standalone`: watcher -> asset events -> Spark -> Parquet."""
+    stream, lake = f"events-{uuid.uuid4().hex[:8]}", tmp_path / "lake"
+    env = _standalone_env(tmp_path / "airflow", liftbridge_server, stream, lake)
+    _migrate(env)
+    with LiftbridgeClient(liftbridge_server.brokers) as client:
+        client.create_stream(stream, stream, partitions=3)
+        standalone = subprocess.Popen(
+            [str(Path(sys.executable).with_name("airflow")), "standalone"],
+            env=env,
+            stdout=(tmp_path / "standalone.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            # 1,200 messages: two batches fire by count (500), the rest after max_wait.
+            values = [f"event {i}".encode() for i in range(1200)]
+            client.publish_batch(stream, values, partitioner=partition_by_round_robin())
+            rows = _wait_for_rows(lake / f"stream={stream}", 1200, tmp_path / "standalone.log")
+        finally:
+            os.killpg(standalone.pid, signal.SIGTERM)
+            try:
+                standalone.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(standalone.pid, signal.SIGKILL)
+    assert len(rows) == 1200
+    assert len(set(rows)) == 1200, "a message was ingested twice"
+    assert {partition for partition, _ in rows} == {0, 1, 2}
+
+
+def _standalone_env(home: Path, server: DevServer, stream: str, lake: Path) -> dict[str, str]:
+    port = _free_port()
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW_CONN_LIFTBRIDGE_DEFAULT": json.dumps({"conn_type": "liftbridge", "host": server.brokers[0]}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+        "LIFTBRIDGE_EVENTS_STREAM": stream,
+        "LIFTBRIDGE_EVENTS_OUTPUT": str(lake),
+    }
+
+
+def _migrate(env: dict[str, str]) -> None:
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    command = [airflow, "db", "migrate"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _wait_for_rows(folder: Path, expected: int, log: Path, timeout: float = 600) -> list[tuple[int, int]]:
+    """(partition, offset) of every Parquet row under ``folder``, once there are ``expected`` of them."""
+    deadline = time.monotonic() + timeout
+    rows: list[tuple[int, int]] = []
+    while time.monotonic() < deadline:
+        rows = []
+        for file in sorted(folder.glob("partition=*/range=*/*.parquet")):
+            table = pq.ParquetFile(file).read(columns=["partition", "offset"])
+            rows += zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True)
+        if len(rows) >= expected:
+            return rows
+        time.sleep(3)
+    raise AssertionError(f"{len(rows)} of {expected} rows after {timeout:g}s; log:\n{log.read_text()[-6000:]}")

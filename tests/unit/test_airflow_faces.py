@@ -42,6 +42,9 @@ def test_provider_info_names_importable_classes() -> None:
     ]
     for module in modules:
         importlib.import_module(module)
+    for dotted in [*info["queues"], info["asset-uris"][0]["handler"], info["asset-uris"][0]["factory"]]:
+        module, _, name = dotted.rpartition(".")
+        assert callable(getattr(importlib.import_module(module), name)), dotted
     hook_path = info["connection-types"][0]["hook-class-name"]
     module, _, name = hook_path.rpartition(".")
     hook = getattr(importlib.import_module(module), name)

@@ -1,0 +1,169 @@
+"""Pure parts of the stream watchers: settings, payloads, batch timing and resume, trigger wiring."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.assets.liftbridge import create_asset, sanitize_uri
+from liftbridge_provider.client import InvalidArgumentError, Message
+from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+from liftbridge_provider.watching import (
+    WatchSettings,
+    batch_document,
+    batch_due,
+    committable,
+    encode_bytes,
+    message_payload,
+    resume_point,
+)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "stream"}, "mode must be one of message, batch; got 'stream'"),
+        ({"start_from": "oldest"}, "start_from must be one of earliest, latest; got 'oldest'"),
+        ({"partitions": [0, 0]}, "partitions must list distinct partitions"),
+        ({"partitions": []}, "partitions must list distinct partitions"),
+        ({"partitions": [-1]}, "partition"),
+        ({"cursor_id": "a,b"}, "cursor_id must be a non-empty string without commas"),
+        ({"max_in_flight": 0}, "max_in_flight must be a whole number >= 1, got 0"),
+        ({"max_messages": 2.5}, "max_messages must be a whole number >= 1, got 2.5"),
+        ({"max_wait": 0}, "max_wait must be a number of seconds > 0, got 0"),
+        ({"poll_interval": float("nan")}, "poll_interval must be a number of seconds > 0"),
+        ({"liftbridge_conn_id": ""}, "liftbridge_conn_id must be a connection id"),
+    ],
+)
+def test_bad_settings_are_named(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        WatchSettings(stream="orders", **kwargs)
+
+
+def test_group_key_separates_what_changes_the_reader() -> None:
+    base = WatchSettings(stream="orders", partitions=(1, 0))
+    assert base.partitions == (0, 1)
+    assert base.cursor == "airflow-message-watcher"
+    assert WatchSettings(stream="orders", mode="batch").cursor == "airflow-batch-watcher"
+    assert base.group_key() == WatchSettings(stream="orders", partitions=[0, 1]).group_key()  # type: ignore[arg-type]
+    for other in (
+        WatchSettings(stream="orders"),
+        WatchSettings(stream="orders", partitions=(0, 1), cursor_id="mine"),
+        WatchSettings(stream="orders", partitions=(0, 1), max_in_flight=2),
+        WatchSettings(stream="orders", partitions=(0, 1), liftbridge_conn_id="other"),
+        WatchSettings(stream="orders", partitions=(0, 1), start_from="latest"),
+    ):
+        assert other.group_key() != base.group_key()
+    batch = WatchSettings(stream="orders", mode="batch", cursor_id="c")
+    assert batch.group_key() != WatchSettings(stream="orders", mode="batch", cursor_id="c", max_wait=5).group_key()
+    assert batch.position_key() == WatchSettings(stream="orders", cursor_id="c").position_key()
+
+
+def _message(key: bytes, value: bytes, headers: dict[str, bytes]) -> Message:
+    raw = api.Message(offset=7, key=key, value=value, timestamp=123, stream="orders", partition=2, headers=headers)
+    return Message(raw)
+
+
+def test_message_payload_text_and_base64() -> None:
+    payload = message_payload(_message(b"k", "vä".encode(), {"h": b"x"}))
+    assert payload == {
+        "stream": "orders",
+        "partition": 2,
+        "offset": 7,
+        "key": "k",
+        "key_encoding": "text",
+        "value": "vä",
+        "value_encoding": "text",
+        "headers": {"h": "x"},
+        "headers_encoding": "text",
+        "timestamp": 123,
+    }
+    binary = message_payload(_message(b"k", b"\xff\x00", {"h": b"x", "bin": b"\xfe"}))
+    assert (binary["key"], binary["key_encoding"]) == ("k", "text")
+    assert base64.b64decode(binary["value"]) == b"\xff\x00"
+    assert binary["value_encoding"] == "base64"
+    assert binary["headers_encoding"] == "base64"
+    assert {k: base64.b64decode(v) for k, v in binary["headers"].items()} == {"h": b"x", "bin": b"\xfe"}
+    forced = message_payload(_message(b"k", b"v", {}), "base64")
+    assert (forced["key"], forced["value"]) == ("aw==", "dg==")
+    assert encode_bytes(b"", "text") == ("", "text")
+
+
+def test_batch_due_by_count_or_by_time() -> None:
+    assert not batch_due(0, None, 100.0, max_messages=10, max_wait=5)
+    assert not batch_due(0, 1.0, 100.0, max_messages=10, max_wait=5)
+    assert batch_due(10, 99.0, 100.0, max_messages=10, max_wait=5)
+    assert not batch_due(9, 96.0, 100.0, max_messages=10, max_wait=5)
+    assert batch_due(1, 95.0, 100.0, max_messages=10, max_wait=5)
+
+
+def test_resume_point_resends_a_planned_batch_identically() -> None:
+    slots = {0: ({0: 0, 1: 0}, {0: 5, 1: 3}), 1: ({0: 5, 1: 3}, {0: 9, 1: 3})}
+    point = resume_point("s", "c", planned=1, recorded=0, slots=slots)
+    assert point.resend == batch_document("s", {0: 5, 1: 3}, {0: 9, 1: 3}, batch=1, cursor_id="c")
+    assert point.resend is not None
+    assert point.resend.metadata == {"mode": "batch", "batch": 1, "offsets": 4, "watcher_cursor": "c"}
+    assert (point.next_starts, point.next_batch) == ({0: 9, 1: 3}, 2)
+
+
+def test_resume_point_after_a_recorded_batch_and_when_new() -> None:
+    # Slot 0 may hold a half-written batch 2 that was never marked planned: it is ignored.
+    slots = {1: ({0: 0}, {0: 4}), 0: ({0: 4}, {0: 999})}
+    point = resume_point("s", "c", planned=1, recorded=1, slots=slots)
+    assert (point.resend, point.next_starts, point.next_batch) == (None, {0: 4}, 2)
+    fresh = resume_point("s", "c", planned=-1, recorded=-1, slots={})
+    assert (fresh.resend, fresh.next_starts, fresh.next_batch) == (None, None, 0)
+
+
+def test_committable_stops_at_the_first_unclean_event() -> None:
+    assert committable([(3, True), (4, True)]) == 4
+    assert committable([(3, True), (4, False), (5, True)]) == 3
+    assert committable([(3, False)]) is None
+
+
+def test_asset_uris() -> None:
+    uri = urlsplit("liftbridge://broker:9292/orders")
+    assert sanitize_uri(uri) == uri
+    for bad in ("liftbridge:///orders", "liftbridge://broker:9292/", "liftbridge://broker:9292/a/b"):
+        with pytest.raises(ValueError, match="liftbridge URI"):
+            sanitize_uri(urlsplit(bad))
+    assert create_asset(broker="b:1", stream="orders").uri == "liftbridge://b:1/orders"
+
+
+def test_trigger_serializes_every_setting_and_shares_by_reader_settings() -> None:
+    trigger = LiftbridgeMessageTrigger(stream="orders", partitions=[2, 0], value_format="base64", max_in_flight=3)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "liftbridge_provider.triggers.message.LiftbridgeMessageTrigger"
+    again = LiftbridgeMessageTrigger(**kwargs)
+    assert again.serialize() == (classpath, kwargs)
+    assert kwargs["partitions"] == [0, 2]
+    assert kwargs["cursor_id"] == "airflow-message-watcher"
+    # Per-watcher options (format, function) do not split the shared reader.
+    other = LiftbridgeMessageTrigger(stream="orders", partitions=[0, 2], max_in_flight=3, apply_function="m.f")
+    assert other.shared_stream_key() == trigger.shared_stream_key()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"value_format": "hex"}, "value_format must be one of text, base64; got 'hex'"),
+        ({"apply_function": "nodots"}, "apply_function must be a dotted path"),
+        ({"mode": "batch", "apply_function": "m.f"}, "cannot be used with mode='batch'"),
+    ],
+)
+def test_bad_trigger_arguments_are_named(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message.replace("(", r"\(")):
+        LiftbridgeMessageTrigger(stream="orders", **kwargs)
+
+
+def test_message_queue_trigger_with_the_liftbridge_scheme_builds_the_liftbridge_trigger() -> None:
+    from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger  # noqa: PLC0415
+
+    trigger = MessageQueueTrigger(scheme="liftbridge", stream="orders", mode="batch", max_messages=50)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "liftbridge_provider.triggers.message.LiftbridgeMessageTrigger"
+    assert (kwargs["stream"], kwargs["mode"], kwargs["max_messages"]) == ("orders", "batch", 50)
