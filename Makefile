@@ -1,6 +1,6 @@
 # Two commands set up a fresh machine and run things:
 #   make demo   - install what is missing, then run the main job
-#   make test   - install what is missing, then lint and run the whole test suite
+#   make test   - install what is missing (also a headless browser), then lint and run the whole test suite
 # Both are idempotent; the pieces below are reused by them.
 
 SHELL := /bin/bash
@@ -11,7 +11,7 @@ TOOLS_BIN := .tools/bin
 EXTRAS ?= dev,airflow,spark
 PYTEST_ARGS ?=
 
-.PHONY: setup venv tools proto lint test demo clean
+.PHONY: setup venv tools browser proto lint test demo clean
 
 setup: venv tools proto
 
@@ -31,6 +31,10 @@ $(VENV)/.installed: pyproject.toml setup.py
 tools:
 	@tools/install-servers.sh
 
+# Headless Chromium and chromedriver (Debian packages) for the Airflow UI test.
+browser:
+	@tools/install-browser.sh
+
 # Python modules generated from proto/ (also done by the package build).
 proto: $(VENV)/.installed
 	@$(PY) tools/gen_proto.py --check >/dev/null 2>&1 || $(PY) tools/gen_proto.py
@@ -40,7 +44,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test: setup lint
+test: setup browser lint
 	$(VENV)/bin/pytest -rs $(PYTEST_ARGS)
 
 demo: setup

@@ -8,7 +8,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from liftbridge_provider.devserver.errors import DevServerError
@@ -62,6 +62,7 @@ class ServerProcess:
         Default True; the CLI turns it off so servers outlive it.
     :param pid: attach to an already running process instead (used by the
         CLI's ``stop`` and ``status``).
+    :param env: the process environment; default this process's.
     """
 
     def __init__(
@@ -71,10 +72,12 @@ class ServerProcess:
         *,
         tie_to_parent: bool = True,
         pid: int | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.argv = list(argv)
         self.log_path = log_path
         self.tie_to_parent = tie_to_parent
+        self.env = None if env is None else dict(env)
         self._popen: subprocess.Popen[bytes] | None = None
         self._pid = pid
 
@@ -98,6 +101,7 @@ class ServerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=self.env,
                 start_new_session=True,  # a Ctrl-C in the terminal does not reach the server
             )
         self._pid = self._popen.pid

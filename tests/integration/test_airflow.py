@@ -1,8 +1,9 @@
 """The Airflow faces for real: DAGs run by `airflow dags test` against a real Liftbridge node.
 
 Airflow's home (from tests/conftest.py) holds a SQLite metadata DB, migrated once
-per session; each test writes its DAG file into the home's dags folder, runs the
-real CLI, then reads the XComs from the metadata DB and the stream's real state.
+per session by the ``airflow_home`` fixture (conftest.py); each test writes its
+DAG file into the home's dags folder, runs the real CLI, then reads the XComs
+from the metadata DB and the stream's real state.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from tests.integration.tls_certs import write_ca, write_server_cert
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
-HOME = Path(os.environ["AIRFLOW_HOME"])
 IMPORTS = """
 from airflow.sdk import DAG, task
 from liftbridge_provider.operators.streams import (
@@ -38,14 +38,6 @@ from liftbridge_provider.operators.publish import LiftbridgePublishOperator
 from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator, LiftbridgeCommitCursorOperator
 from liftbridge_provider.sensors.offset import LiftbridgePartitionOffsetSensor
 """
-
-
-@pytest.fixture(scope="session")
-def airflow_home() -> Path:
-    result = subprocess.run([AIRFLOW, "db", "migrate"], capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (HOME / "dags").mkdir(exist_ok=True)
-    return HOME
 
 
 @pytest.fixture
