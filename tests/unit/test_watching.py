@@ -134,6 +134,14 @@ def test_asset_uris() -> None:
     assert create_asset(broker="b:1", stream="orders").uri == "liftbridge://b:1/orders"
 
 
+def test_airflow_checks_liftbridge_asset_uris_with_the_provider() -> None:
+    from airflow.sdk import Asset  # noqa: PLC0415
+
+    assert Asset(uri="liftbridge://b:1/orders").uri == "liftbridge://b:1/orders"
+    with pytest.raises(ValueError, match="must name exactly one stream"):
+        Asset(uri="liftbridge://b:1/orders/extra")
+
+
 def test_trigger_serializes_every_setting_and_shares_by_reader_settings() -> None:
     trigger = LiftbridgeMessageTrigger(stream="orders", partitions=[2, 0], value_format="base64", max_in_flight=3)
     classpath, kwargs = trigger.serialize()
