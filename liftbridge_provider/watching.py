@@ -17,6 +17,7 @@ sends the very same batch again or continues after it (:func:`resume_point`).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from typing import Any
 from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.client.messages import Message
 from liftbridge_provider.client.requests import check_cursor_id, check_partition, check_stream_name
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.ranges import RangesDocument, ranges_from_offsets
 
 MODES = ("message", "batch")
 START_FROM = ("earliest", "latest")
@@ -154,6 +155,14 @@ def encode_bytes(data: bytes, value_format: str) -> tuple[str, str]:
     return base64.b64encode(data).decode("ascii"), "base64"
 
 
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def message_payload(message: Message, value_format: str = "text") -> dict[str, Any]:
     """The JSON event for one message: stream, partition, offset, key, value, headers, timestamp (ns).
 
@@ -162,10 +171,8 @@ def message_payload(message: Message, value_format: str = "text") -> dict[str, A
     """
     key, key_encoding = encode_bytes(message.key, value_format)
     value, value_encoding = encode_bytes(message.value, value_format)
-    headers = {name: encode_bytes(data, value_format) for name, data in message.headers.items()}
-    headers_encoding = "text" if all(e == "text" for _, e in headers.values()) else "base64"
-    if headers_encoding == "base64":
-        headers = {name: encode_bytes(data, "base64") for name, data in message.headers.items()}
+    headers = dict(message.headers)
+    headers_format = value_format if all(_is_utf8(data) for data in headers.values()) else "base64"
     return {
         "stream": message.stream,
         "partition": message.partition,
@@ -174,8 +181,8 @@ def message_payload(message: Message, value_format: str = "text") -> dict[str, A
         "key_encoding": key_encoding,
         "value": value,
         "value_encoding": value_encoding,
-        "headers": {name: text for name, (text, _) in headers.items()},
-        "headers_encoding": headers_encoding,
+        "headers": {name: encode_bytes(data, headers_format)[0] for name, data in headers.items()},
+        "headers_encoding": headers_format,
         "timestamp": message.timestamp,
     }
 
@@ -191,11 +198,9 @@ def batch_document(
     stream: str, starts: Mapping[int, int], ends: Mapping[int, int], *, batch: int, cursor_id: str
 ) -> RangesDocument:
     """The event payload of batch number ``batch``: one ``[start, end)`` range per partition."""
-    ranges = tuple(OffsetRange(p, starts[p], ends[p]) for p in sorted(starts))
-    offsets = sum(r.count for r in ranges)
-    return RangesDocument(
-        stream, ranges, metadata={"mode": "batch", "batch": batch, "offsets": offsets, "watcher_cursor": cursor_id}
-    )
+    document = ranges_from_offsets(stream, starts, ends)
+    metadata = {"mode": "batch", "batch": batch, "offsets": document.total, "watcher_cursor": cursor_id}
+    return dataclasses.replace(document, metadata=metadata)
 
 
 @dataclass(frozen=True)

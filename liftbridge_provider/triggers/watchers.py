@@ -15,16 +15,17 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
 from typing import Any
 
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
 from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeError, Message
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
-from liftbridge_provider.ranges import check_partitions
+from liftbridge_provider.ranges import OffsetRange, check_partitions
 from liftbridge_provider.watching import (
     CursorNames,
+    ResumePoint,
     WatchSettings,
     batch_document,
     batch_due,
@@ -46,7 +47,7 @@ class WatcherError(LiftbridgeError):
     """A watcher cannot go on; the triggerer restarts it from its cursors."""
 
 
-def reader_for(settings: WatchSettings) -> SharedStreamProducer:
+def reader_for(settings: WatchSettings) -> MessageReader | BatchReader:
     """The reader for a group of watchers with these settings."""
     return MessageReader(settings) if settings.mode == "message" else BatchReader(settings)
 
@@ -188,15 +189,18 @@ class BatchReader(_Reader):
             yield self._send(document.to_json(), batch, document.ranges)
             starts, batch, first_seen = ends, batch + 1, None
 
-    def _send(self, payload: dict[str, Any], batch: int, ranges: Any) -> tuple[Any, Any]:
-        """The (raw event, broker payload) pair of a batch; no new batch is planned until it is recorded."""
+    def _send(self, payload: dict[str, Any], batch: int, ranges: Iterable[OffsetRange]) -> tuple[Any, Any]:
+        """The (raw event, broker payload) pair of a batch; no new batch is planned until it is recorded.
+
+        The broker payload holds the last offset of each non-empty range: the positions to store.
+        """
         self._recorded.clear()
-        return payload, (batch, {r.partition: r.end for r in ranges})
+        return payload, (batch, {r.partition: r.last for r in ranges if r.last is not None})
 
     async def _next_offset(self, client: AsyncLiftbridgeClient, partition: int) -> int:
         return (await client.fetch_partition_metadata(self.settings.stream, partition)).high_watermark + 1
 
-    async def _resume_point(self, client: AsyncLiftbridgeClient, partitions: list[int]) -> Any:
+    async def _resume_point(self, client: AsyncLiftbridgeClient, partitions: list[int]) -> ResumePoint:
         stream, first = self.settings.stream, partitions[0]
         planned = await client.fetch_cursor(self.cursors.planned, stream, first)
         recorded = await client.fetch_cursor(self.cursors.recorded, stream, first)
@@ -220,13 +224,12 @@ class BatchReader(_Reader):
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         """Record the batch once Airflow stored it; then move the per-partition positions."""
         for item in batch:
-            number, ends = item.broker_payload
+            number, last_offsets = item.broker_payload
             if not item.outcome.is_clean:
                 raise WatcherError(f"batch {number} of {self.settings.stream} was not stored; sending it again")
             client, stream = self._client, self.settings.stream
             assert client is not None
             await client.set_cursor(self.cursors.recorded, stream, self._partitions[0], number)
-            for partition, end in ends.items():
-                if end > 0:
-                    await client.set_cursor(self.cursors.position, stream, partition, end - 1)
+            for partition, last in last_offsets.items():
+                await client.set_cursor(self.cursors.position, stream, partition, last)
         self._recorded.set()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pyarrow.parquet as pq
 
 from liftbridge_provider.client import LiftbridgeClient, partition_by_round_robin
 from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.devserver.config import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,7 +89,7 @@ def test_event_driven_example_ingests_every_published_message(liftbridge_server:
 
 
 def _standalone_env(home: Path, server: DevServer, stream: str, lake: Path) -> dict[str, str]:
-    port = _free_port()
+    port = free_port()
     return {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
@@ -112,13 +112,6 @@ def _migrate(env: dict[str, str]) -> None:
     command = [airflow, "db", "migrate"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _wait_for_rows(folder: Path, expected: int, log: Path, timeout: float = 600) -> list[tuple[int, int]]:

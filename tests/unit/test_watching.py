@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import Any
 from urllib.parse import urlsplit
@@ -12,6 +13,7 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.assets.liftbridge import create_asset, sanitize_uri
 from liftbridge_provider.client import InvalidArgumentError, Message
 from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+from liftbridge_provider.triggers.watchers import WatcherError, reader_for
 from liftbridge_provider.watching import (
     WatchSettings,
     batch_document,
@@ -175,3 +177,20 @@ def test_message_queue_trigger_with_the_liftbridge_scheme_builds_the_liftbridge_
     classpath, kwargs = trigger.serialize()
     assert classpath == "liftbridge_provider.triggers.message.LiftbridgeMessageTrigger"
     assert (kwargs["stream"], kwargs["mode"], kwargs["max_messages"]) == ("orders", "batch", 50)
+
+
+def test_readers_with_other_settings_cannot_move_the_same_cursor() -> None:
+    first = reader_for(WatchSettings(stream="orders", cursor_id="c"))
+    first._claim_position()
+    try:
+        reader_for(WatchSettings(stream="orders", cursor_id="c"))._claim_position()  # same settings: same group
+        other = reader_for(WatchSettings(stream="orders", cursor_id="c", max_in_flight=5))
+        with pytest.raises(WatcherError, match="cursor 'c' on stream 'orders' is already moved by a watcher"):
+            other._claim_position()
+        own_cursor = reader_for(WatchSettings(stream="orders", cursor_id="d", max_in_flight=5))
+        own_cursor._claim_position()
+        asyncio.run(own_cursor.aclose())
+    finally:
+        asyncio.run(first.aclose())
+    other._claim_position()  # the first reader closed: its cursor is free again
+    asyncio.run(other.aclose())
