@@ -165,6 +165,39 @@ def partition_offsets(value: Mapping[Any, Any] | str, what: str) -> dict[int, in
     return offsets
 
 
+@dataclass(frozen=True)
+class RetentionCheck:
+    """What retention left of a range: the part still to read, and the offsets it removed.
+
+    ``lost`` is ``(first, last + 1)`` of the offsets retention removed from the
+    range's head, or None when nothing is known to be lost.
+    """
+
+    readable: OffsetRange
+    lost: tuple[int, int] | None
+
+    @property
+    def lost_count(self) -> int:
+        return 0 if self.lost is None else self.lost[1] - self.lost[0]
+
+
+def check_retention(offset_range: OffsetRange, earliest: int | None, *, compacted: bool) -> RetentionCheck:
+    """Compare a range with the partition's oldest retained offset (pure).
+
+    ``earliest`` is ``LiftbridgeClient.earliest_offset`` (None: the partition
+    never held a message). Retention removes a log's head, so on a plain
+    stream a range that starts before ``earliest`` lost ``[start, earliest)``.
+    On a ``compacted`` stream gaps are normal: compaction removes superseded
+    messages anywhere, the head included, and Liftbridge does not tell the two
+    apart, so nothing is reported lost there (see docs/reliability.md).
+    """
+    if earliest is None or compacted or offset_range.count == 0 or earliest <= offset_range.start:
+        return RetentionCheck(offset_range, None)
+    first_kept = min(earliest, offset_range.end)
+    readable = OffsetRange(offset_range.partition, first_kept, offset_range.end)
+    return RetentionCheck(readable, (offset_range.start, first_kept))
+
+
 def check_partitions(partitions: Iterable[int] | None, count: int, stream: str) -> list[int]:
     """The given partitions (all ``0..count-1`` when None), each checked against the stream's count."""
     if partitions is None:

@@ -13,7 +13,13 @@ from liftbridge_provider.client import InvalidArgumentError, PublishMessage
 from liftbridge_provider.get_provider_info import get_provider_info
 from liftbridge_provider.hooks.liftbridge import brokers_from, config_from_connection
 from liftbridge_provider.operators.publish import record_to_message
-from liftbridge_provider.ranges import OffsetRange, RangesDocument, partition_offsets, ranges_from_offsets
+from liftbridge_provider.ranges import (
+    OffsetRange,
+    RangesDocument,
+    check_retention,
+    partition_offsets,
+    ranges_from_offsets,
+)
 from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger, unmet_targets
 
 
@@ -198,3 +204,25 @@ def test_partition_offsets_accepts_json_keys() -> None:
     with pytest.raises(InvalidArgumentError, match="end offset of partition 0 must be a whole number >= 0, got -3"):
         partition_offsets({0: -3}, "end")
     assert OffsetRange(0, 3, 3).count == 0
+
+
+@pytest.mark.parametrize(
+    ("earliest", "compacted", "readable", "lost"),
+    [
+        pytest.param(None, False, (10, 20), None, id="never-held-a-message"),
+        pytest.param(5, False, (10, 20), None, id="start-retained"),
+        pytest.param(10, False, (10, 20), None, id="start-is-earliest"),
+        pytest.param(15, False, (15, 20), (10, 15), id="head-removed-by-retention"),
+        pytest.param(30, False, (20, 20), (10, 20), id="whole-range-removed"),
+        pytest.param(15, True, (10, 20), None, id="compacted-head-gap-is-normal"),
+    ],
+)
+def test_check_retention_tells_retention_loss_from_compaction_gaps(
+    earliest: int | None, compacted: bool, readable: tuple[int, int], lost: tuple[int, int] | None
+) -> None:
+    """Defect 5 (issue 11): a compacted stream's first retained offset past the start is no loss."""
+    check = check_retention(OffsetRange(3, 10, 20), earliest, compacted=compacted)
+    assert (check.readable.start, check.readable.end) == readable
+    assert check.readable.partition == 3
+    assert check.lost == lost
+    assert check.lost_count == (0 if lost is None else lost[1] - lost[0])
