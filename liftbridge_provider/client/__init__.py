@@ -13,6 +13,7 @@ from liftbridge_provider.client.aio import AsyncLiftbridgeClient
 from liftbridge_provider.client.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
+    BeyondHighWatermarkError,
     ClientClosedError,
     EncryptionError,
     EnvelopeError,
@@ -47,6 +48,7 @@ __all__ = [
     "AsyncLiftbridgeClient",
     "BatchPublishError",
     "BatchResult",
+    "BeyondHighWatermarkError",
     "BrokerInfo",
     "ClientClosedError",
     "ClientConfig",

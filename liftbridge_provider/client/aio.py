@@ -1,40 +1,37 @@
 """AsyncLiftbridgeClient: the asyncio side, for Airflow triggers.
 
-It covers what triggers need: metadata, partition metadata (from the leader),
-cursors, and an endless subscription that follows the partition leader.
-Request building, validation, metadata parsing, routing choices and the retry
-policy are the sync client's own functions; only the waiting (``await``) differs.
-One ``grpc.aio`` channel per broker, closed by ``close()``.
+It covers what triggers need: metadata, partition metadata (from the leader,
+paused partitions included), cursors, and subscriptions that follow the
+partition leader. It is a second front end over the same cores as the sync
+client: request building and validation (:mod:`requests`), call plans
+(:mod:`plans`: routing, retries, deadlines) and the subscription state
+machine (:mod:`reading`). Only the waiting (``await``) differs. One
+``grpc.aio`` channel per broker, closed by ``close()``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
+import grpc.experimental
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
+from liftbridge_provider.client import plans
 from liftbridge_provider.client import requests as build
-from liftbridge_provider.client.errors import (
-    ClientClosedError,
-    NoSuchPartitionError,
-    NoSuchStreamError,
-    UnavailableError,
-    error_from_rpc,
-)
-from liftbridge_provider.client.messages import Message, StartPosition
+from liftbridge_provider.client.errors import ClientClosedError, LiftbridgeError
+from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import EMPTY, Metadata, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.retry import Action, Deadline, RetryState, backoff_delay
-from liftbridge_provider.client.routing import broker_addresses, replica_address
-from liftbridge_provider.client.subscription import NoLeaderYet, resubscribable
+from liftbridge_provider.client.reading import NoLeaderYet, SubscriptionState, Verdict
+from liftbridge_provider.client.retry import Deadline
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +39,7 @@ T = TypeVar("T")
 
 
 class AsyncLiftbridgeClient:
-    """Asyncio client for metadata and cursors. Arguments as for :class:`LiftbridgeClient`."""
+    """Asyncio client for metadata, cursors and subscriptions. Arguments as for :class:`LiftbridgeClient`."""
 
     def __init__(self, brokers: str | Sequence[str] | ClientConfig, **options: Any) -> None:
         self.config = ClientConfig.of(brokers, **options)
@@ -69,23 +66,22 @@ class AsyncLiftbridgeClient:
     def open_channels(self) -> int:
         return len(self._channels)
 
-    async def fetch_metadata(self, streams: Iterable[str] = ()) -> Metadata:
+    # -- calls -------------------------------------------------------------------------------------
+
+    async def fetch_metadata(self, streams: Iterable[str] = (), *, timeout: float | None = None) -> Metadata:
         """Ask the cluster for metadata (all streams, or only ``streams``); the result is also cached."""
         names = [build.check_stream_name(s) for s in streams]
-        request = api.FetchMetadataRequest(streams=names)
-        response = await self._call_any(lambda stub, remaining: stub.FetchMetadata(request, timeout=remaining))
-        self._snapshot = metadata_from_response(response, self._snapshot, names)
-        return self._snapshot
+        return await self._refresh(names, timeout)
 
     async def fetch_partition_metadata(
         self, stream: str, partition: int = 0, *, timeout: float | None = None
     ) -> PartitionInfo:
-        """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader."""
-        request = build.partition_metadata_request(stream, partition)
-        response = await self._call_leader(
-            stream, partition, lambda stub, remaining: stub.FetchPartitionMetadata(request, timeout=remaining), timeout
+        """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader;
+        a paused partition answers too, without being resumed."""
+        build.partition_metadata_request(stream, partition)
+        return await self._run(
+            plans.partition_metadata(self.config, self._snapshot, self._deadline(timeout), stream, partition)
         )
-        return PartitionInfo.from_proto(stream, response.metadata)
 
     async def fetch_cursor(self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None) -> int:
         """The cursor's stored offset, or -1 if it was never set."""
@@ -101,67 +97,159 @@ class AsyncLiftbridgeClient:
         request = build.set_cursor_request(cursor_id, stream, partition, offset)
         await self._cursor_call(request, lambda stub, t: stub.SetCursor(request, timeout=t), timeout)
 
-    async def subscribe(self, stream: str, partition: int, start_offset: int) -> AsyncIterator[Message]:
-        """Messages of one partition from ``start_offset`` on, without end; an async generator.
+    async def subscribe(
+        self,
+        stream: str,
+        partition: int = 0,
+        start_offset: int | None = None,
+        *,
+        start: StartPosition | None = None,
+        stop: StopPosition | None = None,
+        read_isr_replica: bool | None = None,
+        resume: bool = False,
+        timeout: float | None = None,
+        idle_timeout: float | None = None,
+        resubscribe_wait: float | None = None,
+    ) -> AsyncGenerator[Message, None]:
+        """Messages of one partition (an async generator), as :meth:`LiftbridgeClient.subscribe`.
 
-        When the leader goes away the subscription moves to the new leader and
-        continues after the last offset it yielded (never repeating one); it raises
-        UnavailableError after ``resubscribe_wait`` seconds without a leader.
+        ``start_offset`` is a shorthand for ``start=StartPosition.at_offset(n)``;
+        with neither, only new messages. Without ``stop`` it runs until closed,
+        following the leader and never repeating an offset.
         """
-        next_offset = build.check_offset(start_offset, "start_offset")
-        lost_since: float | None = None
-        attempt = 0
+        if start_offset is not None:
+            start = StartPosition.at_offset(build.check_offset(start_offset, "start_offset"))
+        replica = self.config.read_isr_replica if read_isr_replica is None else read_isr_replica
+        request = build.subscribe_request(
+            stream, partition, start or StartPosition.new_only(), stop, read_isr_replica=replica, resume=resume
+        )
+        state = SubscriptionState(
+            self.config,
+            request,
+            stop_offset=stop.offset if stop is not None and stop.kind == api.STOP_OFFSET else None,
+            timeout=timeout,
+            idle_timeout=idle_timeout,
+            resubscribe_wait=resubscribe_wait if resubscribe_wait is not None else self.config.resubscribe_wait,
+        )
         while True:
             failure: grpc.RpcError | None = None
             try:
-                async for raw in self._subscribe_once(stream, partition, next_offset):
-                    lost_since, attempt = None, 0
-                    if raw.offset < next_offset:
-                        continue  # a new leader may start below the requested offset
-                    next_offset = raw.offset + 1
+                async for raw in self._open_and_read(state):
+                    verdict = state.on_message(raw.offset)
+                    if verdict is Verdict.SKIP:
+                        continue
+                    if verdict is Verdict.END:
+                        return
                     yield Message(raw)
+                    state.progressed()
+                    if verdict is Verdict.DELIVER_LAST:
+                        return
             except grpc.RpcError as exc:
-                if not (isinstance(exc, NoLeaderYet) or resubscribable(exc)):
-                    raise error_from_rpc(exc, stream=stream, partition=partition) from exc
                 failure = exc
-            lost_since = lost_since or time.monotonic()
-            if time.monotonic() - lost_since > self.config.resubscribe_wait:
-                raise UnavailableError(
-                    f"no leader served {stream}/{partition} for {self.config.resubscribe_wait:g}s ({failure})",
-                    stream=stream,
-                )
-            log.info("subscription to %s/%d lost (%s); resubscribing at %d", stream, partition, failure, next_offset)
-            await asyncio.sleep(backoff_delay(attempt))
-            attempt += 1
-            await self.fetch_metadata()
+            reopen = state.closed(failure)
+            if reopen is None:
+                return
+            if reopen.refresh is not None:
+                log.info("subscription to %s/%d lost (%s); resubscribing", stream, partition, failure)
+                await asyncio.sleep(reopen.delay)
+                with contextlib.suppress(LiftbridgeError):
+                    await self._refresh((), reopen.refresh)
 
-    async def _subscribe_once(self, stream: str, partition: int, offset: int) -> AsyncIterator[api.Message]:
-        """One Subscribe call on the current leader, without its empty confirmation message."""
-        snapshot = await self._snapshot_with(stream)
-        address = replica_address(self.config, snapshot, stream, partition, any_isr_replica=False)
-        if address is None:
+    async def _open_and_read(self, state: SubscriptionState) -> AsyncIterator[api.Message]:
+        """One Subscribe call as the state asks, without its empty confirmation message."""
+        snapshot = self._snapshot
+        if not state.established:
+            snapshot = await self._run(plans.knowing(Deadline(state.request_budget()), snapshot, state.stream))
+        step = state.open(snapshot)
+        if step.confirm_running:
+            await self._partition_running(state.stream, state.partition, state.request_budget())
+        if step.address is None:
             raise NoLeaderYet()
-        request = build.subscribe_request(stream, partition, StartPosition.at_offset(offset), None)
-        call = self._stub(address).Subscribe(request)
+        call = self._stub(step.address).Subscribe(step.request, timeout=step.timeout)
         try:
             confirmed = False
             async for raw in call:
                 if confirmed:
                     yield raw
-                confirmed = True
+                else:
+                    confirmed = True
+                    state.confirmed()
         finally:
             call.cancel()
 
-    async def _cursor_call(self, request: Any, rpc: Callable[[Any, float], Awaitable[T]], timeout: float | None) -> T:
-        snapshot = await self._snapshot_with(build.CURSORS_STREAM)
+    async def _partition_running(self, stream: str, partition: int, timeout: float) -> None:
+        """Raise PartitionPausedError if the partition is paused (its metadata flag sticks after a resume)."""
+        request = api.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+        await self._run(
+            plans.leader_call(
+                self.config,
+                self._snapshot,
+                lambda stub, t: stub.FetchPartitionMetadata(request, timeout=t),
+                Deadline(timeout),
+                stream=stream,
+                partition=partition,
+            )
+        )
+
+    async def _cursor_call(self, request: Any, rpc: plans.Rpc, timeout: float | None) -> Any:
+        deadline = self._deadline(timeout)
+        snapshot = await self._run(plans.knowing(deadline, self._snapshot, build.CURSORS_STREAM))
         count = len(snapshot.stream(build.CURSORS_STREAM).partitions)
         target = build.cursor_partition(request.cursorId, request.stream, request.partition, count)
-        return await self._call_leader(build.CURSORS_STREAM, target, rpc, timeout)
+        try:
+            return await self._run(
+                plans.leader_call(self.config, snapshot, rpc, deadline, stream=build.CURSORS_STREAM, partition=target)
+            )
+        except LiftbridgeError as exc:
+            exc.stream, exc.partition = request.stream, request.partition
+            raise
 
-    async def _snapshot_with(self, stream: str) -> Metadata:
-        if stream not in self._snapshot.streams:
-            await self.fetch_metadata()
-        self._snapshot.stream(stream)  # raises NoSuchStreamError
+    # -- the driver of call plans ------------------------------------------------------------------
+
+    def _deadline(self, timeout: float | None) -> Deadline:
+        return Deadline(timeout if timeout is not None else self.config.request_timeout)
+
+    async def _run(self, plan: plans.Plan[T]) -> T:
+        """Carry out ``plan`` until it returns (or raises)."""
+        outcome: Any = None
+        failure: BaseException | None = None
+        while True:
+            try:
+                action = plan.throw(failure) if failure is not None else plan.send(outcome)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            outcome, failure = None, None
+            try:
+                outcome = await self._execute(action)
+            except (grpc.RpcError, LiftbridgeError) as exc:
+                failure = exc
+
+    async def _execute(self, action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            stub = self._stub(action.address)
+            if action.connect_first:
+                try:
+                    await asyncio.wait_for(self._channels[action.address].channel_ready(), action.timeout)
+                except TimeoutError:
+                    raise plans.NotSent(action.address) from None
+            return await action.rpc(stub, action.timeout)
+        if isinstance(action, plans.Sleep):
+            await asyncio.sleep(action.seconds)
+            return None
+        return await self._refresh(action.streams, action.timeout)
+
+    async def _refresh(self, streams: Iterable[str], timeout: float | None) -> Metadata:
+        request = api.FetchMetadataRequest(streams=list(streams))
+        response = await self._run(
+            plans.any_broker(
+                self.config,
+                self._snapshot,
+                lambda stub, t: stub.FetchMetadata(request, timeout=t),
+                self._deadline(timeout),
+            )
+        )
+        self._snapshot = metadata_from_response(response, self._snapshot, list(streams))
         return self._snapshot
 
     def _stub(self, address: str) -> Any:
@@ -169,47 +257,11 @@ class AsyncLiftbridgeClient:
             raise ClientClosedError("the Liftbridge client is closed")
         channel = self._channels.get(address)
         if channel is None:
-            options = self.config.channel_options()
+            sync_only = grpc.experimental.ChannelOptions.SingleThreadedUnaryStream
+            options = [o for o in self.config.channel_options() if o[0] != sync_only]
             if self._credentials is not None:
                 channel = grpc.aio.secure_channel(address, self._credentials, options=options)
             else:
                 channel = grpc.aio.insecure_channel(address, options=options)
             self._channels[address] = channel
         return api_grpc.APIStub(channel)
-
-    async def _call_any(self, rpc: Callable[[Any, float], Awaitable[T]], timeout: float | None = None) -> T:
-        state = RetryState(Deadline(timeout or self.config.request_timeout), leader_directed=False)
-        while True:
-            for address in broker_addresses(self.config, self._snapshot):
-                try:
-                    return await rpc(self._stub(address), state.deadline.remaining())
-                except grpc.aio.AioRpcError as exc:
-                    action, delay = state.after_failure(exc)
-                if action is not Action.NEXT_BROKER:
-                    await asyncio.sleep(delay)
-                    break
-            else:
-                await asyncio.sleep(state.pause())
-
-    async def _call_leader(
-        self, stream: str, partition: int, rpc: Callable[[Any, float], Awaitable[T]], timeout: float | None
-    ) -> T:
-        state = RetryState(
-            Deadline(timeout or self.config.request_timeout), leader_directed=True, stream=stream, partition=partition
-        )
-        snapshot = await self._snapshot_with(stream)
-        while True:
-            try:
-                address = replica_address(self.config, snapshot, stream, partition, any_isr_replica=False)
-            except (NoSuchStreamError, NoSuchPartitionError):
-                snapshot = await self.fetch_metadata()
-                address = replica_address(self.config, snapshot, stream, partition, any_isr_replica=False)
-            if address is not None:
-                try:
-                    return await rpc(self._stub(address), state.deadline.remaining())
-                except grpc.aio.AioRpcError as exc:
-                    _action, delay = state.after_failure(exc)
-            else:
-                delay = state.pause()
-            await asyncio.sleep(delay)
-            snapshot = await self.fetch_metadata()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -11,21 +12,23 @@ from typing import Any, Literal
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client import plans
 from liftbridge_provider.client import requests as build
-from liftbridge_provider.client.connections import ConnectionPool, PooledChannel
+from liftbridge_provider.client.connections import ConnectionPool
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
+    BeyondHighWatermarkError,
     InvalidArgumentError,
     LiftbridgeError,
     LiftbridgeTimeoutError,
-    UnavailableError,
-    error_from_rpc,
 )
 from liftbridge_provider.client.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, StreamInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.partitioners import Partitioner
-from liftbridge_provider.client.publisher import BatchPublisher, BatchResult
+from liftbridge_provider.client.publisher import BatchPublisher, BatchResult, PublishFailure
+from liftbridge_provider.client.reading import SubscriptionState
+from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.subscription import Subscription
 
@@ -45,14 +48,17 @@ class PublishMessage:
     expected_offset: int | None = None
 
 
-class _NotConnected(grpc.RpcError):
-    """The channel could not connect, so nothing was sent: safe to try another broker."""
+class _PreparedTooLong(Exception):
+    """The batch deadline passed while the messages were checked: nothing was sent."""
 
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNAVAILABLE
+    def __init__(self, count: int) -> None:
+        self.count = count
 
-    def details(self) -> str:
-        return "could not connect to the broker"
+    def result(self, stream: str, timeout: float) -> BatchResult:
+        error = AckTimeoutError(
+            f"not sent: the batch deadline ({timeout:g}s) passed while the messages were checked", stream=stream
+        )
+        return BatchResult([None] * self.count, [PublishFailure(i, error) for i in range(self.count)])
 
 
 class LiftbridgeClient:
@@ -105,17 +111,13 @@ class LiftbridgeClient:
     def fetch_partition_metadata(
         self, stream: str, partition: int = 0, *, timeout: float | None = None
     ) -> PartitionInfo:
-        """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader."""
-        request = build.partition_metadata_request(stream, partition)
+        """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader.
 
-        def attempt(pooled: PooledChannel, remaining: float) -> api.FetchPartitionMetadataResponse:
-            response: api.FetchPartitionMetadataResponse = pooled.stub.FetchPartitionMetadata(
-                request, timeout=remaining
-            )
-            return response
-
-        response = self._router.call_leader(stream, partition, attempt, timeout=timeout)
-        return PartitionInfo.from_proto(stream, response.metadata)
+        A paused partition answers too, without being resumed: its high watermark
+        cannot move while it is paused, and the leader's metadata view gives it.
+        """
+        build.partition_metadata_request(stream, partition)
+        return self._router.partition_metadata(stream, partition, timeout=timeout)
 
     # -- streams ---------------------------------------------------------------
 
@@ -129,16 +131,38 @@ class LiftbridgeClient:
         ``auto_pause_time``, ``auto_pause_disable_if_subscribers``, ``min_isr``,
         ``optimistic_concurrency_control``, ``encryption``. Durations are
         ``timedelta`` or seconds. Raises StreamExistsError if the name is taken.
+        If the answer is lost after sending, the create is sent again; an
+        AlreadyExists then counts as success only if the stream has this
+        subject and partition count (the lost attempt made it).
         """
         request = build.create_stream_request(subject, name, **options)
-        self._unary("CreateStream", request, timeout=timeout, stream=name)
-        self._router.metadata.refresh()
+        deadline = self._router.deadline(timeout)
+
+        def create(stub: Any, remaining: float) -> Any:
+            return stub.CreateStream(request, timeout=remaining)
+
+        ours = plans.stream_created_as(request.subject, request.partitions, self.config, deadline, name)
+        snapshot = self._router.metadata.snapshot
+        self._router.run(plans.ambiguous_admin(self.config, snapshot, create, deadline, stream=name, already_done=ours))
+        self._router.metadata.refresh(timeout=max(deadline.remaining(), 0.001))
 
     def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
-        """Delete a stream and its data. Raises NoSuchStreamError if there is none."""
+        """Delete a stream and its data. Raises NoSuchStreamError if there is none.
+
+        If the answer to a delete is lost after sending, the delete is sent again;
+        a NotFound then means the first one did it, and the call succeeds.
+        """
         request = api.DeleteStreamRequest(name=build.check_stream_name(name))
-        self._unary("DeleteStream", request, timeout=timeout, stream=name)
-        self._router.metadata.refresh()
+        deadline = self._router.deadline(timeout)
+
+        def delete(stub: Any, remaining: float) -> Any:
+            return stub.DeleteStream(request, timeout=remaining)
+
+        snapshot = self._router.metadata.snapshot
+        self._router.run(
+            plans.ambiguous_admin(self.config, snapshot, delete, deadline, stream=name, already_done=plans.stream_gone)
+        )
+        self._router.metadata.refresh(timeout=max(deadline.remaining(), 0.001))
 
     def pause_stream(
         self,
@@ -241,17 +265,22 @@ class LiftbridgeClient:
         policy = AckPolicy.parse(ack_policy)
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise InvalidArgumentError(f"window must be a whole number >= 1, got {window!r}")
-        requests = self._batch_requests(stream, messages, partitioner, policy)
-        if not requests:
-            return BatchResult([])
-        publisher = BatchPublisher(
-            self._router,
-            requests,
-            window=window,
-            ack_wait=ack_wait if ack_wait is not None else self.config.ack_wait,
-            timeout=timeout,
-        )
-        result = publisher.run()
+        deadline = Deadline(timeout) if timeout is not None else None
+        try:
+            requests = self._batch_requests(stream, messages, partitioner, policy, deadline)
+        except _PreparedTooLong as late:
+            result = late.result(stream, timeout or 0.0)
+        else:
+            if not requests:
+                return BatchResult([])
+            publisher = BatchPublisher(
+                self._router,
+                requests,
+                window=window,
+                ack_wait=ack_wait if ack_wait is not None else self.config.ack_wait,
+                deadline=deadline,
+            )
+            result = publisher.run()
         if raise_on_error:
             result.raise_for_failures()
         return result
@@ -262,10 +291,15 @@ class LiftbridgeClient:
         messages: Iterable[PublishMessage | bytes],
         partitioner: Partitioner | None,
         policy: AckPolicy,
+        deadline: Deadline | None,
     ) -> list[api.PublishRequest]:
+        """Every message checked and built, before anything is sent; _PreparedTooLong past the deadline."""
         count = self._router.partition_count(build.check_stream_name(stream))
         requests = []
-        for index, item in enumerate(messages):
+        items = iter(messages)
+        for index, item in enumerate(items):
+            if deadline is not None and index % 1024 == 0 and deadline.expired:
+                raise _PreparedTooLong(index + 1 + sum(1 for _ in items))
             message = item if isinstance(item, PublishMessage) else PublishMessage(value=item)
             try:
                 partition = self._partition_for(
@@ -347,16 +381,14 @@ class LiftbridgeClient:
     ) -> Any:
         """Send a publish to one broker: re-sent elsewhere only if it could not connect (nothing was sent)."""
 
-        def attempt(pooled: PooledChannel, remaining: float) -> Any:
-            if not pooled.wait_ready(min(remaining, 2.0)):
-                raise _NotConnected()
-            try:
-                return getattr(pooled.stub, method)(request, timeout=remaining)
-            except grpc.RpcError as exc:
-                pooled.connected = exc.code() != grpc.StatusCode.UNAVAILABLE
-                raise _after_send_error(exc, stream, partition) from exc
+        def send(stub: Any, remaining: float) -> Any:
+            return getattr(stub, method)(request, timeout=remaining)
 
-        return self._router.call_any(attempt, timeout=timeout, stream=stream)
+        deadline = self._router.deadline(timeout)
+        snapshot = self._router.metadata.snapshot
+        return self._router.run(
+            plans.send_once(self.config, snapshot, send, deadline, stream=stream, partition=partition)
+        )
 
     # -- reading ---------------------------------------------------------------
 
@@ -370,6 +402,7 @@ class LiftbridgeClient:
         read_isr_replica: bool | None = None,
         resume: bool = False,
         timeout: float | None = None,
+        idle_timeout: float | None = None,
         resubscribe_wait: float | None = None,
     ) -> Subscription:
         """Subscribe to one partition; iterate the returned Subscription for messages.
@@ -377,9 +410,12 @@ class LiftbridgeClient:
         ``start`` defaults to new messages only; ``stop`` to none (runs until
         cancelled). ``read_isr_replica`` reads from any in-sync replica
         (default ``config.read_isr_replica``). ``resume`` resumes a paused
-        partition. ``timeout`` (seconds) makes iteration raise
-        LiftbridgeTimeoutError when it expires. The partition is checked
-        against the stream's metadata before subscribing.
+        partition. ``timeout`` (seconds, default none) bounds the whole
+        subscription and ``idle_timeout`` (seconds, default none) the time
+        without a new message; either raises LiftbridgeTimeoutError. A broker
+        lost, frozen or no longer leading is left for the new leader
+        (``resubscribe_wait``, default ``config.resubscribe_wait``). The
+        partition is checked against the stream's metadata before subscribing.
         """
         count = self._router.partition_count(build.check_stream_name(stream))
         build.check_partition(partition, count, stream)
@@ -387,13 +423,15 @@ class LiftbridgeClient:
         request = build.subscribe_request(
             stream, partition, start or StartPosition.new_only(), stop, read_isr_replica=replica, resume=resume
         )
-        return Subscription(
-            self._router,
+        state = SubscriptionState(
+            self.config,
             request,
             stop_offset=stop.offset if stop is not None and stop.kind == api.STOP_OFFSET else None,
             timeout=timeout,
+            idle_timeout=idle_timeout,
             resubscribe_wait=resubscribe_wait if resubscribe_wait is not None else self.config.resubscribe_wait,
         )
+        return Subscription(self._router, state)
 
     def read_range(
         self,
@@ -404,18 +442,23 @@ class LiftbridgeClient:
         *,
         beyond_high_watermark: BeyondHighWatermark = "refuse",
         timeout: float | None = None,
+        idle_timeout: float | None = None,
         read_isr_replica: bool | None = None,
         resume: bool = False,
     ) -> Iterator[Message]:
         """Messages with ``start <= offset < end`` of one partition, in order.
 
-        When ``end - 1`` is beyond the committed high watermark:
-        ``"refuse"`` (default) raises InvalidArgumentError before reading,
-        ``"wait"`` waits for the missing messages (``timeout`` bounds the whole
-        read; LiftbridgeTimeoutError when it expires), ``"truncate"`` reads up
-        to the high watermark (nothing at all if ``start`` is beyond it).
-        Offsets removed by compaction are simply absent. A paused partition
-        raises PartitionPausedError unless ``resume`` is true.
+        When ``end - 1`` is beyond the committed high watermark: ``"refuse"``
+        (default) checks again until ``timeout`` (default ``request_timeout``)
+        passes, since a new leader's high watermark lags for a moment after a
+        failover, then raises BeyondHighWatermarkError (transient, not bad
+        input); ``"wait"`` waits for the missing messages; ``"truncate"`` reads
+        up to the high watermark (nothing at all if ``start`` is beyond it).
+        ``timeout`` (seconds, default none) bounds the whole read,
+        ``idle_timeout`` (seconds, default none) the time without a new
+        message; either raises LiftbridgeTimeoutError. The read ends at
+        ``end - 1`` even when compaction removed that offset. A paused
+        partition raises PartitionPausedError unless ``resume`` is true.
         """
         build.check_stream_name(stream)
         build.check_offset(start, "start")
@@ -428,14 +471,18 @@ class LiftbridgeClient:
             )
         if start == end:
             return iter(())
-        if resume:
-            self._resume(stream, partition)
+        deadline = Deadline(timeout) if timeout is not None else None
         last = end - 1
         if beyond_high_watermark != "wait":
-            high_watermark = self.fetch_partition_metadata(stream, partition).high_watermark
+            wait = deadline.remaining() if deadline is not None else self.config.request_timeout
+            high_watermark = self._high_watermark_reaching(
+                stream, partition, last, wait if beyond_high_watermark == "refuse" else 0.0
+            )
             if last > high_watermark and beyond_high_watermark == "refuse":
-                raise InvalidArgumentError(
-                    f"range [{start}, {end}) goes beyond the high watermark {high_watermark}",
+                raise BeyondHighWatermarkError(
+                    f"range [{start}, {end}) goes beyond the committed high watermark {high_watermark}, "
+                    f"still after {wait:g}s (a new leader may be catching up: retry, or read with "
+                    "beyond_high_watermark='wait')",
                     stream=stream,
                     partition=partition,
                 )
@@ -449,53 +496,90 @@ class LiftbridgeClient:
             stop=StopPosition.at_offset(last),
             read_isr_replica=read_isr_replica,
             resume=resume,
-            timeout=timeout,
+            timeout=deadline.remaining() if deadline is not None else None,
+            idle_timeout=idle_timeout,
         )
         return _closing(subscription)
 
-    def _resume(self, stream: str, partition: int) -> None:
-        """Resume a paused partition (a no-op otherwise): subscribe with resume, wait for the handshake, cancel."""
-        request = api.SubscribeRequest(stream=stream, partition=partition, startPosition=api.NEW_ONLY, resume=True)
-
-        def attempt(pooled: PooledChannel, remaining: float) -> None:
-            call = pooled.stub.Subscribe(request, timeout=remaining)
-            try:
-                next(call)
-            finally:
-                call.cancel()
-
-        self._router.call_leader(stream, partition, attempt)
+    def _high_watermark_reaching(self, stream: str, partition: int, offset: int, wait: float) -> int:
+        """The leader's high watermark, asked again (with backoff) for up to ``wait`` s until it reaches ``offset``."""
+        deadline = Deadline(wait)
+        attempt = 0
+        while True:
+            high_watermark = self.fetch_partition_metadata(stream, partition).high_watermark
+            if high_watermark >= offset or deadline.expired:
+                return high_watermark
+            time.sleep(min(backoff_delay(attempt), deadline.remaining()))
+            attempt += 1
 
     def earliest_offset(
-        self, stream: str, partition: int = 0, *, timeout: float | None = None, probe: float = 2.0
+        self,
+        stream: str,
+        partition: int = 0,
+        *,
+        timeout: float | None = None,
+        resume: bool = False,
+        probe: float = 2.0,
     ) -> int | None:
         """The oldest offset still stored (retention and compaction remove older ones); None if the
-        partition never held a message.
+        partition never held a message; high watermark + 1 when retention removed every message.
 
-        Reads the first message from the earliest position up to the leader's high
-        watermark. Committed messages are readable at once, so when that read
-        stays silent for ``probe`` seconds (default 2) retention has removed every
-        message, and the answer is high watermark + 1 (the next offset to be written).
+        Reads the first message from the earliest position up to the leader's
+        high watermark. A read that stays silent for ``probe`` seconds (default 2)
+        is not taken as "nothing retained" on its own: that answer needs
+        evidence (the server reports the log's only segment empty, and a second
+        read is silent too); without it, a silent leader raises
+        LiftbridgeTimeoutError when ``timeout`` (default ``request_timeout``)
+        passes. A paused partition raises PartitionPausedError unless ``resume``
+        (then it is resumed: reading needs data).
         """
-        info = self.fetch_partition_metadata(stream, partition, timeout=timeout)
-        if info.high_watermark < 0:
+        deadline = self._router.deadline(timeout)
+        high_watermark = self.fetch_partition_metadata(stream, partition, timeout=deadline.remaining()).high_watermark
+        if high_watermark < 0:
+            return None
+        up_to_committed = StopPosition.at_offset(high_watermark)
+        first = self._first_retained(stream, partition, up_to_committed, min(probe, deadline.remaining()), resume)
+        if first is not None:
+            return first
+        try:
+            first = self._first_retained(stream, partition, _TO_THE_END, deadline.remaining(), resume)
+        except LiftbridgeError as exc:
+            if not _log_is_empty(exc):
+                raise
+            first = self._first_retained(stream, partition, up_to_committed, min(probe, deadline.remaining()), resume)
+            if first is not None:
+                return first
+            log.info("%s/%d: retention removed every message up to offset %d", stream, partition, high_watermark)
+            return high_watermark + 1
+        if first is None:
+            raise LiftbridgeTimeoutError(
+                f"the leader delivered no retained message within {deadline.timeout:g}s",
+                stream=stream,
+                partition=partition,
+            )
+        return first
+
+    def _first_retained(
+        self, stream: str, partition: int, stop: StopPosition, seconds: float, resume: bool
+    ) -> int | None:
+        """The offset of the first message from the earliest position, or None if none came within ``seconds``."""
+        if seconds <= 0:
             return None
         subscription = self.subscribe(
             stream,
             partition=partition,
             start=StartPosition.earliest(),
-            stop=StopPosition.at_offset(info.high_watermark),
-            timeout=probe,
+            stop=stop,
+            timeout=seconds,
+            resume=resume,
+            resubscribe_wait=seconds,
         )
         try:
             with subscription:
                 first = next(subscription, None)
         except LiftbridgeTimeoutError:
-            first = None
-        if first is None:
-            log.warning("%s/%d: no message retained up to offset %d", stream, partition, info.high_watermark)
-            return info.high_watermark + 1
-        return first.offset
+            return None
+        return None if first is None else first.offset
 
     # -- cursors ---------------------------------------------------------------
 
@@ -516,11 +600,11 @@ class LiftbridgeClient:
         cursors = self._router.partition_count(build.CURSORS_STREAM)
         target = build.cursor_partition(request.cursorId, request.stream, request.partition, cursors)
 
-        def attempt(pooled: PooledChannel, remaining: float) -> Any:
-            return getattr(pooled.stub, method)(request, timeout=remaining)
+        def call(stub: Any, remaining: float) -> Any:
+            return getattr(stub, method)(request, timeout=remaining)
 
         try:
-            return self._router.call_leader(build.CURSORS_STREAM, target, attempt, timeout=timeout)
+            return self._router.call_leader(build.CURSORS_STREAM, target, call, timeout=timeout)
         except LiftbridgeError as exc:
             exc.stream, exc.partition = request.stream, request.partition
             raise
@@ -528,32 +612,20 @@ class LiftbridgeClient:
     # -- plumbing --------------------------------------------------------------
 
     def _unary(self, method: str, request: Any, *, timeout: float | None, stream: str | None) -> Any:
-        def attempt(pooled: PooledChannel, remaining: float) -> Any:
-            return getattr(pooled.stub, method)(request, timeout=remaining)
+        def call(stub: Any, remaining: float) -> Any:
+            return getattr(stub, method)(request, timeout=remaining)
 
-        return self._router.call_any(attempt, timeout=timeout, stream=stream)
+        return self._router.call_any(call, timeout=timeout, stream=stream)
 
 
-def _after_send_error(exc: grpc.RpcError, stream: str | None, partition: int | None) -> Exception:
-    """A publish failed after it was sent: never retried, since it may have been stored."""
-    code = exc.code()
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return AckTimeoutError(
-            "no ack before the deadline; the message may have been stored",
-            stream=stream,
-            partition=partition,
-            code=code,
-            may_be_stored=True,
-        )
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return UnavailableError(
-            f"connection lost during publish ({exc.details()}); the message may have been stored",
-            stream=stream,
-            partition=partition,
-            code=code,
-            may_be_stored=True,
-        )
-    return error_from_rpc(exc, stream=stream, partition=partition)
+_TO_THE_END = StopPosition.at_time(2**62)
+"""A stop far in the future: the server looks it up in the log's time index, which fails at once when
+the log's segment is empty (this is how an empty log is told apart from a silent leader)."""
+
+
+def _log_is_empty(exc: LiftbridgeError) -> bool:
+    """The server could not look a time up in the log: its (only) segment holds no message."""
+    return exc.code == grpc.StatusCode.INTERNAL and "failed to find log segment for timestamp" in exc.message.lower()
 
 
 def _closing(subscription: Subscription) -> Iterator[Message]:

@@ -66,6 +66,14 @@ class ReadonlyPartitionError(LiftbridgeError):
     """The partition is readonly: publishes are refused."""
 
 
+class BeyondHighWatermarkError(LiftbridgeError):
+    """A range ends beyond the committed high watermark (after waiting for it): retry later.
+
+    Not InvalidArgumentError: right after a failover the new leader's high
+    watermark lags, so the same range becomes readable a moment later.
+    """
+
+
 class PartitionPausedError(LiftbridgeError):
     """The partition is paused; subscribe with ``resume=True`` or publish to resume it."""
 

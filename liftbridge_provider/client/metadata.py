@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.errors import NoSuchPartitionError, NoSuchStreamError
+from liftbridge_provider.client.errors import LiftbridgeTimeoutError, NoSuchPartitionError, NoSuchStreamError
 from liftbridge_provider.client.options import format_address
 
 
@@ -136,9 +136,13 @@ def metadata_from_response(
 
 
 class MetadataCache:
-    """Holds the current snapshot; ``refresh`` replaces it, sharing one RPC among concurrent callers."""
+    """Holds the current snapshot; ``refresh`` replaces it, sharing one RPC among concurrent callers.
 
-    def __init__(self, fetch: Callable[[list[str]], api.FetchMetadataResponse]) -> None:
+    ``fetch(streams, timeout)`` asks the cluster within ``timeout`` seconds. A
+    caller that joins a refresh already running waits at most its own timeout.
+    """
+
+    def __init__(self, fetch: Callable[[list[str], float | None], api.FetchMetadataResponse]) -> None:
         self._fetch = fetch
         self._snapshot = EMPTY
         self._lock = threading.Lock()
@@ -148,22 +152,24 @@ class MetadataCache:
     def snapshot(self) -> Metadata:
         return self._snapshot
 
-    def get(self) -> Metadata:
+    def get(self, timeout: float | None = None) -> Metadata:
         """The current snapshot, fetched first if there is none yet."""
-        return self._snapshot if self._snapshot is not EMPTY else self.refresh()
+        return self._snapshot if self._snapshot is not EMPTY else self.refresh(timeout=timeout)
 
-    def refresh(self, streams: Iterable[str] = ()) -> Metadata:
-        """Ask the cluster, install and return the new snapshot."""
+    def refresh(self, streams: Iterable[str] = (), *, timeout: float | None = None) -> Metadata:
+        """Ask the cluster, install and return the new snapshot (within ``timeout`` s; None: the client's)."""
         streams = list(streams)
         with self._lock:
             running = self._refreshing
             if running is None and not streams:
                 self._refreshing = threading.Event()
         if running is not None and not streams:
-            running.wait()  # another thread is fetching everything: use its result
+            # another thread is fetching everything: use its result
+            if not running.wait(timeout):
+                raise LiftbridgeTimeoutError(f"no metadata within {timeout:g}s")
             return self._snapshot
         try:
-            response = self._fetch(streams)
+            response = self._fetch(streams, timeout)
             snapshot = metadata_from_response(response, self._snapshot, streams)
             self._snapshot = snapshot
             return snapshot

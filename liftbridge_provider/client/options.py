@@ -16,6 +16,12 @@ from liftbridge_provider.client.errors import InvalidArgumentError
 
 DEFAULT_PORT = 9292
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# HTTP/2 keepalive pings on channels with calls in flight. The server (grpc-go defaults) answers pings
+# more frequent than every 5 minutes without data of its own with GOAWAY "too_many_pings"; subscriptions
+# are reopened every liveness_interval, which sends data, so a minute is safe and finds a dead peer
+# (one that vanished without a reset) within ping interval + ping timeout.
+KEEPALIVE_TIME_MS = 60_000
+KEEPALIVE_TIMEOUT_MS = 20_000
 _BROKER = re.compile(r"^(?:\[(?P<ipv6>[0-9a-fA-F:.]+)\]|(?P<host>[^\s:/\[\]]+))(?::(?P<port>\d+))?$")
 
 AddressResolver = Callable[[str, int], str]
@@ -102,6 +108,9 @@ class ClientConfig:
     :param keep_alive_time: seconds an unused channel stays open (default 30).
     :param resubscribe_wait: seconds a subscription keeps trying to resubscribe
         after losing its broker (default 30).
+    :param liveness_interval: seconds one Subscribe call may run before it is
+        reopened after its last offset (default 30): a leader that froze or
+        vanished without a reset is noticed within this time.
     :param ack_wait: seconds ``publish_batch`` waits for each ack (default 5).
     :param read_isr_replica: subscribe to any in-sync replica instead of the
         leader by default (default False).
@@ -116,6 +125,7 @@ class ClientConfig:
     max_conns_per_broker: int = 2
     keep_alive_time: float = 30.0
     resubscribe_wait: float = 30.0
+    liveness_interval: float = 30.0
     ack_wait: float = 5.0
     read_isr_replica: bool = False
     tls: TLSConfig | None = None
@@ -125,7 +135,7 @@ class ClientConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "brokers", split_brokers(self.brokers))
-        for name in ("request_timeout", "keep_alive_time", "resubscribe_wait", "ack_wait"):
+        for name in ("request_timeout", "keep_alive_time", "resubscribe_wait", "liveness_interval", "ack_wait"):
             check_seconds(name, getattr(self, name))
         for name in ("max_conns_per_broker", "max_message_bytes"):
             value = getattr(self, name)
@@ -150,6 +160,12 @@ class ClientConfig:
             # Server-streaming calls (Subscribe) read messages on the calling thread instead of
             # handing each one over from gRPC's polling thread: about 10x more messages per second.
             (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
+            # A peer that vanished without a reset (host loss, SIGSTOP, a partition) fails the channel's
+            # calls within KEEPALIVE_TIME + KEEPALIVE_TIMEOUT instead of never.
+            ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+            ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+            ("grpc.keepalive_permit_without_calls", 0),
+            ("grpc.http2.max_pings_without_data", 0),
         ]
         if self.tls is not None and self.tls.server_name:
             options.append(("grpc.ssl_target_name_override", self.tls.server_name))

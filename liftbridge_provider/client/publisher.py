@@ -16,7 +16,6 @@ still arrives before the batch ends.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -185,13 +184,13 @@ class BatchPublisher:
         *,
         window: int,
         ack_wait: float,
-        timeout: float | None,
+        deadline: Deadline | None,
     ) -> None:
         self._router = router
         self._requests = requests
         self._expects_ack = requests[0].ackPolicy != api.NONE
         self._ack_wait = ack_wait
-        self._deadline = Deadline(timeout) if timeout is not None else None
+        self._deadline = deadline
         self._window = window
         self._next = 0  # index of the next request to send
         self._in_flight: dict[int, float] = {}  # index -> time sent, oldest first
@@ -201,8 +200,7 @@ class BatchPublisher:
         self._acked = 0
         self._started = time.monotonic()
         self._last_progress = self._started
-        self._space: asyncio.Event | None = None  # set when the window has room
-        self._sender_waiting = False
+        self._space: asyncio.Event | None = None  # set when the window may have room
 
     def run(self) -> BatchResult:
         """Publish the batch (blocking) and return the result."""
@@ -238,7 +236,7 @@ class BatchPublisher:
                 if final or self._deadline_passed():
                     self._fail_unsent(error_from_rpc(exc, stream=self._requests[0].stream))
                     break
-                await asyncio.sleep(backoff_delay(attempt))
+                await asyncio.sleep(self._bounded(backoff_delay(attempt)))
         failures = [PublishFailure(i, e) for i, e in sorted(self._failures.items())]
         return BatchResult(self._acks, failures)
 
@@ -246,36 +244,59 @@ class BatchPublisher:
         async with self._router.pool.aio_channel(address) as channel:
             try:
                 # Connect before writing: messages written to a channel that never connects were not sent.
-                await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT)
+                await asyncio.wait_for(channel.channel_ready(), self._bounded(CONNECT_TIMEOUT))
             except TimeoutError:
                 raise _NotConnected(address) from None
             call = api_grpc.APIStub(channel).PublishAsync()
             sender = asyncio.create_task(self._send(call))
+            reader = asyncio.create_task(self._read(call))
             try:
-                while not self._all_acked():
-                    response = await call.read()
-                    if response is grpc.aio.EOF:
-                        break
-                    self._on_response(response)
-                if sender.done() and sender.exception() is not None:
-                    raise _StreamEnded(address) from sender.exception()
+                await self._supervise(sender, reader, address)
             finally:
                 sender.cancel()
+                reader.cancel()
                 call.cancel()
-                with contextlib.suppress(asyncio.CancelledError, asyncio.InvalidStateError, grpc.RpcError):
-                    await sender
+                await asyncio.gather(sender, reader, return_exceptions=True)
+
+    async def _supervise(self, sender: asyncio.Task[None], reader: asyncio.Task[None], address: str) -> None:
+        """Until every message is resolved: expire overdue acks, keep the batch deadline, notice a broken stream.
+
+        Waits on a short tick rather than on the stream alone, so acks that never
+        come (no leader, the ISR below min ISR, messages dropped) end by
+        ``ack_wait`` and the batch by its deadline, whatever the stream does.
+        """
+        while True:
+            await asyncio.wait({sender, reader}, timeout=POLL, return_when=asyncio.FIRST_COMPLETED)
+            self._expire_acks()
+            if self._deadline_passed():
+                self._fail_at_deadline()
+                return
+            if self._expects_ack and self._all_sent() and not self._in_flight:
+                return
+            if sender.done() and not sender.cancelled() and sender.exception() is not None:
+                raise _StreamEnded(address) from sender.exception()
+            if reader.done():
+                error = None if reader.cancelled() else reader.exception()
+                if isinstance(error, grpc.RpcError):
+                    raise error
+                if error is not None or self._in_flight or not self._all_sent():
+                    raise _StreamEnded(address) from error
+                return  # ack policy NONE: the server ended the stream after the last message
+
+    async def _read(self, call: Any) -> None:
+        while True:
+            response = await call.read()
+            if response is grpc.aio.EOF:
+                return
+            self._on_response(response)
 
     async def _send(self, call: Any) -> None:
-        """Write requests while the window allows; then wait for the last acks, expiring late ones."""
+        """Write requests while the window allows (ack policy NONE: all of them, then close the sending side)."""
         assert self._space is not None
-        while self._next < len(self._requests) and not self._deadline_passed():
+        while not self._all_sent() and not self._deadline_passed():
             while len(self._in_flight) >= self._window:
                 self._space.clear()
-                self._sender_waiting = True
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._space.wait(), POLL)
-                self._sender_waiting = False
-                self._expire_acks()
+                await self._space.wait()
             index, self._next = self._next, self._next + 1
             if self._expects_ack:
                 self._in_flight[index] = time.monotonic()
@@ -284,10 +305,12 @@ class BatchPublisher:
             await call.write(self._requests[index])
         if not self._expects_ack:
             await call.done_writing()  # the server then ends the stream (no acks to wait for)
-            return
-        while self._in_flight:
-            await asyncio.sleep(POLL)
-            self._expire_acks()
+
+    def _bounded(self, seconds: float) -> float:
+        """``seconds``, or less when the batch deadline comes first."""
+        if self._deadline is None:
+            return seconds
+        return max(min(seconds, self._deadline.remaining()), 0.001)
 
     def _on_response(self, response: api.PublishResponse) -> None:
         failed = response.HasField("asyncError")
@@ -308,7 +331,7 @@ class BatchPublisher:
             self._acked += 1
         if was_waiting:
             self._resolved += 1
-            if self._sender_waiting and self._space is not None:
+            if self._space is not None:
                 self._space.set()
             if self._resolved % 1024 == 0:
                 self._log_progress()
@@ -327,6 +350,31 @@ class BatchPublisher:
                 may_be_stored=True,
             )
         self._resolved += len(expired)
+        if expired and self._space is not None:
+            self._space.set()
+
+    def _fail_at_deadline(self) -> None:
+        """The batch deadline passed: messages awaiting an ack may be stored; unsent ones were not sent."""
+        for index in self._in_flight:
+            request = self._requests[index]
+            self._failures[index] = AckTimeoutError(
+                f"no ack before the batch deadline ({self._deadline_timeout():g}s)",
+                stream=request.stream,
+                partition=request.partition,
+                may_be_stored=True,
+            )
+        self._resolved += len(self._in_flight)
+        self._in_flight.clear()
+        self._fail_unsent(self._not_sent_error())
+
+    def _not_sent_error(self) -> LiftbridgeError:
+        return AckTimeoutError(
+            f"not sent: the batch deadline ({self._deadline_timeout():g}s) passed first",
+            stream=self._requests[0].stream,
+        )
+
+    def _deadline_timeout(self) -> float:
+        return self._deadline.timeout if self._deadline is not None else 0.0
 
     def _on_broken_stream(self, exc: grpc.RpcError) -> None:
         """The stream died: report every message awaiting an ack as uncertain."""
@@ -351,13 +399,12 @@ class BatchPublisher:
         self._next = len(self._requests)
 
     def _done(self) -> bool:
-        if self._deadline_passed() and self._next < len(self._requests):
-            self._fail_unsent(AckTimeoutError("batch deadline passed before the message was sent"))
-        return self._next >= len(self._requests) and not self._in_flight
+        if self._deadline_passed():
+            self._fail_at_deadline()
+        return self._all_sent() and not self._in_flight
 
-    def _all_acked(self) -> bool:
-        """Every message was sent and every expected ack resolved (never true for ack policy NONE)."""
-        return self._expects_ack and self._next >= len(self._requests) and not self._in_flight
+    def _all_sent(self) -> bool:
+        return self._next >= len(self._requests)
 
     def _unsent(self) -> int:
         return len(self._requests) - self._next

@@ -8,7 +8,11 @@
 - Anything else is final and raised as its typed error.
 
 Backoff is exponential with full jitter between 10 ms and 500 ms. Every call
-has one deadline covering all its attempts.
+has one deadline covering all its attempts, its metadata refreshes and its
+backoffs. One attempt may use at most half of it (but at least
+:data:`MIN_ATTEMPT`), so an attempt that hangs on a frozen broker leaves time
+to try another: DEADLINE_EXCEEDED of one attempt is retried like UNAVAILABLE
+when the call is idempotent and time is left.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from liftbridge_provider.client.errors import (
 
 MIN_BACKOFF = 0.010  # seconds
 MAX_BACKOFF = 0.500  # seconds
+MIN_ATTEMPT = 4.0  # seconds: FetchMetadata may poll peers for 3 s on the server when a broker is down
 
 
 # gRPC's words for a TLS handshake that failed (wrong CA, wrong name, missing client certificate).
@@ -40,10 +45,13 @@ class Action(enum.Enum):
     FAIL = "fail"
 
 
-def classify(exc: grpc.RpcError, *, leader_directed: bool) -> Action:
-    """What to do about a failed attempt."""
+def classify(exc: grpc.RpcError, *, leader_directed: bool, attempt_expired: bool = False) -> Action:
+    """What to do about a failed attempt. ``attempt_expired``: the attempt ran out of its own time
+    (not the call's), so a broker that stopped answering is left for another."""
     code = exc.code()
     details = (exc.details() or "").lower()
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED and attempt_expired:
+        return Action.REFRESH if leader_directed else Action.NEXT_BROKER
     if code == grpc.StatusCode.UNAVAILABLE:
         if any(marker in details for marker in _TLS_FAILURES):
             return Action.FAIL  # a TLS mismatch does not heal by retrying
@@ -71,6 +79,10 @@ class Deadline:
     def remaining(self) -> float:
         return max(self._end - time.monotonic(), 0.0)
 
+    def attempt_budget(self) -> float:
+        """Seconds for the next attempt: half the call's time (at least MIN_ATTEMPT), never past the end."""
+        return min(self.remaining(), max(MIN_ATTEMPT, self.timeout / 2))
+
     @property
     def expired(self) -> bool:
         return self.remaining() <= 0.0
@@ -92,10 +104,18 @@ class RetryState:
         self.partition = partition
         self.attempt = 0
         self.last_error: LiftbridgeError | None = None
+        self._attempt_ends = 0.0
+
+    def attempt_timeout(self) -> float:
+        """The timeout of the attempt about to start (see :meth:`Deadline.attempt_budget`)."""
+        budget = self.deadline.attempt_budget()
+        self._attempt_ends = time.monotonic() + budget
+        return budget
 
     def after_failure(self, exc: grpc.RpcError) -> tuple[Action, float]:
         error = error_from_rpc(exc, stream=self.stream, partition=self.partition)
-        action = classify(exc, leader_directed=self.leader_directed)
+        attempt_expired = not self.deadline.expired and time.monotonic() >= self._attempt_ends - 0.001
+        action = classify(exc, leader_directed=self.leader_directed, attempt_expired=attempt_expired)
         if action is Action.FAIL:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise self.timeout_error() from exc

@@ -1,154 +1,139 @@
-"""Where a call goes: any broker (random order), or the leader of a partition, with retries.
+"""The synchronous driver of call plans: it carries out what :mod:`~liftbridge_provider.client.plans` decides.
 
-:class:`Router` runs one unary RPC with the retry policy of
-:mod:`~liftbridge_provider.client.retry`, leasing channels from the pool and
-refreshing the metadata cache when leadership turns out to have moved.
+:class:`Router` leases channels from the pool for attempts, sleeps, and
+refreshes the metadata cache, each bounded by the time the plan gives it. It
+makes no decision of its own; the asyncio client drives the same plans.
 """
 
 from __future__ import annotations
 
-import random
 import time
-from collections.abc import Callable
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.connections import ConnectionPool, PooledChannel
-from liftbridge_provider.client.errors import NoSuchPartitionError, NoSuchStreamError, PartitionPausedError
-from liftbridge_provider.client.metadata import Metadata, MetadataCache
-from liftbridge_provider.client.options import ClientConfig, format_address
-from liftbridge_provider.client.retry import Action, Deadline, RetryState
+from liftbridge_provider.client import plans
+from liftbridge_provider.client.addresses import broker_addresses
+from liftbridge_provider.client.connections import ConnectionPool
+from liftbridge_provider.client.errors import LiftbridgeError
+from liftbridge_provider.client.metadata import Metadata, MetadataCache, PartitionInfo
+from liftbridge_provider.client.options import ClientConfig
+from liftbridge_provider.client.retry import Deadline
 
 T = TypeVar("T")
-Attempt = Callable[[PooledChannel, float], T]
-"""One attempt of a call: gets a channel and the seconds left, returns the result or raises grpc.RpcError."""
-
-
-def dial_address(config: ClientConfig, host: str, port: int) -> str:
-    """The address to dial for an advertised broker (through the address resolver, if any)."""
-    if config.address_resolver is not None:
-        return config.address_resolver(host, port)
-    return format_address(host, port)
-
-
-def broker_addresses(config: ClientConfig, snapshot: Metadata) -> list[str]:
-    """Known brokers (from metadata) and the seeds, shuffled, without repeats."""
-    known = [dial_address(config, b.host, b.port) for b in snapshot.brokers.values()]
-    addresses = list(dict.fromkeys([*known, *config.brokers]))
-    random.shuffle(addresses)
-    return addresses
-
-
-def replica_address(
-    config: ClientConfig, snapshot: Metadata, stream: str, partition: int, any_isr_replica: bool
-) -> str | None:
-    """Dial address of the partition leader (or a random ISR member), or None if none is known right now.
-
-    Raises NoSuchStreamError / NoSuchPartitionError if the snapshot does not know the partition.
-    """
-    info = snapshot.partition(stream, partition)
-    candidates = list(info.isr) if any_isr_replica else [info.leader] if info.leader else []
-    random.shuffle(candidates)
-    for broker_id in candidates:
-        broker = snapshot.brokers.get(broker_id)
-        if broker is not None:
-            return dial_address(config, broker.host, broker.port)
-    return None
-
-
-def paused_error(stream: str, partition: int) -> PartitionPausedError:
-    """A paused partition has no serving leader: it answers "not leader" (or nothing) until resumed."""
-    return PartitionPausedError(
-        "the partition is paused; publish to it, or read with resume=True, to resume it",
-        stream=stream,
-        partition=partition,
-    )
 
 
 class Router:
-    """Sends calls to the right broker and retries them by the shared policy."""
+    """Runs call plans over the connection pool and owns the metadata cache."""
 
     def __init__(self, config: ClientConfig, pool: ConnectionPool) -> None:
         self.config = config
         self.pool = pool
         self.metadata = MetadataCache(self._fetch_metadata)
 
-    def broker_addresses(self) -> list[str]:
-        return broker_addresses(self.config, self.metadata.snapshot)
+    def deadline(self, timeout: float | None) -> Deadline:
+        """One deadline for a call: ``timeout`` seconds, or the client's request_timeout."""
+        return Deadline(timeout if timeout is not None else self.config.request_timeout)
 
-    def call_any(self, attempt: Attempt[T], *, timeout: float | None = None, stream: str | None = None) -> T:
-        """Run ``attempt`` on any broker: on UNAVAILABLE try the next; back off during elections."""
-        state = RetryState(Deadline(timeout or self.config.request_timeout), leader_directed=False, stream=stream)
+    def run(self, plan: plans.Plan[T]) -> T:
+        """Carry out ``plan`` until it returns (or raises)."""
+        outcome: Any = None
+        failure: BaseException | None = None
         while True:
-            for address in self.broker_addresses():
-                with self.pool.lease(address) as pooled:
-                    try:
-                        return attempt(pooled, state.deadline.remaining())
-                    except grpc.RpcError as exc:
-                        action, delay = state.after_failure(exc)
-                if action is not Action.NEXT_BROKER:
-                    time.sleep(delay)
-                    break
-            else:
-                time.sleep(state.pause())
+            try:
+                action = plan.throw(failure) if failure is not None else plan.send(outcome)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            outcome, failure = None, None
+            try:
+                outcome = self._execute(action)
+            except (grpc.RpcError, LiftbridgeError) as exc:
+                failure = exc
+
+    def _execute(self, action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            with self.pool.lease(action.address) as pooled:
+                if action.connect_first and not pooled.wait_ready(action.timeout):
+                    raise plans.NotSent(action.address)
+                try:
+                    return action.rpc(pooled.stub, action.timeout)
+                except grpc.RpcError as exc:
+                    pooled.connected = exc.code() != grpc.StatusCode.UNAVAILABLE
+                    raise
+        if isinstance(action, plans.Sleep):
+            time.sleep(action.seconds)
+            return None
+        return self.metadata.refresh(action.streams, timeout=action.timeout)
+
+    # -- shortcuts for the client ------------------------------------------------------------------
+
+    def call_any(self, rpc: plans.Rpc, *, timeout: float | None = None, stream: str | None = None) -> Any:
+        """``rpc`` on any broker, retried by the shared policy."""
+        return self.run(
+            plans.any_broker(self.config, self.metadata.snapshot, rpc, self.deadline(timeout), stream=stream)
+        )
 
     def call_leader(
         self,
         stream: str,
         partition: int,
-        attempt: Attempt[T],
+        rpc: plans.Rpc,
         *,
         timeout: float | None = None,
         any_isr_replica: bool = False,
-    ) -> T:
-        """Run ``attempt`` on the partition leader (or a random ISR member), following leader changes."""
-        state = RetryState(
-            Deadline(timeout or self.config.request_timeout), leader_directed=True, stream=stream, partition=partition
+    ) -> Any:
+        """``rpc`` on the partition leader (or a random ISR member), following leader changes."""
+        deadline = self.deadline(timeout)
+        return self.run(
+            plans.leader_call(
+                self.config,
+                self.metadata.snapshot,
+                rpc,
+                deadline,
+                stream=stream,
+                partition=partition,
+                any_isr_replica=any_isr_replica,
+            )
         )
-        snapshot = self.snapshot_with(stream)
-        while True:
-            address = self.replica_address(snapshot, stream, partition, any_isr_replica)
-            refused = False
-            if address is not None:
-                with self.pool.lease(address) as pooled:
-                    try:
-                        return attempt(pooled, state.deadline.remaining())
-                    except grpc.RpcError as exc:
-                        _action, delay = state.after_failure(exc)
-                        refused = exc.code() == grpc.StatusCode.FAILED_PRECONDITION
-            else:
-                delay = state.pause()  # no leader right now: an election is running
-            time.sleep(delay)
-            snapshot = self.metadata.refresh()
-            if refused and snapshot.partition(stream, partition).paused:
-                raise paused_error(stream, partition)
 
-    def snapshot_with(self, stream: str) -> Metadata:
+    def partition_metadata(self, stream: str, partition: int, *, timeout: float | None = None) -> PartitionInfo:
+        return self.run(
+            plans.partition_metadata(self.config, self.metadata.snapshot, self.deadline(timeout), stream, partition)
+        )
+
+    def partition_running(self, stream: str, partition: int, *, timeout: float | None = None) -> None:
+        """Raise PartitionPausedError if the partition is paused (its metadata flag sticks after a resume)."""
+        request = api.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+
+        def fetch(stub: Any, remaining: float) -> Any:
+            return stub.FetchPartitionMetadata(request, timeout=remaining)
+
+        self.run(
+            plans.leader_call(
+                self.config, self.metadata.snapshot, fetch, self.deadline(timeout), stream=stream, partition=partition
+            )
+        )
+
+    def snapshot_with(self, stream: str, *, timeout: float | None = None) -> Metadata:
         """A snapshot that knows ``stream``: refreshed once if the cached one does not."""
-        snapshot = self.metadata.get()
-        if stream not in snapshot.streams:
-            snapshot = self.metadata.refresh()
-        snapshot.stream(stream)  # raises NoSuchStreamError
-        return snapshot
+        return self.run(plans.knowing(self.deadline(timeout), self.metadata.snapshot, stream))
 
     def partition_count(self, stream: str) -> int:
         return len(self.snapshot_with(stream).stream(stream).partitions)
 
-    def replica_address(self, snapshot: Metadata, stream: str, partition: int, any_isr_replica: bool) -> str | None:
-        """Like :func:`replica_address`, refreshing the snapshot once if it does not know the partition."""
-        try:
-            return replica_address(self.config, snapshot, stream, partition, any_isr_replica)
-        except (NoSuchStreamError, NoSuchPartitionError):
-            snapshot = self.metadata.refresh()
-            return replica_address(self.config, snapshot, stream, partition, any_isr_replica)
+    def broker_addresses(self) -> list[str]:
+        return broker_addresses(self.config, self.metadata.snapshot)
 
-    def _fetch_metadata(self, streams: list[str]) -> api.FetchMetadataResponse:
-        request = api.FetchMetadataRequest(streams=streams)
+    def _fetch_metadata(self, streams: Iterable[str], timeout: float | None) -> api.FetchMetadataResponse:
+        request = api.FetchMetadataRequest(streams=list(streams))
 
-        def attempt(pooled: PooledChannel, remaining: float) -> Any:
-            return pooled.stub.FetchMetadata(request, timeout=remaining)
+        def fetch(stub: Any, remaining: float) -> Any:
+            return stub.FetchMetadata(request, timeout=remaining)
 
-        response: api.FetchMetadataResponse = self.call_any(attempt)
+        response: api.FetchMetadataResponse = self.run(
+            plans.any_broker(self.config, self.metadata.snapshot, fetch, self.deadline(timeout))
+        )
         return response

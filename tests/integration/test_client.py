@@ -20,6 +20,7 @@ from liftbridge_provider.client import (
     AckPolicy,
     AsyncLiftbridgeClient,
     BatchPublishError,
+    BeyondHighWatermarkError,
     ClientClosedError,
     EncryptionError,
     IncorrectOffsetError,
@@ -139,8 +140,9 @@ def test_auto_pause_time_pauses_idle_partition_and_publish_resumes(client: Liftb
     name = new_stream(client, auto_pause_time=timedelta(milliseconds=300))
     client.publish(name, b"x")
     wait_until(lambda: client.fetch_metadata([name]).partition(name, 0).paused, 10, "auto pause")
+    assert client.fetch_partition_metadata(name, 0).high_watermark == 0  # known while paused
     with pytest.raises(PartitionPausedError):
-        client.fetch_partition_metadata(name, 0)
+        client.earliest_offset(name, 0)
     client.publish(name, b"y")  # publishing resumes the partition
     assert client.fetch_partition_metadata(name, 0).high_watermark == 1
     assert values(client.read_range(name, 0, 0, 2)) == [b"x", b"y"]
@@ -173,8 +175,9 @@ def test_pause_resume_and_resume_all(client: LiftbridgeClient) -> None:
     assert [p.paused for p in partitions.values()] == [False, True, False]
     started = time.monotonic()
     with pytest.raises(PartitionPausedError, match="paused"):
-        client.fetch_partition_metadata(name, 1)
+        list(client.read_range(name, 1, 0, 1))
     assert time.monotonic() - started < 5, "a paused partition is reported, not retried until the deadline"
+    assert client.fetch_partition_metadata(name, 1).high_watermark == 0  # metadata does not resume it
     client.publish(name, b"wake", partition=1)
     assert client.fetch_partition_metadata(name, 1).high_watermark == 1
     # Every partition paused; with resume_all, resuming one resumes them all.
@@ -182,7 +185,7 @@ def test_pause_resume_and_resume_all(client: LiftbridgeClient) -> None:
     assert all(p.paused for p in client.fetch_metadata([name]).stream(name).partitions.values())
     for partition in range(3):
         with pytest.raises(PartitionPausedError):
-            client.fetch_partition_metadata(name, partition)
+            client.earliest_offset(name, partition)
     client.publish(name, b"wake all", partition=0)
     assert [client.fetch_partition_metadata(name, p).high_watermark for p in range(3)] == [1, 1, 0]
     with pytest.raises(InvalidArgumentError, match="no partition 5"):
@@ -421,13 +424,15 @@ def test_read_range_exact_and_empty(client: LiftbridgeClient, ten: str) -> None:
     empty = new_stream(client)
     assert list(client.read_range(empty, 0, 0, 0)) == []
     assert list(client.read_range(empty, 0, 0, 1, beyond_high_watermark="truncate")) == []
-    with pytest.raises(InvalidArgumentError, match=r"range \[0, 1\) goes beyond the high watermark -1"):
-        list(client.read_range(empty, 0, 0, 1))
+    with pytest.raises(BeyondHighWatermarkError, match=r"range \[0, 1\) goes beyond the committed high watermark -1"):
+        list(client.read_range(empty, 0, 0, 1, timeout=0.5))
 
 
 def test_read_range_beyond_high_watermark(client: LiftbridgeClient, ten: str) -> None:
-    with pytest.raises(InvalidArgumentError, match=r"range \[8, 12\) goes beyond the high watermark 9"):
-        client.read_range(ten, 0, 8, 12)
+    started = time.monotonic()
+    with pytest.raises(BeyondHighWatermarkError, match=r"range \[8, 12\) goes beyond the committed high watermark 9"):
+        client.read_range(ten, 0, 8, 12, timeout=0.5)
+    assert time.monotonic() - started < 0.5 + 1.0, "refused once the timeout passed"
     assert values(client.read_range(ten, 0, 8, 12, beyond_high_watermark="truncate")) == [b"8", b"9"]
     assert list(client.read_range(ten, 0, 15, 20, beyond_high_watermark="truncate")) == []
     read: list[bytes] = []

@@ -1,0 +1,368 @@
+"""Unary calls as plans without I/O: where to send, when to retry, refresh or give up.
+
+A plan is a generator. It yields actions (:class:`Attempt`, :class:`Sleep`,
+:class:`Refresh`) and receives their outcomes: the attempt's result or the
+refreshed metadata is sent back; a failed attempt's ``grpc.RpcError`` (or a
+refresh's ``LiftbridgeError``) is thrown in. The plan returns the call's
+result or raises its typed error. The synchronous client
+(:meth:`Router.run <liftbridge_provider.client.routing.Router.run>`) and the
+asyncio client (:meth:`AsyncLiftbridgeClient._run`) only carry actions out, so
+every decision (routing, retries, deadlines, paused partitions, ambiguous
+admin calls) is written once, here, in the manner of h11's sans-I/O state
+machines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client.addresses import broker_addresses, replica_address
+from liftbridge_provider.client.errors import (
+    AckTimeoutError,
+    LiftbridgeError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    PartitionPausedError,
+    StreamExistsError,
+    UnavailableError,
+    error_from_rpc,
+)
+from liftbridge_provider.client.metadata import Metadata, PartitionInfo, metadata_from_response
+from liftbridge_provider.client.options import ClientConfig
+from liftbridge_provider.client.retry import Action, Deadline, RetryState
+
+T = TypeVar("T")
+
+Rpc = Callable[[Any, float], Any]
+"""``(stub, timeout) -> result`` (sync stub) or an awaitable of it (grpc.aio stub)."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """Send ``rpc`` to ``address`` with ``timeout`` seconds.
+
+    ``connect_first``: wait (at most ``timeout``) for the channel to connect and
+    raise :class:`NotSent` if it does not, so the caller knows nothing was sent.
+    """
+
+    address: str
+    timeout: float
+    rpc: Rpc
+    connect_first: bool = False
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Refresh:
+    """Fetch metadata within ``timeout`` seconds (all streams, or ``streams``) and send back the snapshot."""
+
+    timeout: float
+    streams: tuple[str, ...] = ()
+
+
+PlanAction = Attempt | Sleep | Refresh
+Plan = Generator[PlanAction, Any, T]
+
+
+class NotSent(grpc.RpcError):
+    """The channel did not connect within the attempt's time: nothing was sent, another broker may take it."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return f"could not connect to {self.address}"
+
+
+def paused_error(stream: str, partition: int) -> PartitionPausedError:
+    """A paused partition has no serving leader: it answers "not leader" (or nothing) until resumed."""
+    return PartitionPausedError(
+        "the partition is paused; publish to it, or read with resume=True, to resume it",
+        stream=stream,
+        partition=partition,
+    )
+
+
+def refreshed(deadline: Deadline, snapshot: Metadata, streams: tuple[str, ...] = ()) -> Plan[Metadata]:
+    """A fresher snapshot within the deadline; the old one if the refresh fails (the caller goes on retrying)."""
+    if deadline.expired:
+        return snapshot
+    try:
+        fresh: Metadata = yield Refresh(deadline.remaining(), streams)
+    except LiftbridgeError:
+        return snapshot
+    return fresh
+
+
+def knowing(deadline: Deadline, snapshot: Metadata, stream: str) -> Plan[Metadata]:
+    """A snapshot that knows ``stream`` (refreshed once if needed); NoSuchStreamError if the cluster does not."""
+    if stream not in snapshot.streams:
+        fresh: Metadata = yield Refresh(deadline.remaining())
+        snapshot = fresh
+    snapshot.stream(stream)
+    return snapshot
+
+
+def any_broker(
+    config: ClientConfig,
+    snapshot: Metadata,
+    rpc: Rpc,
+    deadline: Deadline,
+    *,
+    stream: str | None = None,
+    addresses: list[str] | None = None,
+) -> Plan[Any]:
+    """Try the known brokers in random order: UNAVAILABLE (or a hung attempt) moves on to the next one,
+    an election backs off; anything else is final. ``addresses`` overrides the brokers to try."""
+    state = RetryState(deadline, leader_directed=False, stream=stream)
+    while True:
+        for address in addresses or broker_addresses(config, snapshot):
+            try:
+                return (yield Attempt(address, state.attempt_timeout(), rpc))
+            except grpc.RpcError as exc:
+                action, delay = state.after_failure(exc)
+            if action is not Action.NEXT_BROKER:
+                yield Sleep(delay)
+                break
+        else:
+            yield Sleep(state.pause())
+
+
+def leader_call(
+    config: ClientConfig,
+    snapshot: Metadata,
+    rpc: Rpc,
+    deadline: Deadline,
+    *,
+    stream: str,
+    partition: int,
+    any_isr_replica: bool = False,
+    when_paused: Callable[[str], Plan[Any]] | None = None,
+) -> Plan[Any]:
+    """Send ``rpc`` to the partition leader (or a random ISR member), following leadership as it moves.
+
+    A partition whose metadata names as leader the very broker that just refused
+    ("not leader") and carries the paused flag is paused: ``when_paused(leader
+    address)`` decides what the call returns then (default: PartitionPausedError).
+    """
+    state = RetryState(deadline, leader_directed=True, stream=stream, partition=partition)
+    snapshot = yield from knowing(deadline, snapshot, stream)
+    refused_by: str | None = None
+    while True:
+        address = yield from _replica(config, snapshot, deadline, (stream, partition), any_isr_replica)
+        if refused_by is not None and refused_by == address and snapshot.partition(stream, partition).paused:
+            if when_paused is None:
+                raise paused_error(stream, partition)
+            return (yield from when_paused(address))
+        refused_by = None
+        if address is None:
+            delay = state.pause()  # no leader right now: an election is running
+        else:
+            try:
+                return (yield Attempt(address, state.attempt_timeout(), rpc))
+            except grpc.RpcError as exc:
+                _action, delay = state.after_failure(exc)
+                if is_refusal(exc):
+                    refused_by = address
+        yield Sleep(delay)
+        snapshot = yield from refreshed(deadline, snapshot)
+
+
+def is_refusal(exc: grpc.RpcError) -> bool:
+    """The broker refused as not leading the partition (or its log is closed): paused, or leadership moved."""
+    details = (exc.details() or "").lower()
+    return exc.code() == grpc.StatusCode.FAILED_PRECONDITION or (
+        exc.code() == grpc.StatusCode.INTERNAL and "closed" in details
+    )
+
+
+def _replica(
+    config: ClientConfig, snapshot: Metadata, deadline: Deadline, where: tuple[str, int], any_isr: bool
+) -> Plan[str | None]:
+    stream, partition = where
+    try:
+        return replica_address(config, snapshot, stream, partition, any_isr)
+    except (NoSuchStreamError, NoSuchPartitionError):
+        fresh: Metadata = yield Refresh(deadline.remaining())
+        return replica_address(config, fresh, stream, partition, any_isr)
+
+
+def partition_metadata(
+    config: ClientConfig, snapshot: Metadata, deadline: Deadline, stream: str, partition: int
+) -> Plan[PartitionInfo]:
+    """Authoritative partition metadata from the leader; for a paused partition, the leader's metadata view.
+
+    A paused partition refuses FetchPartitionMetadata, but its high watermark is
+    known: no message arrives while it is paused (a publish resumes it). The
+    leader's FetchMetadata answer carries it, from the leader's own log, and
+    asking for it does not resume the partition.
+    """
+    request = api.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+
+    def fetch(stub: Any, timeout: float) -> Any:
+        return stub.FetchPartitionMetadata(request, timeout=timeout)
+
+    def from_leader_view(address: str) -> Plan[PartitionInfo]:
+        view = yield from leader_view(config, snapshot, deadline, stream, address)
+        return view.partition(stream, partition)
+
+    response = yield from leader_call(
+        config, snapshot, fetch, deadline, stream=stream, partition=partition, when_paused=from_leader_view
+    )
+    if isinstance(response, PartitionInfo):
+        return response
+    return PartitionInfo.from_proto(stream, response.metadata)
+
+
+def leader_view(
+    config: ClientConfig, snapshot: Metadata, deadline: Deadline, stream: str, address: str
+) -> Plan[Metadata]:
+    """The stream's metadata as the broker at ``address`` sees it (any broker's, if that one does not answer)."""
+    request = api.FetchMetadataRequest(streams=[stream])
+
+    def fetch(stub: Any, timeout: float) -> Any:
+        return stub.FetchMetadata(request, timeout=timeout)
+
+    try:
+        response = yield Attempt(address, deadline.attempt_budget(), fetch)
+    except grpc.RpcError:
+        response = yield from any_broker(config, snapshot, fetch, deadline, stream=stream)
+    view = metadata_from_response(response, snapshot, [stream])
+    view.stream(stream)
+    return view
+
+
+def ambiguous_admin(
+    config: ClientConfig,
+    snapshot: Metadata,
+    rpc: Rpc,
+    deadline: Deadline,
+    *,
+    stream: str,
+    already_done: Callable[[LiftbridgeError], Plan[bool]],
+) -> Plan[Any]:
+    """A CreateStream or DeleteStream: retried only in a way that cannot misreport what happened.
+
+    An attempt that fails before anything was sent (no connection) goes to the
+    next broker. One that fails after sending may have been applied; it is sent
+    again, and if that answer is the error the first attempt would cause
+    (AlreadyExists for a create, NotFound for a delete), ``already_done(error)``
+    decides whether the first attempt did it (then the call succeeds).
+    """
+    state = RetryState(deadline, leader_directed=False, stream=stream)
+    maybe_applied = False
+    while True:
+        for address in broker_addresses(config, snapshot):
+            try:
+                return (yield Attempt(address, state.attempt_timeout(), rpc, connect_first=True))
+            except grpc.RpcError as exc:
+                if maybe_applied and exc.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.NOT_FOUND):
+                    error = error_from_rpc(exc, stream=stream)
+                    if (yield from already_done(error)):
+                        return None
+                    raise error from exc
+                maybe_applied = maybe_applied or not isinstance(exc, NotSent)
+                action, delay = state.after_failure(_as_retryable(exc))
+            if action is not Action.NEXT_BROKER:
+                yield Sleep(delay)
+                break
+        else:
+            yield Sleep(state.pause())
+
+
+class _LostAnswer(grpc.RpcError):
+    """An admin call whose answer was lost after sending: retried (the retry finds out what happened)."""
+
+    def __init__(self, cause: grpc.RpcError) -> None:
+        self.cause = cause
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return f"answer lost ({self.cause.code().name}: {self.cause.details()})"
+
+
+def _as_retryable(exc: grpc.RpcError) -> grpc.RpcError:
+    """Connection-level failures after sending (UNAVAILABLE, a hung attempt, a reset) are worth a retry."""
+    if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+        return _LostAnswer(exc)
+    return exc
+
+
+def stream_created_as(
+    subject: str, partitions: int, config: ClientConfig, deadline: Deadline, name: str
+) -> Callable[[LiftbridgeError], Plan[bool]]:
+    """For a create whose answer was lost: the existing stream is ours if it has our subject and partition count."""
+
+    def check(error: LiftbridgeError) -> Plan[bool]:
+        if not isinstance(error, StreamExistsError):
+            return False
+        fresh: Metadata = yield Refresh(deadline.remaining(), (name,))
+        info = fresh.streams.get(name)
+        return info is not None and info.subject == subject and len(info.partitions) == partitions
+
+    return check
+
+
+def stream_gone(error: LiftbridgeError) -> Plan[bool]:
+    """For a delete whose answer was lost: NotFound means the lost attempt deleted it."""
+    gone = isinstance(error, NoSuchStreamError)
+    yield from ()  # a plan that needs no I/O
+    return gone
+
+
+def send_once(
+    config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, *, stream: str | None, partition: int | None
+) -> Plan[Any]:
+    """A publish: sent to one broker, never again once it may have arrived.
+
+    Brokers that cannot be connected to are skipped (nothing was sent); the
+    first one that connects gets the whole remaining time. A failure after
+    sending is raised with ``may_be_stored=True`` where the message may have
+    been stored.
+    """
+    state = RetryState(deadline, leader_directed=False, stream=stream)
+    while True:
+        for address in broker_addresses(config, snapshot):
+            try:
+                return (yield Attempt(address, max(deadline.remaining(), 0.001), rpc, connect_first=True))
+            except NotSent as exc:
+                state.after_failure(exc)
+            except grpc.RpcError as exc:
+                raise after_send_error(exc, stream, partition) from exc
+        yield Sleep(state.pause())
+
+
+def after_send_error(exc: grpc.RpcError, stream: str | None, partition: int | None) -> LiftbridgeError:
+    """A publish failed after it was sent: never retried, since it may have been stored."""
+    code = exc.code()
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return AckTimeoutError(
+            "no ack before the deadline; the message may have been stored",
+            stream=stream,
+            partition=partition,
+            code=code,
+            may_be_stored=True,
+        )
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return UnavailableError(
+            f"connection lost during publish ({exc.details()}); the message may have been stored",
+            stream=stream,
+            partition=partition,
+            code=code,
+            may_be_stored=True,
+        )
+    return error_from_rpc(exc, stream=stream, partition=partition)

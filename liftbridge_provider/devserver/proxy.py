@@ -1,0 +1,146 @@
+"""A TCP proxy on 127.0.0.1 in front of one broker, for faults a real network has.
+
+Tests dial the proxy instead of the broker (``address_resolver`` maps the
+broker's advertised address to the proxy) and then break the path on purpose:
+
+- :meth:`FaultProxy.cut_next_response`: the next gRPC response is never
+  delivered; the connection is reset the moment the server starts answering,
+  so the request reached the server (and was applied) but the client sees
+  UNAVAILABLE. This is "a retry after partial success" made deterministic.
+- :meth:`FaultProxy.blackhole`: bytes stop flowing in both directions while the
+  TCP connections stay open, like a host that vanished without a reset.
+
+Bytes are forwarded unchanged; responses are watched at HTTP/2 frame level
+(9-byte frame headers) only to find where a response starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+from types import TracebackType
+
+from liftbridge_provider.devserver.config import LOOPBACK
+
+_HEADERS_FRAME = 0x1
+_FRAME_HEADER = 9
+
+
+class FaultProxy:
+    """Forward ``127.0.0.1:<port>`` to ``target`` (``host:port``) until :meth:`close`."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+        self._listener = socket.create_server((LOOPBACK, 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._cut_armed = threading.Event()
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.cuts = 0  # responses cut so far
+        threading.Thread(target=self._accept_loop, name="fault-proxy-accept", daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def cut_next_response(self) -> None:
+        """Reset the connection that carries the next gRPC response, before the client sees it."""
+        self._cut_armed.set()
+
+    def blackhole(self, on: bool = True) -> None:
+        """Stop (or resume) forwarding bytes; connections stay open and silent."""
+        if on:
+            self._flowing.clear()
+        else:
+            self._flowing.set()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._flowing.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            _reset(sock)
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+                server = socket.create_connection(self._target, timeout=5)
+            except OSError:
+                if self._closed.is_set():
+                    return
+                continue
+            server.settimeout(None)
+            with self._lock:
+                self._sockets += [client, server]
+            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, from_server: bool) -> None:
+        pending = b""
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                self._flowing.wait()
+                if from_server:
+                    pending += data
+                    frames, pending = _split_frames(pending)
+                    if self._cut_armed.is_set() and any(_is_response_start(f) for f in frames):
+                        self._cut_armed.clear()
+                        self.cuts += 1
+                        break
+                    data = b"".join(frames)
+                if data:
+                    sink.sendall(data)
+        except OSError:
+            pass
+        _reset(source)
+        _reset(sink)
+
+
+def _split_frames(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """Whole HTTP/2 frames from the start of ``buffer`` (after the preface), and the rest."""
+    frames = []
+    while len(buffer) >= _FRAME_HEADER:
+        length = int.from_bytes(buffer[:3], "big")
+        if len(buffer) < _FRAME_HEADER + length:
+            break
+        frames.append(buffer[: _FRAME_HEADER + length])
+        buffer = buffer[_FRAME_HEADER + length :]
+    return frames, buffer
+
+
+def _is_response_start(frame: bytes) -> bool:
+    """A HEADERS frame on a request stream (id > 0): the server starts answering a call."""
+    frame_type = frame[3]
+    stream_id = struct.unpack(">I", frame[5:9])[0] & 0x7FFFFFFF
+    return frame_type == _HEADERS_FRAME and stream_id > 0
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a TCP reset (SO_LINGER 0), as a dropped connection looks to the peer."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)  # wakes the other pump, blocked in recv on this socket
+    with contextlib.suppress(OSError):
+        sock.close()

@@ -1,0 +1,231 @@
+"""Faults in a real three-node cluster: frozen peers, lost leaders, deadlines (issue 11).
+
+Each test names the defect of issue 11 it guards. Nodes are frozen with
+SIGSTOP (a peer that vanished without a TCP reset) and always thawed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from liftbridge_provider.client import (
+    AsyncLiftbridgeClient,
+    InvalidArgumentError,
+    LiftbridgeClient,
+    LiftbridgeError,
+    LiftbridgeTimeoutError,
+    StartPosition,
+)
+from liftbridge_provider.devserver import DevServer
+
+pytestmark = pytest.mark.cluster
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(LiftbridgeError):
+            if condition():
+                return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def frozen(cluster: DevServer, *server_ids: str) -> Iterator[None]:
+    """SIGSTOP the nodes for the ``with`` block; SIGCONT them afterwards whatever happens."""
+    pids = [cluster.node(s).process.pid for s in server_ids]
+    try:
+        for pid in pids:
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)
+        yield
+    finally:
+        for pid in pids:
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
+
+def replicated_stream(client: LiftbridgeClient, name: str, **options: Any) -> str:
+    client.create_stream(name, name, replication_factor=3, **options)
+    wait_until(lambda: len(client.fetch_partition_metadata(name, 0).isr) == 3, 30, "an ISR of 3")
+    leader = client.fetch_partition_metadata(name, 0).leader
+    assert leader is not None
+    return leader
+
+
+def new_leader(client: LiftbridgeClient, name: str, old: str) -> str:
+    found: list[str] = []
+
+    def elected() -> bool:
+        leader = client.fetch_partition_metadata(name, 0, timeout=3).leader
+        if leader is not None and leader != old:
+            found.append(leader)
+            return True
+        return False
+
+    wait_until(elected, 60, "a new partition leader")
+    return found[-1]
+
+
+class Collector:
+    """Reads a subscription on a thread; remembers offsets and the error that ended it."""
+
+    def __init__(self, messages: Any) -> None:
+        self.offsets: list[int] = []
+        self.error: BaseException | None = None
+        self._messages = messages
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for message in self._messages:
+                self.offsets.append(message.offset)
+        except BaseException as exc:  # inspected by the test
+            self.error = exc
+
+
+def test_subscription_notices_a_frozen_leader_and_follows_the_new_one(liftbridge_cluster: DevServer) -> None:
+    """Defect 6 (issue 11): no keepalive; a subscription whose leader vanished without a reset waited
+    forever while a new leader took writes."""
+    with LiftbridgeClient(
+        liftbridge_cluster.brokers, request_timeout=5, resubscribe_wait=60, liveness_interval=3
+    ) as client:
+        leader = replicated_stream(client, "frozen-sub")
+        client.publish_batch("frozen-sub", [b"a"] * 10, ack_policy="all")
+        subscription = client.subscribe("frozen-sub", start=StartPosition.earliest())
+        reader = Collector(subscription)
+        wait_until(lambda: len(reader.offsets) == 10, 20, "the first 10 messages")
+        with frozen(liftbridge_cluster, leader):
+            new_leader(client, "frozen-sub", leader)
+            client.publish_batch("frozen-sub", [b"b"] * 10, ack_policy="leader")
+            wait_until(lambda: len(reader.offsets) >= 20 or reader.error is not None, 45, "messages after the freeze")
+        subscription.cancel()
+        reader.thread.join(10)
+        assert reader.error is None, reader.error
+        assert reader.offsets == list(range(20))
+
+
+def test_unary_call_to_a_frozen_leader_moves_on_within_its_deadline(liftbridge_cluster: DevServer) -> None:
+    """Defect 6 (issue 11): a leader-directed call to a frozen leader must find the new leader, not wait."""
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=20) as client:
+        leader = replicated_stream(client, "frozen-unary")
+        client.publish_batch("frozen-unary", [b"a"] * 5, ack_policy="all")
+        client.fetch_partition_metadata("frozen-unary", 0)  # warm the channel to the leader
+        with frozen(liftbridge_cluster, leader):
+            started = time.monotonic()
+            info = client.fetch_partition_metadata("frozen-unary", 0)
+            elapsed = time.monotonic() - started
+        assert info.leader != leader
+        assert info.high_watermark == 4
+        assert elapsed < 20, f"took {elapsed:.1f}s"
+
+
+def test_one_deadline_bounds_a_call_even_when_its_metadata_refresh_hangs(liftbridge_cluster: DevServer) -> None:
+    """Defect 7 (issue 11): a metadata refresh inside a call got a fresh full request_timeout, so a call
+    with timeout=1 ran for request_timeout more when the refresh hit a frozen broker."""
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=8) as client:
+        leader = replicated_stream(client, "deadline")
+        client.fetch_metadata()
+        others = [n.server_id for n in liftbridge_cluster.nodes if n.server_id != leader]
+        liftbridge_cluster.kill(leader)  # attempts at the leader fail at once (UNAVAILABLE): refresh
+        try:
+            with frozen(liftbridge_cluster, *others):  # and every refresh hangs
+                started = time.monotonic()
+                with pytest.raises(LiftbridgeError):
+                    client.fetch_partition_metadata("deadline", 0, timeout=1)
+                elapsed = time.monotonic() - started
+        finally:
+            liftbridge_cluster.restart(leader)
+        assert elapsed < 1 + 1.0, f"a call with timeout=1 took {elapsed:.1f}s"
+
+
+def test_second_failover_on_a_quiet_partition_resubscribes(liftbridge_cluster: DevServer) -> None:
+    """Defect 8 (issue 11): lost_since was reset only when a message arrived, so on a quiet partition the
+    second failover, more than resubscribe_wait after the first, failed at once instead of resubscribing."""
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10, resubscribe_wait=8) as client:
+        first = replicated_stream(client, "quiet")
+        client.publish("quiet", b"0", ack_policy="all")
+        subscription = client.subscribe("quiet", start=StartPosition.earliest())
+        reader = Collector(subscription)
+        wait_until(lambda: reader.offsets == [0], 20, "the first message")
+        liftbridge_cluster.kill(first)
+        second = new_leader(client, "quiet", first)
+        liftbridge_cluster.restart(first)
+        wait_until(lambda: len(client.fetch_partition_metadata("quiet", 0).isr) == 3, 60, "an ISR of 3 again")
+        time.sleep(8 + 2)  # quiet for longer than resubscribe_wait
+        liftbridge_cluster.kill(second)
+        new_leader(client, "quiet", second)
+        client.publish("quiet", b"1", ack_policy="all")
+        wait_until(lambda: len(reader.offsets) == 2 or reader.error is not None, 40, "the message after failover")
+        subscription.cancel()
+        reader.thread.join(10)
+        liftbridge_cluster.restart(second)
+        assert reader.error is None, f"the subscription gave up: {reader.error}"
+        assert reader.offsets == [0, 1]
+
+
+def test_async_second_failover_on_a_quiet_partition_resubscribes(liftbridge_cluster: DevServer) -> None:
+    """Defect 8 (issue 11), asyncio side: the same lost_since drift in AsyncLiftbridgeClient.subscribe."""
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as client:
+        first = replicated_stream(client, "aquiet")
+        client.publish("aquiet", b"0", ack_policy="all")
+
+        async def scenario() -> list[int]:
+            offsets: list[int] = []
+            async with AsyncLiftbridgeClient(
+                liftbridge_cluster.brokers, request_timeout=10, resubscribe_wait=8
+            ) as aclient:
+                messages = aclient.subscribe("aquiet", 0, 0)
+                offsets.append((await anext(messages)).offset)
+                pending = asyncio.ensure_future(anext(messages))
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(None, liftbridge_cluster.kill, first)
+                second = await loop.run_in_executor(None, new_leader, client, "aquiet", first)
+                await loop.run_in_executor(None, liftbridge_cluster.restart, first)
+                await asyncio.sleep(10)
+                await loop.run_in_executor(None, liftbridge_cluster.kill, second)
+                await loop.run_in_executor(None, new_leader, client, "aquiet", second)
+                await loop.run_in_executor(None, lambda: client.publish("aquiet", b"1", ack_policy="all"))
+                offsets.append((await asyncio.wait_for(pending, 40)).offset)
+                await messages.aclose()
+                await loop.run_in_executor(None, liftbridge_cluster.restart, second)
+            return offsets
+
+        assert asyncio.run(scenario()) == [0, 1]
+
+
+def test_refuse_after_failover_is_transient_not_bad_input(liftbridge_cluster: DevServer) -> None:
+    """Defect 12 (issue 11): right after failover a new leader's high watermark can lag the one a range was
+    frozen at; read_range(refuse) raised InvalidArgumentError (a task fails without retries) instead of
+    waiting for the new leader to catch up within the call's deadline."""
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as client:
+        for attempt in range(5):
+            name = f"lag-{attempt}"
+            leader = replicated_stream(client, name)
+            client.publish_batch(name, [b"x"] * 200, ack_policy="all")
+            end = client.fetch_partition_metadata(name, 0).high_watermark + 1
+            liftbridge_cluster.kill(leader)
+            try:
+                new_leader(client, name, leader)
+                try:
+                    read = [m.offset for m in client.read_range(name, 0, 0, end, timeout=20)]
+                except InvalidArgumentError as exc:
+                    pytest.fail(f"attempt {attempt}: a lagging high watermark was reported as bad input: {exc}")
+                except LiftbridgeTimeoutError:
+                    continue  # the new leader did not catch up in time: transient, as it should be
+                assert read == list(range(end))
+            finally:
+                liftbridge_cluster.restart(leader)

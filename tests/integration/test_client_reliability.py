@@ -1,0 +1,304 @@
+"""The client keeps its promises on streams in the states real clusters have (issue 11), one node.
+
+Each test names the defect of issue 11 it guards; each failed against the
+client before the fix (see the issue's closing note for the failures seen).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from liftbridge_provider.client import (
+    AsyncLiftbridgeClient,
+    LiftbridgeClient,
+    LiftbridgeError,
+    LiftbridgeTimeoutError,
+    NoSuchStreamError,
+    PartitionPausedError,
+    PublishMessage,
+    StreamExistsError,
+)
+from liftbridge_provider.devserver import DevServer, start_single
+from liftbridge_provider.devserver.proxy import FaultProxy
+
+
+@pytest.fixture(scope="module")
+def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
+    with LiftbridgeClient(liftbridge_server.brokers) as shared:
+        yield shared
+
+
+def new_stream(client: LiftbridgeClient, partitions: int = 1, **options: Any) -> str:
+    name = f"r-{uuid.uuid4().hex[:10]}"
+    client.create_stream(name.replace("-", "."), name, partitions=partitions, **options)
+    return name
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def bounded(call: Callable[[], Any], limit: float) -> tuple[Any, float]:
+    """Run ``call`` in a thread; fail the test if it has not returned after ``limit`` seconds."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(("ok", call()))
+        except BaseException as exc:  # handed to the test thread
+            outcome.append(("error", exc))
+
+    started = time.monotonic()
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(limit)
+    elapsed = time.monotonic() - started
+    assert not worker.is_alive(), f"the call was still running after {limit:g}s"
+    kind, value = outcome[0]
+    if kind == "error":
+        raise value
+    return value, elapsed
+
+
+def paused(client: LiftbridgeClient, stream: str, partition: int = 0) -> bool:
+    return client.fetch_metadata([stream]).partition(stream, partition).paused
+
+
+# -- defect 1: publish_batch ends by its timeout -------------------------------------------------------
+
+
+def test_publish_batch_returns_by_its_timeout(client: LiftbridgeClient) -> None:
+    """Defect 1 (issue 11): publish_batch(..., timeout=0.5) of 200,000 messages ran for over 60 s."""
+    name = new_stream(client)
+    result, elapsed = bounded(
+        lambda: client.publish_batch(name, [b"x" * 256] * 200_000, timeout=0.5, raise_on_error=False), 30
+    )
+    assert elapsed < 0.5 + 1.0, f"publish_batch took {elapsed:.1f}s for a 0.5s timeout"
+    acked = [a for a in result.acks if a is not None]
+    assert result.failures, "200,000 messages cannot all be acked in 0.5s on this machine"
+    assert len(acked) + len(result.failures) == 200_000, "every message is acked or reported"
+    unsent = [f for f in result.failures if not f.may_be_stored]
+    assert unsent, "messages never sent are reported as not stored"
+    high_watermark = client.fetch_partition_metadata(name, 0).high_watermark
+    assert high_watermark + 1 >= len(acked)
+
+
+def test_publish_batch_ends_when_acks_never_come(tmp_path: Any) -> None:
+    """Defect 1 (issue 11): with ack policy ALL and the ISR below min ISR no ack ever comes; the batch
+    still ends, by ack_wait for each message and by the batch timeout."""
+    with start_single(data_dir=tmp_path / "lb") as server, LiftbridgeClient(server.brokers) as one:
+        name = new_stream(one, min_isr=2)  # one node: the ISR (1) stays below min ISR (2), nothing commits
+        result, elapsed = bounded(
+            lambda: one.publish_batch(name, [b"x"] * 50, ack_policy="all", ack_wait=1, raise_on_error=False), 30
+        )
+        assert elapsed < 1 + 1.5, f"took {elapsed:.1f}s with ack_wait=1"
+        assert len(result.failures) == 50
+        assert all(f.may_be_stored for f in result.failures)
+        result, elapsed = bounded(
+            lambda: one.publish_batch(
+                name, [b"x"] * 50, ack_policy="all", ack_wait=30, timeout=1.0, raise_on_error=False
+            ),
+            30,
+        )
+        assert elapsed < 1.0 + 1.0, f"took {elapsed:.1f}s with timeout=1"
+        assert len(result.failures) == 50
+
+
+# -- defect 2: bounded reads end at their end on compacted streams ------------------------------------
+
+
+def test_read_range_never_returns_offsets_past_its_end_on_a_compacted_stream(client: LiftbridgeClient) -> None:
+    """Defect 2 (issue 11): read_range(s, 0, 0, 296) returned offset 595 once compaction removed 295."""
+    name = new_stream(client, compact_enabled=True, segment_max_bytes=1024, cleaner_interval=0.5)
+    messages = [PublishMessage(b"v%d-" % i + b"x" * 40, key=b"k%d" % (i % 3)) for i in range(600)]
+    client.publish_batch(name, messages, ack_policy="all")
+
+    def compacted() -> bool:
+        return len(list(client.read_range(name, 0, 0, 600))) < 100
+
+    wait_until(compacted, 30, "compaction")
+    survivors = [m.offset for m in client.read_range(name, 0, 0, 600)]
+    for end in (296, 297, 300, 590):
+        read = [m.offset for m in client.read_range(name, 0, 0, end, timeout=10)]
+        assert read == [o for o in survivors if o < end], f"range [0, {end}) read {read}"
+    # Adjacent slices of one range never share a row.
+    halves = [m.offset for m in client.read_range(name, 0, 0, 300)] + [
+        m.offset for m in client.read_range(name, 0, 300, 600)
+    ]
+    assert halves == survivors
+
+
+# -- defect 3: paused partitions ----------------------------------------------------------------------
+
+
+def test_paused_partition_answers_metadata_without_resuming(client: LiftbridgeClient) -> None:
+    """Defect 3 (issue 11): fetch_partition_metadata raised PartitionPausedError on an auto-paused partition."""
+    name = new_stream(client, partitions=2, auto_pause_time=0.5)
+    client.publish_batch(name, [PublishMessage(b"a", partition=0)] * 3 + [PublishMessage(b"b", partition=1)])
+    wait_until(lambda: paused(client, name, 0) and paused(client, name, 1), 15, "auto pause")
+    info = client.fetch_partition_metadata(name, 0)
+    assert (info.high_watermark, info.paused) == (2, True)
+    assert client.fetch_partition_metadata(name, 1).high_watermark == 0
+    with pytest.raises(PartitionPausedError, match="resume"):
+        client.earliest_offset(name, 0)
+    with pytest.raises(PartitionPausedError):
+        list(client.read_range(name, 0, 0, 3))
+    assert client.earliest_offset(name, 0, resume=True) == 0
+    assert [m.value for m in client.read_range(name, 0, 0, 3, resume=True)] == [b"a"] * 3
+
+    async def from_asyncio() -> int:
+        async with AsyncLiftbridgeClient(client.config) as aclient:
+            return (await aclient.fetch_partition_metadata(name, 1)).high_watermark
+
+    assert asyncio.run(from_asyncio()) == 0
+
+
+def test_manually_paused_partition_answers_metadata(client: LiftbridgeClient) -> None:
+    """Defect 3 (issue 11): a paused partition has a known high watermark; asking for it must not resume it."""
+    name = new_stream(client)
+    client.publish_batch(name, [b"x"] * 5, ack_policy="all")
+    client.pause_stream(name)
+    started = time.monotonic()
+    assert client.fetch_partition_metadata(name, 0).high_watermark == 4
+    assert time.monotonic() - started < 5
+    with pytest.raises(PartitionPausedError):
+        client.earliest_offset(name, 0)  # still paused: metadata did not resume it
+
+
+# -- defect 5: the earliest-offset probe never guesses -------------------------------------------------
+
+
+def test_earliest_offset_is_sure_when_retention_removed_everything(client: LiftbridgeClient) -> None:
+    """Defect 5 (issue 11), the other side: when retention really removed every message the probe still
+    answers high watermark + 1 (on evidence: the log's only segment is empty), not a timeout."""
+    name = new_stream(client, segment_max_age=1, retention_max_age=2, cleaner_interval=0.5)
+    client.publish_batch(name, [b"x"] * 20, ack_policy="all")
+
+    def removed() -> bool:
+        return client.earliest_offset(name, 0, timeout=5) == 20
+
+    wait_until(removed, 30, "retention to remove every message")
+    assert client.earliest_offset(name, 0) == 20
+    client.publish(name, b"new", ack_policy="all")
+    assert client.earliest_offset(name, 0) == 20
+
+
+def test_earliest_offset_of_a_silent_leader_is_a_timeout_not_a_guess(tmp_path: Any) -> None:
+    """Defect 5 (issue 11): a probe that saw nothing within 2 s answered high watermark + 1, so
+    on_data_loss='skip' skipped a whole range; a leader that stops answering must be a timeout."""
+    with start_single(data_dir=tmp_path / "lb") as server, LiftbridgeClient(server.brokers) as one:
+        name = new_stream(one)
+        one.publish_batch(name, [b"x"] * 10, ack_policy="all")
+        pid = server.nodes[0].process.pid
+        assert pid is not None
+        fetch = one.fetch_partition_metadata
+
+        def fetch_then_freeze(*args: Any, **kwargs: Any) -> Any:
+            info = fetch(*args, **kwargs)
+            os.kill(pid, signal.SIGSTOP)  # the leader answered, then stopped: a slow or vanishing peer
+            return info
+
+        one.fetch_partition_metadata = fetch_then_freeze  # type: ignore[method-assign]
+        try:
+            with pytest.raises(LiftbridgeTimeoutError):
+                bounded(lambda: one.earliest_offset(name, 0, timeout=4), 30)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+# -- defect 9: create and delete are not blindly retried -----------------------------------------------
+
+
+def proxied_client(server: DevServer, proxy: FaultProxy) -> LiftbridgeClient:
+    """A client that reaches the broker only through ``proxy``."""
+    return LiftbridgeClient(proxy.address, address_resolver=lambda host, port: proxy.address)
+
+
+def test_create_stream_whose_answer_was_lost_is_not_reported_as_existing(liftbridge_server: DevServer) -> None:
+    """Defect 9 (issue 11): CreateStream applied by the server but answered over a dropped connection was
+    retried and then failed with StreamExistsError (and if_exists='fail' failed a task that created it)."""
+    with FaultProxy(liftbridge_server.brokers[0]) as proxy, proxied_client(liftbridge_server, proxy) as via:
+        via.fetch_metadata()
+        name = f"r-{uuid.uuid4().hex[:10]}"
+        proxy.cut_next_response()
+        via.create_stream(name, name, partitions=2)
+        assert proxy.cuts == 1, "the first answer was cut"
+        assert len(via.stream_info(name).partitions) == 2
+        with pytest.raises(StreamExistsError):
+            via.create_stream(name, name)  # a real second create still says so
+
+
+def test_delete_stream_whose_answer_was_lost_is_not_reported_missing(liftbridge_server: DevServer) -> None:
+    """Defect 9 (issue 11): DeleteStream applied but answered over a dropped connection was retried and
+    then failed with NoSuchStreamError."""
+    with FaultProxy(liftbridge_server.brokers[0]) as proxy, proxied_client(liftbridge_server, proxy) as via:
+        name = f"r-{uuid.uuid4().hex[:10]}"
+        via.create_stream(name, name)
+        proxy.cut_next_response()
+        via.delete_stream(name)
+        assert proxy.cuts == 1
+        with pytest.raises(NoSuchStreamError):
+            via.delete_stream(name)
+
+
+def test_create_stream_with_another_shape_after_a_lost_answer_is_still_refused(
+    liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """Defect 9 (issue 11): after a lost answer, an existing stream of another shape is not ours."""
+    name = new_stream(client, partitions=1)
+    with FaultProxy(liftbridge_server.brokers[0]) as proxy, proxied_client(liftbridge_server, proxy) as via:
+        via.fetch_metadata()
+        proxy.cut_next_response()
+        with pytest.raises(StreamExistsError):
+            via.create_stream(name.replace("-", "."), name, partitions=3)
+
+
+# -- defect 8 (asyncio): a failing metadata fetch does not escape resubscribe_wait -------------------
+
+
+def test_async_subscription_survives_a_restart_within_resubscribe_wait(tmp_path: Any) -> None:
+    """Defect 7 (issue 11): the async subscribe's failing metadata fetch escaped resubscribe_wait: it
+    raised as soon as the node was down instead of waiting for it to come back."""
+    with start_single(data_dir=tmp_path / "lb") as server:
+        with LiftbridgeClient(server.brokers) as sync:
+            name = new_stream(sync)
+            sync.publish(name, b"before", ack_policy="all")
+
+        async def scenario() -> list[bytes]:
+            got: list[bytes] = []
+            async with AsyncLiftbridgeClient(server.brokers, resubscribe_wait=60, request_timeout=2) as aclient:
+                messages = aclient.subscribe(name, 0, 0)
+                got.append((await anext(messages)).value)
+                server.kill("n1")
+                await asyncio.sleep(1)
+                restart = asyncio.get_running_loop().run_in_executor(None, server.restart, "n1")
+                waiting = asyncio.ensure_future(anext(messages))
+                await restart
+                with LiftbridgeClient(server.brokers) as sync:
+                    sync.publish(name, b"after", ack_policy="all")
+                got.append((await asyncio.wait_for(waiting, 60)).value)
+                await messages.aclose()
+            return got
+
+        assert asyncio.run(scenario()) == [b"before", b"after"]
+
+
+def test_a_missing_stream_is_not_retried(client: LiftbridgeClient) -> None:
+    """A final error is raised at once, not retried until the deadline."""
+    started = time.monotonic()
+    with pytest.raises(LiftbridgeError):
+        client.fetch_partition_metadata(f"missing-{uuid.uuid4().hex[:6]}", 0)
+    assert time.monotonic() - started < 3
