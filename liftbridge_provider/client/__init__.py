@@ -14,6 +14,7 @@ from liftbridge_provider.client.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
     ClientClosedError,
+    CursorsDisabledError,
     EncryptionError,
     EnvelopeError,
     IncorrectOffsetError,
@@ -50,6 +51,7 @@ __all__ = [
     "BrokerInfo",
     "ClientClosedError",
     "ClientConfig",
+    "CursorsDisabledError",
     "EncryptionError",
     "EnvelopeError",
     "IncorrectOffsetError",

@@ -31,7 +31,7 @@ from liftbridge_provider.client.errors import (
 )
 from liftbridge_provider.client.messages import Message, StartPosition
 from liftbridge_provider.client.metadata import EMPTY, Metadata, PartitionInfo, metadata_from_response
-from liftbridge_provider.client.options import ClientConfig
+from liftbridge_provider.client.options import ClientConfig, check_timeout
 from liftbridge_provider.client.retry import Action, Deadline, RetryState, backoff_delay
 from liftbridge_provider.client.routing import broker_addresses, replica_address
 from liftbridge_provider.client.subscription import NoLeaderYet, resubscribable
@@ -71,7 +71,7 @@ class AsyncLiftbridgeClient:
 
     async def fetch_metadata(self, streams: Iterable[str] = ()) -> Metadata:
         """Ask the cluster for metadata (all streams, or only ``streams``); the result is also cached."""
-        names = [build.check_stream_name(s) for s in streams]
+        names = build.check_stream_names(streams)
         request = api.FetchMetadataRequest(streams=names)
         response = await self._call_any(lambda stub, remaining: stub.FetchMetadata(request, timeout=remaining))
         self._snapshot = metadata_from_response(response, self._snapshot, names)
@@ -81,6 +81,7 @@ class AsyncLiftbridgeClient:
         self, stream: str, partition: int = 0, *, timeout: float | None = None
     ) -> PartitionInfo:
         """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader."""
+        check_timeout("timeout", timeout)
         request = build.partition_metadata_request(stream, partition)
         response = await self._call_leader(
             stream, partition, lambda stub, remaining: stub.FetchPartitionMetadata(request, timeout=remaining), timeout
@@ -88,8 +89,14 @@ class AsyncLiftbridgeClient:
         return PartitionInfo.from_proto(stream, response.metadata)
 
     async def fetch_cursor(self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None) -> int:
-        """The cursor's stored offset, or -1 if it was never set."""
+        """The cursor's stored offset, or -1 if it was never set.
+
+        Raises NoSuchStreamError / NoSuchPartitionError for a partition that does not exist,
+        CursorsDisabledError when the server keeps no cursors (as the sync client).
+        """
+        check_timeout("timeout", timeout)
         request = build.fetch_cursor_request(cursor_id, stream, partition)
+        await self._check_cursor_target(stream, partition)
         response = await self._cursor_call(request, lambda stub, t: stub.FetchCursor(request, timeout=t), timeout)
         offset: int = response.offset
         return offset
@@ -97,8 +104,10 @@ class AsyncLiftbridgeClient:
     async def set_cursor(
         self, cursor_id: str, stream: str, partition: int, offset: int, *, timeout: float | None = None
     ) -> None:
-        """Store ``offset`` (the last processed offset; -1: none) for the cursor."""
+        """Store ``offset`` (the last processed offset; -1: none) for the cursor (errors as :meth:`fetch_cursor`)."""
+        check_timeout("timeout", timeout)
         request = build.set_cursor_request(cursor_id, stream, partition, offset)
+        await self._check_cursor_target(stream, partition)
         await self._cursor_call(request, lambda stub, t: stub.SetCursor(request, timeout=t), timeout)
 
     async def subscribe(self, stream: str, partition: int, start_offset: int) -> AsyncIterator[Message]:
@@ -108,6 +117,8 @@ class AsyncLiftbridgeClient:
         continues after the last offset it yielded (never repeating one); it raises
         UnavailableError after ``resubscribe_wait`` seconds without a leader.
         """
+        build.check_stream_name(stream)
+        build.check_partition(partition, stream=stream)
         next_offset = build.check_offset(start_offset, "start_offset")
         lost_since: float | None = None
         attempt = 0
@@ -151,6 +162,12 @@ class AsyncLiftbridgeClient:
                 confirmed = True
         finally:
             call.cancel()
+
+    async def _check_cursor_target(self, stream: str, partition: int) -> None:
+        """Cursors are enabled and the partition exists (metadata refreshed once if unknown)."""
+        if not build.knows_cursor_target(self._snapshot, stream, partition):
+            await self.fetch_metadata()
+        build.check_cursor_target(self._snapshot, stream, partition)
 
     async def _cursor_call(self, request: Any, rpc: Callable[[Any, float], Awaitable[T]], timeout: float | None) -> T:
         snapshot = await self._snapshot_with(build.CURSORS_STREAM)

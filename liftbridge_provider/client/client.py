@@ -18,14 +18,15 @@ from liftbridge_provider.client.errors import (
     InvalidArgumentError,
     LiftbridgeError,
     LiftbridgeTimeoutError,
+    MessageTooLargeError,
     UnavailableError,
     error_from_rpc,
 )
 from liftbridge_provider.client.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, StreamInfo
-from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.partitioners import Partitioner
-from liftbridge_provider.client.publisher import BatchPublisher, BatchResult
+from liftbridge_provider.client.options import ClientConfig, check_seconds, check_timeout
+from liftbridge_provider.client.partitioners import Partitioner, PartitionerName, resolve_partitioner
+from liftbridge_provider.client.publisher import BatchPublisher, BatchResult, PublishFailure
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.subscription import Subscription
 
@@ -91,7 +92,7 @@ class LiftbridgeClient:
 
     def fetch_metadata(self, streams: Iterable[str] = ()) -> Metadata:
         """Ask the cluster for metadata (all streams, or only ``streams``) and cache the result."""
-        names = [build.check_stream_name(s) for s in streams]
+        names = build.check_stream_names(streams)
         return self._router.metadata.refresh(names)
 
     def metadata(self) -> Metadata:
@@ -106,6 +107,7 @@ class LiftbridgeClient:
         self, stream: str, partition: int = 0, *, timeout: float | None = None
     ) -> PartitionInfo:
         """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader."""
+        check_timeout("timeout", timeout)
         request = build.partition_metadata_request(stream, partition)
 
         def attempt(pooled: PooledChannel, remaining: float) -> api.FetchPartitionMetadataResponse:
@@ -129,13 +131,17 @@ class LiftbridgeClient:
         ``auto_pause_time``, ``auto_pause_disable_if_subscribers``, ``min_isr``,
         ``optimistic_concurrency_control``, ``encryption``. Durations are
         ``timedelta`` or seconds. Raises StreamExistsError if the name is taken.
+        Names, subjects and groups that the server cannot hold are refused
+        (InvalidArgumentError) before anything is sent; see docs/client.md.
         """
+        check_timeout("timeout", timeout)
         request = build.create_stream_request(subject, name, **options)
         self._unary("CreateStream", request, timeout=timeout, stream=name)
         self._router.metadata.refresh()
 
     def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
         """Delete a stream and its data. Raises NoSuchStreamError if there is none."""
+        check_timeout("timeout", timeout)
         request = api.DeleteStreamRequest(name=build.check_stream_name(name))
         self._unary("DeleteStream", request, timeout=timeout, stream=name)
         self._router.metadata.refresh()
@@ -148,10 +154,15 @@ class LiftbridgeClient:
         resume_all: bool = False,
         timeout: float | None = None,
     ) -> None:
-        """Pause some partitions (default all). A publish or ``resume=True`` subscribe resumes one;
-        with ``resume_all`` any resume resumes every paused partition of the stream."""
+        """Pause some partitions (None, the default: all). An empty selection pauses nothing (no
+        PauseStream request is sent). A publish or ``resume=True`` subscribe resumes one; with ``resume_all``
+        any resume resumes every paused partition of the stream."""
+        check_timeout("timeout", timeout)
+        build.check_flag(resume_all, "resume_all")
         ids = self._partition_list(name, partitions)
-        request = api.PauseStreamRequest(name=name, partitions=ids, resumeAll=resume_all)
+        if ids == []:
+            return
+        request = api.PauseStreamRequest(name=name, partitions=ids or [], resumeAll=resume_all)
         self._unary("PauseStream", request, timeout=timeout, stream=name)
 
     def set_stream_readonly(
@@ -162,17 +173,21 @@ class LiftbridgeClient:
         readonly: bool = True,
         timeout: float | None = None,
     ) -> None:
-        """Make some partitions (default all) readonly, or writable again with ``readonly=False``."""
+        """Make some partitions (None, the default: all) readonly, or writable again with
+        ``readonly=False``. An empty selection changes nothing (no SetStreamReadonly request is sent)."""
+        check_timeout("timeout", timeout)
+        build.check_flag(readonly, "readonly")
         ids = self._partition_list(name, partitions)
-        request = api.SetStreamReadonlyRequest(name=name, partitions=ids, readonly=readonly)
+        if ids == []:
+            return
+        request = api.SetStreamReadonlyRequest(name=name, partitions=ids or [], readonly=readonly)
         self._unary("SetStreamReadonly", request, timeout=timeout, stream=name)
 
-    def _partition_list(self, name: str, partitions: Iterable[int] | None) -> list[int]:
+    def _partition_list(self, name: str, partitions: Iterable[int] | None) -> list[int] | None:
         build.check_stream_name(name)
         if partitions is None:
-            return []
-        count = self._router.partition_count(name)
-        return [build.check_partition(p, count, name) for p in partitions]
+            return None
+        return build.check_partition_selection(partitions, self._router.partition_count(name), name)
 
     # -- publishing ------------------------------------------------------------
 
@@ -184,22 +199,25 @@ class LiftbridgeClient:
         key: bytes | None = None,
         headers: Mapping[str, bytes] | None = None,
         partition: int | None = None,
-        partitioner: Partitioner | None = None,
+        partitioner: Partitioner | PartitionerName | None = None,
         ack_policy: AckPolicy | str = AckPolicy.LEADER,
         expected_offset: int | None = None,
         timeout: float | None = None,
     ) -> Ack | None:
         """Publish one message and wait for its ack (None with ack policy NONE).
 
-        The partition is ``partition``, else ``partitioner(stream, key, value, n)``,
-        else 0. ``expected_offset`` (streams with optimistic concurrency control)
+        The partition is ``partition``, else ``partitioner(stream, key, value, n)``
+        (or the partitioner named ``"key"`` or ``"round_robin"``), else 0.
+        ``expected_offset`` (streams with optimistic concurrency control)
         must be the offset the message will get; None means "next". ``timeout``
         bounds the wait for the ack (default ``request_timeout``); an expired
         wait raises AckTimeoutError. A publish that may have reached the server
-        is never re-sent: errors after sending carry ``may_be_stored=True``.
+        is never re-sent: errors after sending carry ``may_be_stored=True``. A message over
+        the server's size limit raises MessageTooLargeError naming its size.
         """
+        check_timeout("timeout", timeout)
         policy = AckPolicy.parse(ack_policy)
-        chosen = self._choose_partition(stream, key, value, partition, partitioner)
+        chosen = self._choose_partition(stream, key, value, partition, resolve_partitioner(partitioner))
         request = build.publish_request(
             stream,
             value,
@@ -210,7 +228,10 @@ class LiftbridgeClient:
             expected_offset=expected_offset,
         )
 
-        response = self._send_once("Publish", request, timeout, stream, chosen)
+        try:
+            response = self._send_once("Publish", request, timeout, stream, chosen)
+        except MessageTooLargeError as exc:
+            raise exc.with_size(request.ByteSize()) from exc
         if policy == AckPolicy.NONE or not response.HasField("ack"):
             return None
         return Ack(response.ack, chosen)
@@ -220,7 +241,7 @@ class LiftbridgeClient:
         stream: str,
         messages: Iterable[PublishMessage | bytes],
         *,
-        partitioner: Partitioner | None = None,
+        partitioner: Partitioner | PartitionerName | None = None,
         ack_policy: AckPolicy | str = AckPolicy.LEADER,
         window: int = 1024,
         ack_wait: float | None = None,
@@ -236,12 +257,18 @@ class LiftbridgeClient:
         bounds the whole batch (default: none). Failed messages are listed in
         ``BatchResult.failures`` with their error; with ``raise_on_error``
         (default) a BatchPublishError carrying that result is raised instead.
-        Messages are never re-sent automatically (see ``may_be_stored``).
+        Messages are never re-sent automatically (see ``may_be_stored``). ``partitioner``
+        is a callable or ``"key"`` / ``"round_robin"``.
         """
+        check_timeout("ack_wait", ack_wait)
+        check_timeout("timeout", timeout)
+        build.check_flag(raise_on_error, "raise_on_error")
+        build.check_batch_messages(messages)
+        chooser = resolve_partitioner(partitioner)
         policy = AckPolicy.parse(ack_policy)
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise InvalidArgumentError(f"window must be a whole number >= 1, got {window!r}")
-        requests = self._batch_requests(stream, messages, partitioner, policy)
+        requests = self._batch_requests(stream, messages, chooser, policy)
         if not requests:
             return BatchResult([])
         publisher = BatchPublisher(
@@ -252,6 +279,7 @@ class LiftbridgeClient:
             timeout=timeout,
         )
         result = publisher.run()
+        result.failures = [_sized(failure, requests) for failure in result.failures]
         if raise_on_error:
             result.raise_for_failures()
         return result
@@ -328,6 +356,7 @@ class LiftbridgeClient:
         Returns the first ack (None with ack policy NONE). Its ``partition`` is -1:
         the subject alone does not say which stream partition stored it.
         """
+        check_timeout("timeout", timeout)
         policy = AckPolicy.parse(ack_policy)
         request = api.PublishToSubjectRequest(
             subject=build.check_subject(subject),
@@ -337,7 +366,10 @@ class LiftbridgeClient:
             ackPolicy=policy.value,
         )
 
-        response = self._send_once("PublishToSubject", request, timeout, None, None)
+        try:
+            response = self._send_once("PublishToSubject", request, timeout, None, None)
+        except MessageTooLargeError as exc:
+            raise exc.with_size(request.ByteSize()) from exc
         if policy == AckPolicy.NONE or not response.HasField("ack"):
             return None
         return Ack(response.ack, -1)
@@ -381,6 +413,11 @@ class LiftbridgeClient:
         LiftbridgeTimeoutError when it expires. The partition is checked
         against the stream's metadata before subscribing.
         """
+        check_timeout("timeout", timeout)
+        check_timeout("resubscribe_wait", resubscribe_wait)
+        build.check_flag(resume, "resume")
+        if read_isr_replica is not None:
+            build.check_flag(read_isr_replica, "read_isr_replica")
         count = self._router.partition_count(build.check_stream_name(stream))
         build.check_partition(partition, count, stream)
         replica = self.config.read_isr_replica if read_isr_replica is None else read_isr_replica
@@ -417,6 +454,10 @@ class LiftbridgeClient:
         Offsets removed by compaction are simply absent. A paused partition
         raises PartitionPausedError unless ``resume`` is true.
         """
+        check_timeout("timeout", timeout)
+        build.check_flag(resume, "resume")
+        if read_isr_replica is not None:
+            build.check_flag(read_isr_replica, "read_isr_replica")
         build.check_stream_name(stream)
         build.check_offset(start, "start")
         build.check_offset(end, "end")
@@ -477,6 +518,8 @@ class LiftbridgeClient:
         stays silent for ``probe`` seconds (default 2) retention has removed every
         message, and the answer is high watermark + 1 (the next offset to be written).
         """
+        check_timeout("timeout", timeout)
+        check_seconds("probe", probe)
         info = self.fetch_partition_metadata(stream, partition, timeout=timeout)
         if info.high_watermark < 0:
             return None
@@ -502,15 +545,30 @@ class LiftbridgeClient:
     def set_cursor(
         self, cursor_id: str, stream: str, partition: int, offset: int, *, timeout: float | None = None
     ) -> None:
-        """Store ``offset`` (by convention the last processed offset; -1: none) for the cursor."""
+        """Store ``offset`` (by convention the last processed offset; -1: none) for the cursor.
+
+        Raises NoSuchStreamError / NoSuchPartitionError for a partition that does not exist,
+        CursorsDisabledError when the server keeps no cursors.
+        """
+        check_timeout("timeout", timeout)
         request = build.set_cursor_request(cursor_id, stream, partition, offset)
+        self._check_cursor_target(stream, partition)
         self._cursor_call("SetCursor", request, timeout)
 
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None) -> int:
-        """The cursor's stored offset, or -1 if it was never set."""
+        """The cursor's stored offset, or -1 if it was never set (errors as for :meth:`set_cursor`)."""
+        check_timeout("timeout", timeout)
         request = build.fetch_cursor_request(cursor_id, stream, partition)
+        self._check_cursor_target(stream, partition)
         response: api.FetchCursorResponse = self._cursor_call("FetchCursor", request, timeout)
         return response.offset
+
+    def _check_cursor_target(self, stream: str, partition: int) -> None:
+        """Cursors are enabled and the partition exists (metadata refreshed once if unknown)."""
+        snapshot = self._router.metadata.get()
+        if not build.knows_cursor_target(snapshot, stream, partition):
+            snapshot = self._router.metadata.refresh()
+        build.check_cursor_target(snapshot, stream, partition)
 
     def _cursor_call(self, method: str, request: Any, timeout: float | None) -> Any:
         cursors = self._router.partition_count(build.CURSORS_STREAM)
@@ -554,6 +612,13 @@ def _after_send_error(exc: grpc.RpcError, stream: str | None, partition: int | N
             may_be_stored=True,
         )
     return error_from_rpc(exc, stream=stream, partition=partition)
+
+
+def _sized(failure: PublishFailure, requests: Sequence[api.PublishRequest]) -> PublishFailure:
+    """A too-large failure names the message's size."""
+    if isinstance(failure.error, MessageTooLargeError) and failure.error.size is None:
+        return PublishFailure(failure.index, failure.error.with_size(requests[failure.index].ByteSize()))
+    return failure
 
 
 def _closing(subscription: Subscription) -> Iterator[Message]:
