@@ -29,7 +29,7 @@ from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.errors import ClientClosedError, LiftbridgeError
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import EMPTY, Metadata, PartitionInfo, metadata_from_response
-from liftbridge_provider.client.options import ClientConfig
+from liftbridge_provider.client.options import ClientConfig, check_timeout
 from liftbridge_provider.client.reading import NoLeaderYet, SubscriptionState, Verdict
 from liftbridge_provider.client.retry import Deadline
 
@@ -70,7 +70,8 @@ class AsyncLiftbridgeClient:
 
     async def fetch_metadata(self, streams: Iterable[str] = (), *, timeout: float | None = None) -> Metadata:
         """Ask the cluster for metadata (all streams, or only ``streams``); the result is also cached."""
-        names = [build.check_stream_name(s) for s in streams]
+        check_timeout("timeout", timeout)
+        names = build.check_stream_names(streams)
         return await self._refresh(names, timeout)
 
     async def fetch_partition_metadata(
@@ -78,14 +79,21 @@ class AsyncLiftbridgeClient:
     ) -> PartitionInfo:
         """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader;
         a paused partition answers too, without being resumed."""
+        check_timeout("timeout", timeout)
         build.partition_metadata_request(stream, partition)
         return await self._run(
             plans.partition_metadata(self.config, self._snapshot, self._deadline(timeout), stream, partition)
         )
 
     async def fetch_cursor(self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None) -> int:
-        """The cursor's stored offset, or -1 if it was never set."""
+        """The cursor's stored offset, or -1 if it was never set.
+
+        Raises NoSuchStreamError / NoSuchPartitionError for a partition that does not exist,
+        CursorsDisabledError when the server keeps no cursors (as the sync client).
+        """
+        check_timeout("timeout", timeout)
         request = build.fetch_cursor_request(cursor_id, stream, partition)
+        await self._check_cursor_target(stream, partition)
         response = await self._cursor_call(request, lambda stub, t: stub.FetchCursor(request, timeout=t), timeout)
         offset: int = response.offset
         return offset
@@ -93,8 +101,10 @@ class AsyncLiftbridgeClient:
     async def set_cursor(
         self, cursor_id: str, stream: str, partition: int, offset: int, *, timeout: float | None = None
     ) -> None:
-        """Store ``offset`` (the last processed offset; -1: none) for the cursor."""
+        """Store ``offset`` (the last processed offset; -1: none) for the cursor (errors as :meth:`fetch_cursor`)."""
+        check_timeout("timeout", timeout)
         request = build.set_cursor_request(cursor_id, stream, partition, offset)
+        await self._check_cursor_target(stream, partition)
         await self._cursor_call(request, lambda stub, t: stub.SetCursor(request, timeout=t), timeout)
 
     async def subscribe(
@@ -117,6 +127,9 @@ class AsyncLiftbridgeClient:
         with neither, only new messages. Without ``stop`` it runs until closed,
         following the leader and never repeating an offset.
         """
+        check_timeout("timeout", timeout)
+        check_timeout("idle_timeout", idle_timeout)
+        check_timeout("resubscribe_wait", resubscribe_wait)
         if start_offset is not None:
             start = StartPosition.at_offset(build.check_offset(start_offset, "start_offset"))
         replica = self.config.read_isr_replica if read_isr_replica is None else read_isr_replica
@@ -190,6 +203,12 @@ class AsyncLiftbridgeClient:
                 partition=partition,
             )
         )
+
+    async def _check_cursor_target(self, stream: str, partition: int) -> None:
+        """Cursors are enabled and the partition exists (metadata refreshed once if unknown)."""
+        if not build.knows_cursor_target(self._snapshot, stream, partition):
+            await self.fetch_metadata()
+        build.check_cursor_target(self._snapshot, stream, partition)
 
     async def _cursor_call(self, request: Any, rpc: plans.Rpc, timeout: float | None) -> Any:
         deadline = self._deadline(timeout)

@@ -21,11 +21,12 @@ from liftbridge_provider.client.errors import (
     InvalidArgumentError,
     LiftbridgeError,
     LiftbridgeTimeoutError,
+    MessageTooLargeError,
 )
 from liftbridge_provider.client.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, StreamInfo
-from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.partitioners import Partitioner
+from liftbridge_provider.client.options import ClientConfig, check_seconds, check_timeout
+from liftbridge_provider.client.partitioners import Partitioner, PartitionerName, resolve_partitioner
 from liftbridge_provider.client.publisher import BatchPublisher, BatchResult, PublishFailure
 from liftbridge_provider.client.reading import SubscriptionState
 from liftbridge_provider.client.retry import Deadline, backoff_delay
@@ -97,7 +98,7 @@ class LiftbridgeClient:
 
     def fetch_metadata(self, streams: Iterable[str] = ()) -> Metadata:
         """Ask the cluster for metadata (all streams, or only ``streams``) and cache the result."""
-        names = [build.check_stream_name(s) for s in streams]
+        names = build.check_stream_names(streams)
         return self._router.metadata.refresh(names)
 
     def metadata(self) -> Metadata:
@@ -116,6 +117,7 @@ class LiftbridgeClient:
         A paused partition answers too, without being resumed: its high watermark
         cannot move while it is paused, and the leader's metadata view gives it.
         """
+        check_timeout("timeout", timeout)
         build.partition_metadata_request(stream, partition)
         return self._router.partition_metadata(stream, partition, timeout=timeout)
 
@@ -134,7 +136,10 @@ class LiftbridgeClient:
         If the answer is lost after sending, the create is sent again; an
         AlreadyExists then counts as success only if the stream has this
         subject and partition count (the lost attempt made it).
+        Names, subjects and groups that the server cannot hold are refused
+        (InvalidArgumentError) before anything is sent; see docs/client.md.
         """
+        check_timeout("timeout", timeout)
         request = build.create_stream_request(subject, name, **options)
         deadline = self._router.deadline(timeout)
 
@@ -152,6 +157,7 @@ class LiftbridgeClient:
         If the answer to a delete is lost after sending, the delete is sent again;
         a NotFound then means the first one did it, and the call succeeds.
         """
+        check_timeout("timeout", timeout)
         request = api.DeleteStreamRequest(name=build.check_stream_name(name))
         deadline = self._router.deadline(timeout)
 
@@ -172,10 +178,15 @@ class LiftbridgeClient:
         resume_all: bool = False,
         timeout: float | None = None,
     ) -> None:
-        """Pause some partitions (default all). A publish or ``resume=True`` subscribe resumes one;
-        with ``resume_all`` any resume resumes every paused partition of the stream."""
+        """Pause some partitions (None, the default: all). An empty selection pauses nothing (no
+        PauseStream request is sent). A publish or ``resume=True`` subscribe resumes one; with ``resume_all``
+        any resume resumes every paused partition of the stream."""
+        check_timeout("timeout", timeout)
+        build.check_flag(resume_all, "resume_all")
         ids = self._partition_list(name, partitions)
-        request = api.PauseStreamRequest(name=name, partitions=ids, resumeAll=resume_all)
+        if ids == []:
+            return
+        request = api.PauseStreamRequest(name=name, partitions=ids or [], resumeAll=resume_all)
         self._unary("PauseStream", request, timeout=timeout, stream=name)
 
     def set_stream_readonly(
@@ -186,17 +197,21 @@ class LiftbridgeClient:
         readonly: bool = True,
         timeout: float | None = None,
     ) -> None:
-        """Make some partitions (default all) readonly, or writable again with ``readonly=False``."""
+        """Make some partitions (None, the default: all) readonly, or writable again with
+        ``readonly=False``. An empty selection changes nothing (no SetStreamReadonly request is sent)."""
+        check_timeout("timeout", timeout)
+        build.check_flag(readonly, "readonly")
         ids = self._partition_list(name, partitions)
-        request = api.SetStreamReadonlyRequest(name=name, partitions=ids, readonly=readonly)
+        if ids == []:
+            return
+        request = api.SetStreamReadonlyRequest(name=name, partitions=ids or [], readonly=readonly)
         self._unary("SetStreamReadonly", request, timeout=timeout, stream=name)
 
-    def _partition_list(self, name: str, partitions: Iterable[int] | None) -> list[int]:
+    def _partition_list(self, name: str, partitions: Iterable[int] | None) -> list[int] | None:
         build.check_stream_name(name)
         if partitions is None:
-            return []
-        count = self._router.partition_count(name)
-        return [build.check_partition(p, count, name) for p in partitions]
+            return None
+        return build.check_partition_selection(partitions, self._router.partition_count(name), name)
 
     # -- publishing ------------------------------------------------------------
 
@@ -208,22 +223,25 @@ class LiftbridgeClient:
         key: bytes | None = None,
         headers: Mapping[str, bytes] | None = None,
         partition: int | None = None,
-        partitioner: Partitioner | None = None,
+        partitioner: Partitioner | PartitionerName | None = None,
         ack_policy: AckPolicy | str = AckPolicy.LEADER,
         expected_offset: int | None = None,
         timeout: float | None = None,
     ) -> Ack | None:
         """Publish one message and wait for its ack (None with ack policy NONE).
 
-        The partition is ``partition``, else ``partitioner(stream, key, value, n)``,
-        else 0. ``expected_offset`` (streams with optimistic concurrency control)
+        The partition is ``partition``, else ``partitioner(stream, key, value, n)``
+        (or the partitioner named ``"key"`` or ``"round_robin"``), else 0.
+        ``expected_offset`` (streams with optimistic concurrency control)
         must be the offset the message will get; None means "next". ``timeout``
         bounds the wait for the ack (default ``request_timeout``); an expired
         wait raises AckTimeoutError. A publish that may have reached the server
-        is never re-sent: errors after sending carry ``may_be_stored=True``.
+        is never re-sent: errors after sending carry ``may_be_stored=True``. A message over
+        the server's size limit raises MessageTooLargeError naming its size.
         """
+        check_timeout("timeout", timeout)
         policy = AckPolicy.parse(ack_policy)
-        chosen = self._choose_partition(stream, key, value, partition, partitioner)
+        chosen = self._choose_partition(stream, key, value, partition, resolve_partitioner(partitioner))
         request = build.publish_request(
             stream,
             value,
@@ -234,7 +252,10 @@ class LiftbridgeClient:
             expected_offset=expected_offset,
         )
 
-        response = self._send_once("Publish", request, timeout, stream, chosen)
+        try:
+            response = self._send_once("Publish", request, timeout, stream, chosen)
+        except MessageTooLargeError as exc:
+            raise exc.with_size(request.ByteSize()) from exc
         if policy == AckPolicy.NONE or not response.HasField("ack"):
             return None
         return Ack(response.ack, chosen)
@@ -244,7 +265,7 @@ class LiftbridgeClient:
         stream: str,
         messages: Iterable[PublishMessage | bytes],
         *,
-        partitioner: Partitioner | None = None,
+        partitioner: Partitioner | PartitionerName | None = None,
         ack_policy: AckPolicy | str = AckPolicy.LEADER,
         window: int = 1024,
         ack_wait: float | None = None,
@@ -260,14 +281,20 @@ class LiftbridgeClient:
         bounds the whole batch (default: none). Failed messages are listed in
         ``BatchResult.failures`` with their error; with ``raise_on_error``
         (default) a BatchPublishError carrying that result is raised instead.
-        Messages are never re-sent automatically (see ``may_be_stored``).
+        Messages are never re-sent automatically (see ``may_be_stored``). ``partitioner``
+        is a callable or ``"key"`` / ``"round_robin"``.
         """
+        check_timeout("ack_wait", ack_wait)
+        check_timeout("timeout", timeout)
+        build.check_flag(raise_on_error, "raise_on_error")
+        build.check_batch_messages(messages)
+        chooser = resolve_partitioner(partitioner)
         policy = AckPolicy.parse(ack_policy)
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise InvalidArgumentError(f"window must be a whole number >= 1, got {window!r}")
         deadline = Deadline(timeout) if timeout is not None else None
         try:
-            requests = self._batch_requests(stream, messages, partitioner, policy, deadline)
+            requests = self._batch_requests(stream, messages, chooser, policy, deadline)
         except _PreparedTooLong as late:
             result = late.result(stream, timeout or 0.0)
         else:
@@ -281,6 +308,7 @@ class LiftbridgeClient:
                 deadline=deadline,
             )
             result = publisher.run()
+            result.failures = [_sized(failure, requests) for failure in result.failures]
         if raise_on_error:
             result.raise_for_failures()
         return result
@@ -362,6 +390,7 @@ class LiftbridgeClient:
         Returns the first ack (None with ack policy NONE). Its ``partition`` is -1:
         the subject alone does not say which stream partition stored it.
         """
+        check_timeout("timeout", timeout)
         policy = AckPolicy.parse(ack_policy)
         request = api.PublishToSubjectRequest(
             subject=build.check_subject(subject),
@@ -371,7 +400,10 @@ class LiftbridgeClient:
             ackPolicy=policy.value,
         )
 
-        response = self._send_once("PublishToSubject", request, timeout, None, None)
+        try:
+            response = self._send_once("PublishToSubject", request, timeout, None, None)
+        except MessageTooLargeError as exc:
+            raise exc.with_size(request.ByteSize()) from exc
         if policy == AckPolicy.NONE or not response.HasField("ack"):
             return None
         return Ack(response.ack, -1)
@@ -417,6 +449,12 @@ class LiftbridgeClient:
         (``resubscribe_wait``, default ``config.resubscribe_wait``). The
         partition is checked against the stream's metadata before subscribing.
         """
+        check_timeout("timeout", timeout)
+        check_timeout("idle_timeout", idle_timeout)
+        check_timeout("resubscribe_wait", resubscribe_wait)
+        build.check_flag(resume, "resume")
+        if read_isr_replica is not None:
+            build.check_flag(read_isr_replica, "read_isr_replica")
         count = self._router.partition_count(build.check_stream_name(stream))
         build.check_partition(partition, count, stream)
         replica = self.config.read_isr_replica if read_isr_replica is None else read_isr_replica
@@ -460,6 +498,11 @@ class LiftbridgeClient:
         ``end - 1`` even when compaction removed that offset. A paused
         partition raises PartitionPausedError unless ``resume`` is true.
         """
+        check_timeout("timeout", timeout)
+        check_timeout("idle_timeout", idle_timeout)
+        build.check_flag(resume, "resume")
+        if read_isr_replica is not None:
+            build.check_flag(read_isr_replica, "read_isr_replica")
         build.check_stream_name(stream)
         build.check_offset(start, "start")
         build.check_offset(end, "end")
@@ -533,6 +576,8 @@ class LiftbridgeClient:
         passes. A paused partition raises PartitionPausedError unless ``resume``
         (then it is resumed: reading needs data).
         """
+        check_timeout("timeout", timeout)
+        check_seconds("probe", probe)
         deadline = self._router.deadline(timeout)
         high_watermark = self.fetch_partition_metadata(stream, partition, timeout=deadline.remaining()).high_watermark
         if high_watermark < 0:
@@ -586,15 +631,30 @@ class LiftbridgeClient:
     def set_cursor(
         self, cursor_id: str, stream: str, partition: int, offset: int, *, timeout: float | None = None
     ) -> None:
-        """Store ``offset`` (by convention the last processed offset; -1: none) for the cursor."""
+        """Store ``offset`` (by convention the last processed offset; -1: none) for the cursor.
+
+        Raises NoSuchStreamError / NoSuchPartitionError for a partition that does not exist,
+        CursorsDisabledError when the server keeps no cursors.
+        """
+        check_timeout("timeout", timeout)
         request = build.set_cursor_request(cursor_id, stream, partition, offset)
+        self._check_cursor_target(stream, partition)
         self._cursor_call("SetCursor", request, timeout)
 
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None) -> int:
-        """The cursor's stored offset, or -1 if it was never set."""
+        """The cursor's stored offset, or -1 if it was never set (errors as for :meth:`set_cursor`)."""
+        check_timeout("timeout", timeout)
         request = build.fetch_cursor_request(cursor_id, stream, partition)
+        self._check_cursor_target(stream, partition)
         response: api.FetchCursorResponse = self._cursor_call("FetchCursor", request, timeout)
         return response.offset
+
+    def _check_cursor_target(self, stream: str, partition: int) -> None:
+        """Cursors are enabled and the partition exists (metadata refreshed once if unknown)."""
+        snapshot = self._router.metadata.get()
+        if not build.knows_cursor_target(snapshot, stream, partition):
+            snapshot = self._router.metadata.refresh()
+        build.check_cursor_target(snapshot, stream, partition)
 
     def _cursor_call(self, method: str, request: Any, timeout: float | None) -> Any:
         cursors = self._router.partition_count(build.CURSORS_STREAM)
@@ -626,6 +686,13 @@ the log's segment is empty (this is how an empty log is told apart from a silent
 def _log_is_empty(exc: LiftbridgeError) -> bool:
     """The server could not look a time up in the log: its (only) segment holds no message."""
     return exc.code == grpc.StatusCode.INTERNAL and "failed to find log segment for timestamp" in exc.message.lower()
+
+
+def _sized(failure: PublishFailure, requests: Sequence[api.PublishRequest]) -> PublishFailure:
+    """A too-large failure names the message's size."""
+    if isinstance(failure.error, MessageTooLargeError) and failure.error.size is None:
+        return PublishFailure(failure.index, failure.error.with_size(requests[failure.index].ByteSize()))
+    return failure
 
 
 def _closing(subscription: Subscription) -> Iterator[Message]:

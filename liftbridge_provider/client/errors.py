@@ -83,7 +83,40 @@ class IncorrectOffsetError(LiftbridgeError):
 
 
 class MessageTooLargeError(LiftbridgeError):
-    """The message exceeds the server's replication size limit (or gRPC's message size)."""
+    """The message exceeds the server's size limit (NATS ``max_payload`` or
+    ``clustering.replication.max.bytes``, 1 MiB each by default), or gRPC's message size.
+
+    ``size`` is the message's size in bytes as sent (value, key, headers and
+    request fields), when the client knows it.
+    """
+
+    size: int | None = None
+
+    def with_size(self, size: int) -> MessageTooLargeError:
+        """This refusal, naming the message's ``size`` (bytes) and the server's limits."""
+        sized = MessageTooLargeError(
+            f"message of {size} bytes is over the server's size limit ({self.message}): the server's NATS "
+            f"max_payload and its clustering.replication.max.bytes (1 MiB each by default) bound a whole "
+            f"message with its key, headers and envelope",
+            stream=self.stream,
+            partition=self.partition,
+            code=self.code,
+            may_be_stored=self.may_be_stored,
+        )
+        sized.size = size
+        return sized
+
+
+TOO_LARGE_DETAILS = ("max replication size", "maximum payload exceeded")
+"""How the server says a message is too large: the Ack TOO_LARGE text (api.go:1019, over
+``clustering.replication.max.bytes``) and the NATS client's ErrMaxPayload (nats.go:110, over
+NATS ``max_payload``), which Publish answers as UNKNOWN and PublishAsync as INTERNAL."""
+
+
+def is_too_large(details: str) -> bool:
+    """Whether a server's error text says the message was too large."""
+    lowered = details.lower()
+    return any(marker in lowered for marker in TOO_LARGE_DETAILS)
 
 
 class EncryptionError(LiftbridgeError):
@@ -118,6 +151,10 @@ class ClientClosedError(LiftbridgeError):
     """The client was closed."""
 
 
+class CursorsDisabledError(LiftbridgeError):
+    """The server keeps no cursors: its ``cursors.stream.partitions`` is 0 (the server's default)."""
+
+
 def error_from_rpc(exc: grpc.RpcError, *, stream: str | None = None, partition: int | None = None) -> LiftbridgeError:
     """Translate a failed RPC into the matching typed error."""
     code: grpc.StatusCode = exc.code()
@@ -128,8 +165,10 @@ def error_from_rpc(exc: grpc.RpcError, *, stream: str | None = None, partition: 
         kind = StreamExistsError
     elif code == grpc.StatusCode.NOT_FOUND:
         kind = NoSuchPartitionError if "partition" in lowered else NoSuchStreamError
+    elif is_too_large(details):
+        kind = MessageTooLargeError
     elif code == grpc.StatusCode.INVALID_ARGUMENT:
-        kind = MessageTooLargeError if "max replication size" in lowered else InvalidArgumentError
+        kind = InvalidArgumentError
     elif code == grpc.StatusCode.FAILED_PRECONDITION:
         kind = _failed_precondition_kind(lowered)
     elif code == grpc.StatusCode.PERMISSION_DENIED or "not authorized" in lowered:

@@ -44,8 +44,12 @@ def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def split_brokers(brokers: str | Sequence[str]) -> tuple[str, ...]:
+def split_brokers(brokers: object) -> tuple[str, ...]:
     """Normalise ``"a:1,b:2"`` or ``["a:1", "b"]`` into ``("a:1", "b:9292")``."""
+    if not isinstance(brokers, str | Sequence) or isinstance(brokers, bytes | bytearray):
+        raise InvalidArgumentError(
+            f"brokers must be 'host:port' text (comma-separated) or a list of 'host:port' strings, got {brokers!r}"
+        )
     items = brokers.split(",") if isinstance(brokers, str) else list(brokers)
     addresses = tuple(format_address(*parse_broker(item)) for item in items if str(item).strip())
     if not addresses:
@@ -141,6 +145,15 @@ class ClientConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidArgumentError(f"{name} must be a whole number >= 1, got {value!r}")
+        if not isinstance(self.read_isr_replica, bool):
+            raise InvalidArgumentError(f"read_isr_replica must be True or False, got {self.read_isr_replica!r}")
+        if self.tls is not None and not isinstance(self.tls, TLSConfig):
+            raise InvalidArgumentError(f"tls must be a TLSConfig or None, got {self.tls!r}")
+        if self.address_resolver is not None and not callable(self.address_resolver):
+            raise InvalidArgumentError(
+                f"address_resolver must be a callable (host, port) -> 'host:port', got {self.address_resolver!r}"
+            )
+        object.__setattr__(self, "grpc_options", _grpc_options(self.grpc_options))
 
     @classmethod
     def of(cls, brokers: str | Sequence[str] | ClientConfig, **options: Any) -> ClientConfig:
@@ -170,6 +183,21 @@ class ClientConfig:
         if self.tls is not None and self.tls.server_name:
             options.append(("grpc.ssl_target_name_override", self.tls.server_name))
         return options + list(self.grpc_options)
+
+
+def _grpc_options(value: object) -> tuple[tuple[str, Any], ...]:
+    pairs = list(value) if isinstance(value, Sequence) and not isinstance(value, str | bytes) else None
+    if pairs is None or not all(isinstance(p, tuple | list) and len(p) == 2 and isinstance(p[0], str) for p in pairs):
+        raise InvalidArgumentError(f"grpc_options must be (name, value) pairs, got {value!r}")
+    return tuple((name, option) for name, option in pairs)
+
+
+def check_timeout(name: str, value: object) -> float | None:
+    """A call's timeout: None (the default) or seconds > 0, finite; never a bool, NaN or negative."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if value is not None and not ok:
+        raise InvalidArgumentError(f"{name} must be a number of seconds > 0 (or None for the default), got {value!r}")
+    return None if value is None else float(value)  # type: ignore[arg-type]
 
 
 def check_seconds(name: str, value: object, *, allow_zero: bool = False) -> float:

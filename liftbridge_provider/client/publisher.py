@@ -41,6 +41,7 @@ from liftbridge_provider.client.errors import (
     ReadonlyPartitionError,
     UnavailableError,
     error_from_rpc,
+    is_too_large,
 )
 from liftbridge_provider.client.messages import Ack
 from liftbridge_provider.client.retry import Deadline, backoff_delay
@@ -127,7 +128,7 @@ def async_error(response: api.PublishResponse, stream: str, partition: int) -> L
     kind, may_be_stored = _ASYNC_ERRORS.get(pb.code, (LiftbridgeError, False))
     if pb.code == api.PublishAsyncError.NOT_FOUND and "partition" in pb.message:
         kind = NoSuchPartitionError
-    if pb.code == api.PublishAsyncError.BAD_REQUEST and "max replication size" in pb.message:
+    if is_too_large(pb.message):
         kind = MessageTooLargeError
     message = pb.message or api.PublishAsyncError.Code.Name(pb.code)
     return kind(message, stream=stream, partition=partition, may_be_stored=may_be_stored)

@@ -10,42 +10,128 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.client.errors import CursorsDisabledError, InvalidArgumentError, NoSuchStreamError
 from liftbridge_provider.client.messages import AckPolicy, StartPosition, StopPosition
+from liftbridge_provider.client.metadata import Metadata
 
 ALL_BROKERS = -1
 """``replication_factor`` meaning "a replica on every broker"."""
 
 RESERVED_STREAMS = frozenset({"__activity", "__cursors"})
 CURSORS_STREAM = "__cursors"
-_BAD_NAME = re.compile(r"[\s/\\\x00-\x1f]")
-_BAD_SUBJECT_TOKEN = re.compile(r"[\s*>\x00-\x1f]")
+
+MAX_STREAM_NAME_BYTES = 255
+"""The server makes a stream name a directory name (``<data.dir>/streams/<name>``, partition.go:183);
+Linux file systems allow 255 bytes per name. A longer name crashes the server at every start."""
+
+NATS_MAX_CONTROL_LINE = 4096
+"""NATS's default ``max_control_line`` (nats-server const.go:65): a protocol line (SUB or PUB with its
+subject, queue group, subscription id and sizes) over it makes NATS close the server's connection."""
+
+MAX_SUBJECT_LINE_BYTES = NATS_MAX_CONTROL_LINE - 64
+"""Bytes left for a subject (with its ``.<partition>`` suffix) and a group in one NATS protocol line;
+64 bytes stay for what NATS adds (verb, spaces, subscription id, sizes)."""
+
+_WHITE_SPACE = re.compile(r"\s")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_WILDCARD = re.compile(r"[*>]")
 
 Duration = timedelta | int | float
 """A duration: a timedelta, or a number of seconds."""
 
 
+def _subject_fault(text: str) -> str | None:
+    """Why ``text`` cannot be (part of) a literal NATS subject, or None."""
+    if not text:
+        return "it is empty"
+    if _WHITE_SPACE.search(text):
+        return "it contains white space"
+    if _CONTROL.search(text):
+        return "it contains a control character"
+    if "" in text.split("."):
+        return "it has an empty token (a leading, trailing or double dot)"
+    if _WILDCARD.search(text):
+        return "it contains a NATS wildcard (* or >)"
+    return None
+
+
+def _shown(value: object) -> str:
+    return f"{value!r:.80}" + ("..." if len(repr(value)) > 80 else "")
+
+
 def check_stream_name(name: object) -> str:
-    """A stream name: a non-empty string without white space, slashes or control characters."""
-    if not isinstance(name, str) or not name or _BAD_NAME.search(name) or name in {".", ".."}:
-        raise InvalidArgumentError(
-            f"invalid stream name {name!r}: use a non-empty string without spaces, slashes or control characters"
-        )
+    """A stream name the server can hold: 1-255 bytes of UTF-8, dot-separated non-empty tokens,
+    no white space, control characters, slashes or NATS wildcards (* >)."""
+    allowed = (
+        f"use 1-{MAX_STREAM_NAME_BYTES} bytes (UTF-8) of dot-separated non-empty tokens without white space, "
+        "control characters, slashes or NATS wildcards (* >)"
+    )
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"invalid stream name {_shown(name)}: a stream name must be a string; {allowed}")
+    size = len(name.encode())
+    fault = _subject_fault(name)
+    if fault is None and size > MAX_STREAM_NAME_BYTES:
+        fault = f"it is {size} bytes; at most {MAX_STREAM_NAME_BYTES}"
+    if fault is None and ("/" in name or "\\" in name):
+        fault = "it contains a slash (the server makes the name a directory)"
+    if fault is not None:
+        raise InvalidArgumentError(f"invalid stream name {_shown(name)}: {fault}; {allowed}")
     return name
 
 
-def check_subject(subject: object) -> str:
-    """A NATS subject to publish on: dot-separated non-empty tokens, no wildcards or white space."""
-    tokens = subject.split(".") if isinstance(subject, str) else []
-    if not tokens or any(not t or _BAD_SUBJECT_TOKEN.search(t) for t in tokens):
-        raise InvalidArgumentError(
-            f"invalid subject {subject!r}: use dot-separated non-empty tokens without spaces or wildcards (* >)"
+def check_subject(subject: object, *, suffix: str = "", group: str = "") -> str:
+    """A NATS subject to publish or subscribe on: dot-separated non-empty tokens without white
+    space, control characters or wildcards (* >); with ``suffix`` (a partition's ``.N``) and
+    ``group`` at most :data:`MAX_SUBJECT_LINE_BYTES` bytes."""
+    allowed = "use dot-separated non-empty tokens without white space or NATS wildcards (* >)"
+    if not isinstance(subject, str):
+        raise InvalidArgumentError(f"invalid subject {_shown(subject)}: a subject must be a string; {allowed}")
+    fault = _subject_fault(subject)
+    line = len(subject.encode()) + len(suffix) + (1 + len(group.encode()) if group else 0)
+    if fault is None and line > MAX_SUBJECT_LINE_BYTES:
+        parts = "subject" + (f" with partition suffix {suffix!r}" if suffix else "") + (" and group" if group else "")
+        fault = (
+            f"the {parts} take {line} bytes; at most {MAX_SUBJECT_LINE_BYTES} bytes fit in a NATS protocol line "
+            f"({NATS_MAX_CONTROL_LINE} bytes by default), and NATS closes the server's connection over it"
         )
-    return subject  # type: ignore[return-value]
+    if fault is not None:
+        raise InvalidArgumentError(f"invalid subject {_shown(subject)}: {fault}; {allowed}")
+    return subject
+
+
+def check_group(group: object) -> str:
+    """A load-balance group (a NATS queue name): no white space or control characters; None or "" for none."""
+    if group is None:
+        return ""
+    fault = None
+    if not isinstance(group, str):
+        fault = "a group must be a string"
+    elif _WHITE_SPACE.search(group):
+        fault = "it contains white space"
+    elif _CONTROL.search(group):
+        fault = "it contains a control character"
+    if fault is not None:
+        raise InvalidArgumentError(
+            f"invalid group {_shown(group)}: {fault}; NATS queue names have no white space or control characters"
+        )
+    return group  # type: ignore[return-value]
+
+
+def check_stream_names(streams: object) -> list[str]:
+    """A list of stream names (not a single string)."""
+    if isinstance(streams, str | bytes) or not isinstance(streams, Iterable):
+        raise InvalidArgumentError(f"streams must be a list of stream names, got {_shown(streams)}")
+    return [check_stream_name(s) for s in streams]
+
+
+def check_flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be True or False, got {_shown(value)}")
+    return value
 
 
 def check_partition(partition: object, partitions: int | None = None, stream: str | None = None) -> int:
@@ -59,6 +145,57 @@ def check_partition(partition: object, partitions: int | None = None, stream: st
             partition=partition,
         )
     return partition
+
+
+def check_partition_selection(partitions: object, count: int, stream: str) -> list[int] | None:
+    """Partitions chosen by the caller: None (every partition), or a list of existing partition numbers.
+
+    An empty list stays empty: it selects no partition (the server would read it as "all").
+    """
+    if partitions is None:
+        return None
+    if isinstance(partitions, str | bytes) or not isinstance(partitions, Iterable):
+        raise InvalidArgumentError(
+            f"partitions must be a list of partition numbers (or None for all), got {_shown(partitions)}",
+            stream=stream,
+        )
+    return [check_partition(p, count, stream) for p in partitions]
+
+
+def check_batch_messages(messages: object) -> Iterable[object]:
+    """The messages of a batch: any iterable of values or PublishMessage, but not one bytes or str value."""
+    if isinstance(messages, str | bytes | bytearray | memoryview) or not isinstance(messages, Iterable):
+        got = "None" if messages is None else f"{type(messages).__name__} {_shown(messages)}"
+        raise InvalidArgumentError(
+            f"messages must be an iterable of bytes or PublishMessage, got {got}; nothing was sent"
+        )
+    return messages
+
+
+def check_cursor_target(snapshot: Metadata, stream: str, partition: int) -> int:
+    """The ``__cursors`` partition count, once sure that cursors are enabled and the partition exists.
+
+    Raises CursorsDisabledError, NoSuchStreamError or NoSuchPartitionError: the server itself
+    would store a cursor for any stream and partition, and answer -1 for one that does not exist.
+    """
+    cursors = snapshot.streams.get(CURSORS_STREAM)
+    if cursors is None:
+        raise CursorsDisabledError(
+            "cursors are disabled on this server: set cursors.stream.partitions (the partitions of its "
+            "__cursors stream, 0 by default) in the server's configuration",
+            stream=stream,
+            partition=partition,
+        )
+    if stream not in snapshot.streams:
+        raise NoSuchStreamError(f"no stream named {stream!r}", stream=stream, partition=partition)
+    snapshot.stream(stream).partition(partition)
+    return len(cursors.partitions)
+
+
+def knows_cursor_target(snapshot: Metadata, stream: str, partition: int) -> bool:
+    """Whether ``snapshot`` can answer :func:`check_cursor_target` without a refresh."""
+    known = snapshot.streams.get(stream)
+    return CURSORS_STREAM in snapshot.streams and known is not None and partition in known.partitions
 
 
 def check_offset(offset: object, name: str = "offset", *, minimum: int = 0) -> int:
@@ -126,16 +263,22 @@ def create_stream_request(
     optimistic_concurrency_control: bool | None = None,
     encryption: bool | None = None,
 ) -> api.CreateStreamRequest:
-    """A CreateStreamRequest; options left as None keep the server's defaults."""
-    check_subject(subject)
+    """A CreateStreamRequest; options left as None keep the server's defaults.
+
+    The server subscribes to ``subject`` (partition 0) and ``subject.N`` (partition N) in
+    queue group ``group``, so the highest partition's subject and the group must fit one
+    NATS protocol line (see :func:`check_subject`).
+    """
     check_stream_name(name)
     if name in RESERVED_STREAMS:
         raise InvalidArgumentError(f"stream name {name!r} is reserved by Liftbridge", stream=name)
     _positive(partitions, "partitions")
+    checked_group = check_group(group)
+    check_subject(subject, suffix=f".{partitions - 1}" if partitions > 1 else "", group=checked_group)
     if replication_factor != ALL_BROKERS:
         _positive(replication_factor, "replication_factor (or -1 for every broker)")
     request = api.CreateStreamRequest(
-        subject=subject, name=name, group=group or "", partitions=partitions, replicationFactor=replication_factor
+        subject=subject, name=name, group=checked_group, partitions=partitions, replicationFactor=replication_factor
     )
     for field, count in (
         ("retentionMaxBytes", retention_max_bytes),

@@ -200,7 +200,8 @@ def start_single(
         temporary folder, removed by :meth:`DevServer.stop`. A given folder is kept.
     :param cursor_partitions: partitions of the ``__cursors`` stream (default 1).
     :param extra_config: Liftbridge settings (flat dotted keys) that override
-        the defaults, e.g. TLS paths.
+        the defaults, e.g. TLS paths; ``{"cursors.stream.partitions": 0}``
+        starts a server with cursors disabled (the server's own default).
     :param credentials: gRPC channel credentials for the readiness check when
         ``extra_config`` turns TLS on.
     :param log_level: server log level (debug, info, warn, error).
@@ -208,7 +209,7 @@ def start_single(
     :param tie_to_parent: kill the server if the starting thread dies (Linux).
     """
     _check_count("cursor_partitions", cursor_partitions)
-    server = _new_server(data_dir, cursor_partitions, credentials)
+    server = _new_server(data_dir, _cursor_setting(cursor_partitions, extra_config), credentials)
     try:
         node = _start_node(
             server,
@@ -247,7 +248,7 @@ def start_cluster(
     """
     _check_count("size", size)
     _check_count("cursor_partitions", cursor_partitions)
-    server = _new_server(data_dir, cursor_partitions, credentials)
+    server = _new_server(data_dir, _cursor_setting(cursor_partitions, extra_config), credentials)
     extra = {**config.FAST_FAILOVER, **(extra_config or {})}
     try:
         _start_nats(server, tie_to_parent)
@@ -272,6 +273,11 @@ def start_cluster(
 def _check_count(name: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+
+
+def _cursor_setting(cursor_partitions: int, extra_config: Mapping[str, Any] | None) -> int:
+    """The ``__cursors`` partitions the nodes will have: ``extra_config`` may set 0 (cursors disabled)."""
+    return int((extra_config or {}).get("cursors.stream.partitions", cursor_partitions))
 
 
 def _new_server(

@@ -50,6 +50,8 @@ def _check_metadata(stub: Any, address: str, brokers: int, cursor_partitions: in
     if len(response.brokers) != brokers:
         seen = sorted(b.id for b in response.brokers)
         raise NotReady(f"{address} knows brokers {seen}, expected {brokers}")
+    if cursor_partitions == 0:
+        return  # cursors disabled: the server creates no __cursors stream
     cursors = [s for s in response.streamMetadata if s.name == CURSORS_STREAM]
     if not cursors or cursors[0].error != api.StreamMetadata.OK:
         raise NotReady(f"{address} has no {CURSORS_STREAM} stream yet")
