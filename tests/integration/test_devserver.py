@@ -41,7 +41,10 @@ def listening_addresses(pid: int) -> set[str]:
     """The local addresses of the TCP sockets ``pid`` listens on, from /proc."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
-        target = os.readlink(fd)
+        try:
+            target = os.readlink(fd)
+        except FileNotFoundError:
+            continue  # closed between listing and reading: not a listener
         if target.startswith("socket:["):
             inodes.add(target[8:-1])
     found = set()
