@@ -1,0 +1,368 @@
+"""The sans-I/O cores shared by the sync and asyncio clients: call plans and the subscription state.
+
+Pure logic, driven here by scripted outcomes (no server): the same decisions
+the real front ends carry out against Liftbridge in tests/integration.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from types import MappingProxyType
+from typing import Any
+
+import grpc
+import pytest
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client import (
+    LiftbridgeError,
+    LiftbridgeTimeoutError,
+    NoSuchStreamError,
+    PartitionPausedError,
+    StreamExistsError,
+    UnavailableError,
+    plans,
+)
+from liftbridge_provider.client.metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
+from liftbridge_provider.client.options import ClientConfig
+from liftbridge_provider.client.reading import NoLeaderYet, Reopen, SubscriptionState, Verdict
+from liftbridge_provider.client.retry import Deadline
+
+CONFIG = ClientConfig(brokers=("10.0.0.1:9292",), liveness_interval=30)
+
+
+class Rpc(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode, details: str = "") -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+def snapshot(leader: str | None = "a", paused: bool = False, streams: tuple[str, ...] = ("s",)) -> Metadata:
+    brokers = {b: BrokerInfo(b, f"{b}.example", 9292) for b in ("a", "b")}
+    info = PartitionInfo("s", 0, leader, ("a", "b"), ("a", "b"), 9, 9, paused, False)
+    stream = StreamInfo("s", "s", MappingProxyType({0: info}), 0)
+    return Metadata(MappingProxyType(brokers), MappingProxyType({n: stream for n in streams}), 0.0)
+
+
+def drive(plan: plans.Plan[Any], answer: Callable[[plans.PlanAction], Any]) -> tuple[Any, list[plans.PlanAction]]:
+    """Carry a plan out the way the front ends do, with ``answer`` standing in for I/O."""
+    seen: list[plans.PlanAction] = []
+    outcome: Any = None
+    failure: BaseException | None = None
+    while True:
+        try:
+            action = plan.throw(failure) if failure is not None else plan.send(outcome)
+        except StopIteration as done:
+            return done.value, seen
+        seen.append(action)
+        outcome, failure = None, None
+        try:
+            outcome = answer(action)
+        except (grpc.RpcError, LiftbridgeError) as exc:
+            failure = exc
+
+
+def no_sleep(action: plans.PlanAction) -> None:
+    if isinstance(action, plans.Sleep):
+        return
+    raise AssertionError(f"unexpected {action}")
+
+
+# -- unary plans ----------------------------------------------------------------------------------
+
+
+def test_leader_call_follows_a_moved_leader() -> None:
+    moved = snapshot(leader="b")
+
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            if action.address.startswith("a."):
+                raise Rpc(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
+            return "ok from b"
+        if isinstance(action, plans.Refresh):
+            return moved
+        return no_sleep(action)
+
+    result, seen = drive(
+        plans.leader_call(CONFIG, snapshot(), lambda s, t: None, Deadline(5), stream="s", partition=0), answer
+    )
+    assert result == "ok from b"
+    assert [type(a).__name__ for a in seen] == ["Attempt", "Sleep", "Refresh", "Attempt"]
+
+
+def test_a_refusing_leader_with_the_paused_flag_is_a_paused_partition() -> None:
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            raise Rpc(grpc.StatusCode.FAILED_PRECONDITION, "The request should be sent to partition leader")
+        if isinstance(action, plans.Refresh):
+            return snapshot(paused=True)
+        return no_sleep(action)
+
+    with pytest.raises(PartitionPausedError):
+        drive(plans.leader_call(CONFIG, snapshot(), lambda s, t: None, Deadline(5), stream="s", partition=0), answer)
+
+
+def test_partition_metadata_of_a_paused_partition_comes_from_the_leaders_view() -> None:
+    view = api.FetchMetadataResponse(
+        brokers=[api.Broker(id="a", host="a.example", port=9292)],
+        streamMetadata=[
+            api.StreamMetadata(
+                name="s",
+                subject="s",
+                partitions={0: api.PartitionMetadata(id=0, leader="a", highWatermark=41, paused=True)},
+            )
+        ],
+    )
+    calls: list[str] = []
+
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            calls.append(action.address)
+            if len(calls) == 1:
+                raise Rpc(grpc.StatusCode.FAILED_PRECONDITION, "The request should be sent to partition leader")
+            return view  # the FetchMetadata asked of the leader itself
+        if isinstance(action, plans.Refresh):
+            return snapshot(paused=True)
+        return no_sleep(action)
+
+    info, _ = drive(plans.partition_metadata(CONFIG, snapshot(), Deadline(5), "s", 0), answer)
+    assert (info.high_watermark, info.paused) == (41, True)
+    assert calls == ["a.example:9292", "a.example:9292"]
+
+
+def test_an_attempt_gets_at_most_half_the_call_and_a_hung_one_is_retried_elsewhere() -> None:
+    timeouts: list[float] = []
+
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            timeouts.append(action.timeout)
+            if len(timeouts) == 1:
+                time.sleep(0.01)
+                raise Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            return "answered"
+        return no_sleep(action)
+
+    deadline = Deadline(20)
+    # make the first attempt's own time run out at once: a tiny budget for it
+    deadline.attempt_budget = lambda: 0.001  # type: ignore[method-assign]
+    result, _ = drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, deadline), answer)
+    assert result == "answered"
+    assert Deadline(20).attempt_budget() == 10.0
+    assert Deadline(6).attempt_budget() == pytest.approx(4.0)
+
+
+def test_the_calls_deadline_also_bounds_its_refreshes() -> None:
+    refreshes: list[float] = []
+
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            raise Rpc(grpc.StatusCode.UNAVAILABLE, "connection refused")
+        if isinstance(action, plans.Refresh):
+            refreshes.append(action.timeout)
+            time.sleep(0.05)
+            raise UnavailableError("no broker answered")
+        return no_sleep(action)
+
+    with pytest.raises(UnavailableError):
+        drive(plans.leader_call(CONFIG, snapshot(), lambda s, t: None, Deadline(0.3), stream="s", partition=0), answer)
+    assert refreshes
+    assert all(t <= 0.3 for t in refreshes), refreshes
+
+
+def test_a_create_whose_answer_was_lost_succeeds_when_the_stream_is_ours() -> None:
+    attempts = 0
+
+    def answer(action: plans.PlanAction) -> Any:
+        nonlocal attempts
+        if isinstance(action, plans.Attempt):
+            attempts += 1
+            if attempts == 1:
+                raise Rpc(grpc.StatusCode.UNAVAILABLE, "Socket closed")
+            raise Rpc(grpc.StatusCode.ALREADY_EXISTS, "stream already exists")
+        if isinstance(action, plans.Refresh):
+            return snapshot()
+        return no_sleep(action)
+
+    deadline = Deadline(5)
+    ours = plans.stream_created_as("s", 1, CONFIG, deadline, "s")
+    result, _ = drive(
+        plans.ambiguous_admin(CONFIG, snapshot(), lambda s, t: None, deadline, stream="s", already_done=ours), answer
+    )
+    assert result is None
+    other = plans.stream_created_as("s", 4, CONFIG, Deadline(5), "s")  # another shape: not ours
+    attempts = 0
+    with pytest.raises(StreamExistsError):
+        drive(
+            plans.ambiguous_admin(CONFIG, snapshot(), lambda s, t: None, Deadline(5), stream="s", already_done=other),
+            answer,
+        )
+
+
+def test_a_create_refused_at_once_is_not_excused() -> None:
+    def answer(action: plans.PlanAction) -> Any:
+        raise Rpc(grpc.StatusCode.ALREADY_EXISTS, "stream already exists")
+
+    ours = plans.stream_created_as("s", 1, CONFIG, Deadline(5), "s")
+    with pytest.raises(StreamExistsError):
+        drive(
+            plans.ambiguous_admin(CONFIG, snapshot(), lambda s, t: None, Deadline(5), stream="s", already_done=ours),
+            answer,
+        )
+
+
+def test_a_publish_is_never_sent_twice() -> None:
+    sent: list[str] = []
+
+    def answer(action: plans.PlanAction) -> Any:
+        assert isinstance(action, plans.Attempt)
+        assert action.connect_first
+        sent.append(action.address)
+        raise Rpc(grpc.StatusCode.UNAVAILABLE, "Socket closed")
+
+    config = ClientConfig(brokers=("a.example:9292", "b.example:9292"))
+    with pytest.raises(UnavailableError) as failure:
+        drive(plans.send_once(config, snapshot(), lambda s, t: None, Deadline(5), stream="s", partition=0), answer)
+    assert failure.value.may_be_stored
+    assert len(sent) == 1
+
+
+def test_a_publish_goes_on_to_a_broker_that_connects() -> None:
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            if action.address.startswith("a."):
+                raise plans.NotSent(action.address)
+            return "acked"
+        return no_sleep(action)
+
+    config = ClientConfig(brokers=("a.example:9292", "b.example:9292"))
+    result, _ = drive(
+        plans.send_once(config, snapshot(), lambda s, t: None, Deadline(5), stream="s", partition=0), answer
+    )
+    assert result == "acked"
+
+
+# -- the subscription state -----------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def state(clock: Clock, **kwargs: Any) -> SubscriptionState:
+    request = api.SubscribeRequest(stream="s", partition=0, startPosition=api.OFFSET, startOffset=10)
+    options: dict[str, Any] = {"stop_offset": None, "timeout": None, "idle_timeout": None, "resubscribe_wait": 30}
+    options.update(kwargs)
+    return SubscriptionState(CONFIG, request, clock=clock, **options)
+
+
+def test_offsets_below_the_next_one_are_skipped_and_past_the_stop_end_the_subscription() -> None:
+    reading = state(Clock(), stop_offset=20)
+    assert reading.on_message(9) is Verdict.SKIP
+    assert reading.on_message(10) is Verdict.DELIVER
+    assert reading.on_message(10) is Verdict.SKIP
+    assert reading.on_message(25) is Verdict.END  # compaction removed 20: 25 is not delivered
+    assert reading.closed(None) is None
+
+
+def test_the_stop_offset_itself_is_the_last_message() -> None:
+    reading = state(Clock(), stop_offset=12)
+    assert [reading.on_message(o) for o in (10, 11, 12)] == [Verdict.DELIVER, Verdict.DELIVER, Verdict.DELIVER_LAST]
+
+
+def test_a_reopened_call_starts_after_the_last_offset() -> None:
+    clock = Clock()
+    reading = state(clock)
+    step = reading.open(snapshot())
+    assert (step.address, step.request.startOffset, step.timeout) == ("a.example:9292", 10, 30)
+    reading.confirmed()
+    reading.on_message(10)
+    reading.on_message(11)
+    clock.now += 30
+    assert reading.closed(Rpc(grpc.StatusCode.DEADLINE_EXCEEDED)) == Reopen(0.0, refresh=None)
+    assert reading.open(snapshot()).request.startOffset == 12
+
+
+def test_a_call_that_was_never_confirmed_counts_as_lost() -> None:
+    clock = Clock()
+    reading = state(clock)
+    reading.open(snapshot())
+    clock.now += 30
+    reopen = reading.closed(Rpc(grpc.StatusCode.DEADLINE_EXCEEDED))
+    assert reopen is not None
+    assert reopen.refresh is not None, "a frozen server: refresh and back off"
+
+
+def test_loss_is_counted_from_the_first_loss_since_the_last_confirmed_call() -> None:
+    """Defect 8 (issue 11): a confirmed call resets the loss clock, even without messages."""
+    clock = Clock()
+    reading = state(clock, resubscribe_wait=10)
+    reading.open(snapshot())
+    reading.confirmed()
+    assert reading.closed(Rpc(grpc.StatusCode.UNAVAILABLE, "Socket closed")) is not None  # first loss
+    clock.now += 5
+    reading.open(snapshot())
+    reading.confirmed()  # the new leader confirmed: no longer lost
+    clock.now += 60  # quiet for a long time
+    assert reading.closed(Rpc(grpc.StatusCode.UNAVAILABLE, "Socket closed")) is not None  # second loss: reopen
+    clock.now += 11
+    reading.open(snapshot())
+    with pytest.raises(UnavailableError, match="10s"):
+        reading.closed(NoLeaderYet())
+
+
+def test_idle_and_total_timeouts() -> None:
+    clock = Clock()
+    reading = state(clock, idle_timeout=5, timeout=60)
+    assert reading.open(snapshot()).timeout == 5, "a call lives no longer than the idle budget"
+    reading.confirmed()
+    clock.now += 4
+    reading.on_message(10)
+    reading.progressed()
+    clock.now += 4
+    assert reading.closed(Rpc(grpc.StatusCode.UNAVAILABLE)) is not None  # progress 4 s ago: go on
+    clock.now += 2
+    with pytest.raises(LiftbridgeTimeoutError, match="no new message for 5s"):
+        reading.closed(Rpc(grpc.StatusCode.UNAVAILABLE))
+    reading = state(clock, timeout=3)
+    clock.now += 3
+    with pytest.raises(LiftbridgeTimeoutError, match="timed out after 3s"):
+        reading.open(snapshot())
+
+
+def test_final_errors_and_clean_ends() -> None:
+    reading = state(Clock())
+    reading.open(snapshot())
+    assert reading.closed(Rpc(grpc.StatusCode.RESOURCE_EXHAUSTED, "End of readonly partition")) is None
+    reading = state(Clock())
+    reading.open(snapshot())
+    with pytest.raises(NoSuchStreamError):
+        reading.closed(Rpc(grpc.StatusCode.NOT_FOUND, "stream deleted"))
+
+
+def test_a_refusing_leader_with_the_paused_flag_ends_a_subscription_without_resume() -> None:
+    reading = state(Clock())
+    reading.open(snapshot(paused=True))
+    reading.closed(Rpc(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader"))
+    with pytest.raises(PartitionPausedError):
+        reading.open(snapshot(paused=True))
+
+
+def test_an_established_subscription_waits_out_a_broker_that_forgot_the_stream() -> None:
+    reading = state(Clock())
+    reading.open(snapshot())
+    reading.confirmed()
+    reading.closed(Rpc(grpc.StatusCode.UNAVAILABLE))
+    assert reading.open(snapshot(streams=())).address is None  # replaying its log after a restart
+    fresh = state(Clock())
+    with pytest.raises(NoSuchStreamError):
+        fresh.open(snapshot(streams=()))
