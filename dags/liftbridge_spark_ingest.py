@@ -6,12 +6,19 @@ on exactly those ranges -> commit the cursor to the ranges' ends.
 
 Connections: ``liftbridge_default`` (the brokers) and ``spark_default`` (a Spark
 master, e.g. ``local[*]``). Parameters: stream, partitions, batch_size (0
-publishes nothing), output_path. A rerun of a run repeats the same ranges
-into the same folders; the next run ingests only what arrived since.
+publishes nothing), output_path.
+
+Exactly once: one run at a time (``max_active_runs=1``); a retry or clear of
+a run reuses the ranges it froze (task state store) and rewrites the same
+folders; the commit moves the cursor only from where the freeze found it.
+The next run ingests only what arrived since. The Spark job gets the whole
+``liftbridge_default`` connection (brokers, port, TLS, timeouts) as JSON in
+the environment variable ``LIFTBRIDGE_CONN_JSON``.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from datetime import UTC, datetime
@@ -19,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Connection, Param
+from airflow.sdk.log import mask_secret
 
 from liftbridge_provider.operators.publish import LiftbridgePublishOperator
 from liftbridge_provider.operators.ranges import LiftbridgeCommitCursorOperator, LiftbridgeOffsetRangesOperator
@@ -47,10 +55,24 @@ def generate_events(count: str | int, run_id: str) -> list[dict[str, Any]]:
     ]
 
 
+def liftbridge_connection_json(conn_id: str) -> str:
+    """The whole connection as ``{"conn_type", "host", "port", "extra"}`` JSON, for the Spark job.
+
+    It may hold a TLS private key, so the text is masked in logs and in the
+    rendered template fields Airflow stores.
+    """
+    conn = Connection.get(conn_id)
+    text = json.dumps({"conn_type": conn.conn_type, "host": conn.host, "port": conn.port, "extra": conn.extra_dejson})
+    mask_secret(text)
+    return text
+
+
 with DAG(
     "liftbridge_spark_ingest",
     schedule=None,
     catchup=False,
+    max_active_runs=1,  # two runs at once would freeze overlapping ranges from the same cursor
+    user_defined_macros={"liftbridge_connection_json": liftbridge_connection_json},
     tags=["liftbridge", "example"],
     params={
         "stream": Param("demo-events", type="string"),
@@ -82,6 +104,7 @@ with DAG(
         task_id="spark_ingest",
         application=str(PROJECT / "spark_jobs" / "ingest.py"),
         conf={"spark.pyspark.python": sys.executable, "spark.ui.enabled": "false"},
+        env_vars={"LIFTBRIDGE_CONN_JSON": "{{ liftbridge_connection_json('liftbridge_default') }}"},
         application_args=[
             "--brokers",
             "{{ conn.liftbridge_default.host }}",

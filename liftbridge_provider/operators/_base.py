@@ -10,8 +10,20 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from liftbridge_provider.client import InvalidArgumentError, LiftbridgeClient
+from liftbridge_provider.client import InvalidArgumentError, LiftbridgeClient, NoSuchPartitionError, NoSuchStreamError
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
+
+# Errors no retry can fix: bad input, and a stream or partition that does not exist.
+PERMANENT_ERRORS = (InvalidArgumentError, NoSuchStreamError, NoSuchPartitionError)
+
+
+@contextlib.contextmanager
+def failing_without_retries(task_id: str) -> Iterator[None]:
+    """Turn bad input and missing streams or partitions into AirflowFailException (no retries)."""
+    try:
+        yield
+    except PERMANENT_ERRORS as exc:
+        raise AirflowFailException(f"{task_id}: {exc}") from exc
 
 
 class LiftbridgeBaseOperator(BaseOperator):
@@ -32,8 +44,6 @@ class LiftbridgeBaseOperator(BaseOperator):
 
     @contextlib.contextmanager
     def client(self) -> Iterator[LiftbridgeClient]:
-        """The pooled client; bad input fails the task without retries (retrying cannot fix it)."""
-        try:
+        """The pooled client; bad input and missing streams or partitions fail the task without retries."""
+        with failing_without_retries(self.task_id):
             yield self.hook.get_conn()
-        except InvalidArgumentError as exc:
-            raise AirflowFailException(f"{self.task_id}: {exc}") from exc

@@ -50,10 +50,14 @@ def record_to_message(
 
     bytes and str records are the value. A mapping record gives its key from
     ``key_field``, headers from ``header_fields`` and its value from
-    ``value_field`` (default: the whole record as compact JSON).
+    ``value_field`` (default: the whole record as compact JSON); those fields
+    may hold numbers or JSON values. Any other record (a number, None, a list)
+    is refused rather than guessed at.
     """
     if isinstance(record, PublishMessage):
         return record
+    if not isinstance(record, bytes | str | Mapping):
+        raise InvalidArgumentError(f"record must be bytes, str or a mapping, got {type(record).__name__}")
     if not isinstance(record, Mapping):
         if key_field or value_field or header_fields:
             raise InvalidArgumentError(f"key/value/header fields need mapping records, got {type(record).__name__}")
@@ -181,6 +185,15 @@ class LiftbridgePublishOperator(LiftbridgeBaseOperator):
             return partition_by_round_robin()
         return None
 
+    def _message(self, index: int, record: Any) -> PublishMessage:
+        """The record as a message; bad records are named by their index in the input (0-based)."""
+        try:
+            return record_to_message(
+                record, key_field=self.key_field, value_field=self.value_field, header_fields=self.header_fields
+            )
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"record #{index}: {exc}") from None
+
     def execute(self, context: Any) -> dict[str, Any]:
         partitions: dict[int, dict[str, int]] = {}
         published, started, last_log = 0, time.monotonic(), time.monotonic()
@@ -188,12 +201,7 @@ class LiftbridgePublishOperator(LiftbridgeBaseOperator):
         with self.client() as client:
             records = iter(self._records())
             while chunk := list(itertools.islice(records, self.batch_size)):
-                batch = [
-                    record_to_message(
-                        r, key_field=self.key_field, value_field=self.value_field, header_fields=self.header_fields
-                    )
-                    for r in chunk
-                ]
+                batch = [self._message(published + index, record) for index, record in enumerate(chunk)]
                 result = client.publish_batch(
                     self.stream,
                     batch,

@@ -1,25 +1,41 @@
-"""Freeze offset ranges before a run, and move a cursor to their end after it."""
+"""Freeze offset ranges once per DAG run, and move a cursor to their end after it (compare-and-set)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from liftbridge_provider.client import LiftbridgeClient
-from liftbridge_provider.operators._base import LiftbridgeBaseOperator
-from liftbridge_provider.ranges import OffsetRange, RangesDocument, check_partitions, partition_offsets
+from liftbridge_provider.client import InvalidArgumentError, LiftbridgeClient, PartitionPausedError
+from liftbridge_provider.operators._base import LiftbridgeBaseOperator, failing_without_retries
+from liftbridge_provider.ranges import (
+    OffsetRange,
+    RangesDocument,
+    check_partitions,
+    check_retention,
+    partition_offsets,
+)
 
 StartFrom = Literal["cursor", "earliest"]
 EndAt = Literal["high_watermark"]
 
+STATE_KEY = "liftbridge_ranges"  # task state store key: the ranges document frozen by this run
+FROZEN_CURSORS = "frozen_cursors"  # document metadata: {partition: cursor offset the freeze read}
+
 
 class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
-    """Freeze a half-open range ``[start, end)`` per partition; returns the ranges document (XCom).
+    """Freeze a half-open range ``[start, end)`` per partition, once per DAG run; returns the ranges document.
 
     The Spark ingest job reads exactly these ranges and the commit step moves
-    the cursor to their ends, so a rerun repeats the same work.
+    the cursor to their ends. The document is kept in Airflow's task state
+    store (Airflow 3.3+), so a retry or a clear of the same run returns the
+    same ranges instead of freezing bigger ones; a new run freezes anew.
+    Without a task state store the ranges are frozen again on every try (logged).
+
+    Paused partitions are not resumed when their range is empty; a non-empty
+    range resumes its partition (reading it will need the data anyway).
 
     :param stream: stream name.
     :param partitions: partitions to include (default: all).
@@ -31,9 +47,11 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
     :param cursor_id: the cursor ranges start from and are committed to
         (needed for ``start="cursor"``).
     :param max_messages_per_partition: cap each range at this many offsets (default: no cap).
-    :param on_data_loss: when retention already removed offsets at the start:
-        ``"fail"`` (default, like Spark's failOnDataLoss) or ``"skip"`` (start at
-        the oldest retained offset, with a warning).
+    :param compacted: the stream is compacted (default False): offsets missing
+        at a range's head are compaction gaps, logged, never data loss.
+    :param on_data_loss: when retention already removed offsets at the start
+        (streams that are not ``compacted``): ``"fail"`` (default, like Spark's
+        failOnDataLoss) or ``"skip"`` (start at the oldest retained offset, with a warning).
     """
 
     template_fields = (*LiftbridgeBaseOperator.template_fields, "stream", "cursor_id", "start", "end")
@@ -47,6 +65,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         end: EndAt | Mapping[Any, int] = "high_watermark",
         cursor_id: str | None = None,
         max_messages_per_partition: int | None = None,
+        compacted: bool = False,
         on_data_loss: Literal["fail", "skip"] = "fail",
         **kwargs: Any,
     ) -> None:
@@ -59,6 +78,8 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
             raise ValueError(f"end must be 'high_watermark' or {{partition: offset}}, got {end!r}")
         if max_messages_per_partition is not None and max_messages_per_partition < 1:
             raise ValueError(f"max_messages_per_partition must be >= 1, got {max_messages_per_partition!r}")
+        if not isinstance(compacted, bool):
+            raise ValueError(f"compacted must be True or False, got {compacted!r}")
         if on_data_loss not in ("fail", "skip"):
             raise ValueError(f"on_data_loss must be 'fail' or 'skip', got {on_data_loss!r}")
         self.stream = stream
@@ -67,33 +88,79 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         self.end = end
         self.cursor_id = cursor_id
         self.max_messages_per_partition = max_messages_per_partition
+        self.compacted = compacted
         self.on_data_loss = on_data_loss
 
     def execute(self, context: Any) -> dict[str, Any]:
+        store = context.get("task_state_store")
+        if store is None:
+            self.log.warning("no task state store (Airflow < 3.3): a retry or clear of this run freezes again")
+        elif (stored := self._stored_ranges(store.get(STATE_KEY))) is not None:
+            return stored
+        document = self._freeze()
+        if store is not None:
+            store.set(STATE_KEY, document)
+            self.log.info("ranges kept in the task state store: a retry or clear of this run reuses them")
+        return document
+
+    def _stored_ranges(self, value: Any) -> dict[str, Any] | None:
+        """The document an earlier try of this run froze, if it is for this stream and cursor."""
+        if value is None:
+            return None
+        with failing_without_retries(self.task_id):
+            document = RangesDocument.parse(value)
+        if (document.stream, document.cursor_id) != (self.stream, self.cursor_id):
+            self.log.warning(
+                "the task state store holds ranges of stream %r, cursor %r, not %r, %r: freezing again",
+                document.stream,
+                document.cursor_id,
+                self.stream,
+                self.cursor_id,
+            )
+            return None
+        self.log.info("reusing the ranges frozen earlier in this run (task state store key %r)", STATE_KEY)
+        self._log_ranges(document)
+        return document.to_json()
+
+    def _freeze(self) -> dict[str, Any]:
         with self.client() as client:
             count = len(client.stream_info(self.stream).partitions)
             partitions = check_partitions(self.partitions, count, self.stream)
             starts = None if isinstance(self.start, str) else partition_offsets(self.start, "start")
             ends = None if isinstance(self.end, str) else partition_offsets(self.end, "end")
-            ranges = [self._range(client, p, starts, ends) for p in partitions]
-        document = RangesDocument(self.stream, tuple(ranges), self.cursor_id)
-        for r in document.ranges:
-            self.log.info("partition %d: [%d, %d) = %d offsets", r.partition, r.start, r.end, r.count)
+            cursors = {}
+            if self.cursor_id:
+                cursors = {p: client.fetch_cursor(self.cursor_id, self.stream, p) for p in partitions}
+            ranges = [self._range(client, p, starts, ends, cursors.get(p, -1)) for p in partitions]
+        metadata = {FROZEN_CURSORS: {str(p): offset for p, offset in cursors.items()}} if cursors else {}
+        document = RangesDocument(self.stream, tuple(ranges), self.cursor_id, metadata)
+        self._log_ranges(document)
         return document.to_json()
 
+    def _log_ranges(self, document: RangesDocument) -> None:
+        for r in document.ranges:
+            self.log.info("partition %d: [%d, %d) = %d offsets", r.partition, r.start, r.end, r.count)
+
     def _range(
-        self, client: LiftbridgeClient, partition: int, starts: dict[int, int] | None, ends: dict[int, int] | None
+        self,
+        client: LiftbridgeClient,
+        partition: int,
+        starts: dict[int, int] | None,
+        ends: dict[int, int] | None,
+        cursor: int,
     ) -> OffsetRange:
-        high_watermark = client.fetch_partition_metadata(self.stream, partition).high_watermark
-        end = high_watermark + 1 if ends is None else self._given(ends, partition, "end")
+        info = client.fetch_partition_metadata(self.stream, partition)  # paused partitions too, not resumed
+        end = info.high_watermark + 1 if ends is None else self._given(ends, partition, "end")
         if starts is not None:
             start = self._given(starts, partition, "start")
         elif self.start == "cursor":
-            start = client.fetch_cursor(self.cursor_id, self.stream, partition) + 1  # type: ignore[arg-type]
+            start = cursor + 1
+        elif info.high_watermark < 0:
+            start = 0  # never held a message
         else:
-            start = client.earliest_offset(self.stream, partition) or 0
+            start = self._earliest(client, partition, info.paused) or 0
         if start < end and self.start != "earliest":  # a start taken from earliest_offset is retained
-            start = self._check_retained(client, partition, start)
+            start = self._retained_start(client, OffsetRange(partition, start, end), info.paused)
         end = max(end, start) if ends is None else end
         if self.max_messages_per_partition is not None:
             end = min(end, start + self.max_messages_per_partition)
@@ -106,23 +173,68 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
             raise AirflowFailException(f"{what} offsets {offsets} give nothing for partition {partition}")
         return offsets[partition]
 
-    def _check_retained(self, client: LiftbridgeClient, partition: int, start: int) -> int:
-        earliest = client.earliest_offset(self.stream, partition)
-        if earliest is None or start >= earliest:
+    def _earliest(self, client: LiftbridgeClient, partition: int, paused: bool) -> int | None:
+        """The oldest retained offset; only asked for a non-empty range, so a paused partition is resumed."""
+        if not paused:
+            with contextlib.suppress(PartitionPausedError):  # unless it paused since its metadata was read
+                return client.earliest_offset(self.stream, partition)
+        return client.earliest_offset(self.stream, partition, resume=True)
+
+    def _retained_start(self, client: LiftbridgeClient, offset_range: OffsetRange, paused: bool) -> int:
+        """The range's start, or the oldest retained offset after retention loss with ``on_data_loss="skip"``."""
+        partition, start = offset_range.partition, offset_range.start
+        earliest = self._earliest(client, partition, paused)
+        if self.compacted and earliest is not None and earliest > start:
+            gone = min(earliest, offset_range.end)
+            self.log.info(
+                "partition %d: %d offset(s) at the head (%d-%d) are gone; compacted=True: compaction gaps, not loss",
+                partition,
+                gone - start,
+                start,
+                gone - 1,
+            )
+        check = check_retention(offset_range, earliest, compacted=self.compacted)
+        if check.lost is None:
             return start
-        message = f"partition {partition}: offsets {start}-{earliest - 1} were already removed by retention"
+        first, stop = check.lost
+        message = f"partition {partition}: offsets {first}-{stop - 1} were already removed by retention"
         if self.on_data_loss == "fail":
-            raise AirflowFailException(message + " (on_data_loss='fail'; set 'skip' to start at the oldest one)")
-        self.log.warning("%s; starting at %d (on_data_loss='skip')", message, earliest)
-        return earliest
+            raise AirflowFailException(
+                message + " (on_data_loss='fail'; set 'skip' to start at the oldest one, or compacted=True "
+                "if the stream is compacted)"
+            )
+        self.log.warning("%s; starting at %d (on_data_loss='skip')", message, check.readable.start)
+        return check.readable.start
+
+
+def frozen_cursor(document: RangesDocument, partition: int) -> int | None:
+    """The cursor offset the freeze read for ``partition``, if the document records it."""
+    recorded = document.metadata.get(FROZEN_CURSORS)
+    if not isinstance(recorded, Mapping) or str(partition) not in recorded:
+        return None
+    offset = recorded[str(partition)]
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < -1:
+        raise InvalidArgumentError(f"metadata {FROZEN_CURSORS} of partition {partition} must be >= -1, got {offset!r}")
+    return offset
 
 
 class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
-    """Move the cursor to the end of each range of a ranges document; idempotent.
+    """Move the cursor to the end of each range of a ranges document: a compare-and-set, idempotent.
 
-    For each non-empty range the cursor is set to ``end - 1`` (the last offset
-    processed). A cursor already beyond that is left alone (a rerun of an older
-    run never moves it back). Returns ``{partition: cursor offset}``.
+    For each non-empty range the cursor moves to ``end - 1`` (the last offset
+    processed) only if it is still where the freeze found it: ``start - 1``, or
+    the offset the document records under ``metadata.frozen_cursors``. A cursor
+    already at ``end - 1`` is left alone (a repeated commit succeeds and does
+    nothing). Any other position fails the task without retries, naming the
+    stream, partition, and the expected and found offsets: someone else moved
+    the cursor (an overlapping run, another pipeline), so committing would skip
+    or repeat offsets. Every partition is checked before any cursor moves.
+    Returns ``{partition: cursor offset}``.
+
+    Liftbridge has no server-side compare-and-set for cursors: between the
+    check and the set (one round trip per partition) another writer can still
+    move a cursor, and the last write wins. Keep one writer per cursor: run
+    the DAG with ``max_active_runs=1`` and give each pipeline its own cursor id.
 
     :param ranges: the ranges document (dict, JSON, or an upstream XCom via ``XComArg``).
     :param cursor_id: the cursor (default: the document's ``cursor_id``).
@@ -143,15 +255,34 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
             cursor_id = self.cursor_id or document.cursor_id
             if not cursor_id:
                 raise AirflowFailException("no cursor_id: give one, or freeze the ranges with a cursor_id")
-            committed = {}
-            for offset_range in document.ranges:
-                last = offset_range.last
-                current = client.fetch_cursor(cursor_id, document.stream, offset_range.partition)
-                if last is None or current >= last:
-                    self.log.info("partition %d: cursor %r stays at %d", offset_range.partition, cursor_id, current)
-                    committed[str(offset_range.partition)] = current
-                    continue
-                client.set_cursor(cursor_id, document.stream, offset_range.partition, last)
-                self.log.info("partition %d: cursor %r %d -> %d", offset_range.partition, cursor_id, current, last)
-                committed[str(offset_range.partition)] = last
-        return committed
+            count = len(client.stream_info(document.stream).partitions)  # a missing stream stores no cursor
+            check_partitions([r.partition for r in document.ranges], count, document.stream)
+            moves = [self._planned_move(client, document, cursor_id, r) for r in document.ranges]
+            for partition, current, target in moves:
+                if target != current:
+                    client.set_cursor(cursor_id, document.stream, partition, target)
+                    self.log.info("partition %d: cursor %r %d -> %d", partition, cursor_id, current, target)
+        return {str(partition): target for partition, _, target in moves}
+
+    def _planned_move(
+        self, client: LiftbridgeClient, document: RangesDocument, cursor_id: str, offset_range: OffsetRange
+    ) -> tuple[int, int, int]:
+        """``(partition, current, target)``; fails when someone else moved the cursor."""
+        partition, last = offset_range.partition, offset_range.last
+        current = client.fetch_cursor(cursor_id, document.stream, partition)
+        if last is None:
+            self.log.info("partition %d: empty range; cursor %r stays at %d", partition, cursor_id, current)
+            return partition, current, current
+        if current == last:
+            self.log.info("partition %d: cursor %r is already at %d (committed before)", partition, cursor_id, last)
+            return partition, current, current
+        recorded = frozen_cursor(document, partition) if cursor_id == document.cursor_id else None
+        expected = offset_range.start - 1 if recorded is None else recorded
+        if current != expected:
+            raise AirflowFailException(
+                f"cursor {cursor_id!r} of stream {document.stream!r} partition {partition} is at {current}, "
+                f"expected {expected} (before the range [{offset_range.start}, {offset_range.end})) or {last} "
+                "(already committed): someone else moved it, so committing would skip or repeat offsets; "
+                "no cursor was moved"
+            )
+        return partition, current, last

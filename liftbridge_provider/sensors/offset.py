@@ -10,10 +10,14 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from liftbridge_provider.client import InvalidArgumentError
+from liftbridge_provider.client import InvalidArgumentError, NoSuchPartitionError, NoSuchStreamError
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
+from liftbridge_provider.operators._base import failing_without_retries
 from liftbridge_provider.ranges import RangesDocument, check_partitions, partition_offsets
 from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger, unmet_targets
+
+# Trigger error events that no retry can fix (the trigger names the error's class).
+PERMANENT_EVENT_ERRORS = {NoSuchStreamError.__name__, NoSuchPartitionError.__name__}
 
 
 class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
@@ -28,8 +32,12 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
     :param stream: stream name (taken from ``ranges`` when given).
     :param deferrable: wait in the triggerer instead of a worker slot (default:
         ``[operators] default_deferrable``).
-    :param poll_interval: seconds between checks in deferrable mode (default: ``poke_interval``).
+    :param poll_interval: seconds between checks in deferrable mode, > 0 (default: ``poke_interval``).
     :param liftbridge_conn_id: the ``liftbridge`` connection.
+
+    Paused partitions are checked without being resumed. Bad targets and a
+    missing stream or partition (also one deleted while the trigger waits)
+    fail the task without retries.
     """
 
     template_fields = ("liftbridge_conn_id", "stream", "target_offset", "target_offsets", "ranges")
@@ -52,6 +60,8 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
             raise ValueError("give exactly one of target_offset, target_offsets or ranges")
         if ranges is None and not stream:
             raise ValueError("stream is required unless ranges are given")
+        if poll_interval is not None and (isinstance(poll_interval, bool) or not poll_interval > 0):
+            raise ValueError(f"poll_interval must be a number of seconds > 0, got {poll_interval!r}")
         self.stream = stream
         self.partitions = partitions
         self.target_offset = target_offset
@@ -67,7 +77,7 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
 
     def _targets(self) -> tuple[str, dict[int, int]]:
         """The stream and ``{partition: offset}`` to wait for (validated, before anything is sent)."""
-        try:
+        with failing_without_retries(self.task_id):
             if self.ranges is not None:
                 document = RangesDocument.parse(self.ranges)
                 targets = {r.partition: r.end - 1 for r in document.ranges if r.end > r.start}
@@ -84,13 +94,12 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
             count = len(self.hook.get_conn().stream_info(self.stream).partitions)
             chosen = check_partitions(self.partitions, count, self.stream)
             return self.stream, dict.fromkeys(chosen, self.target_offset)
-        except InvalidArgumentError as exc:
-            raise AirflowFailException(f"{self.task_id}: {exc}") from exc
 
     def poke(self, context: Any) -> bool:
         stream, targets = self._targets()
-        client = self.hook.get_conn()
-        high_watermarks = {p: client.fetch_partition_metadata(stream, p).high_watermark for p in targets}
+        with failing_without_retries(self.task_id):
+            client = self.hook.get_conn()
+            high_watermarks = {p: client.fetch_partition_metadata(stream, p).high_watermark for p in targets}
         missing = unmet_targets(targets, high_watermarks)
         if missing:
             self.log.info("%s: waiting for %s more offset(s) per partition", stream, missing)
@@ -119,6 +128,9 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") != "success":
-            raise AirflowException(f"waiting for {self.stream or 'the ranges'} failed: {event}")
+            message = f"{self.task_id}: waiting for {self.stream or 'the ranges'} failed: {event}"
+            if event.get("error") in PERMANENT_EVENT_ERRORS:
+                raise AirflowFailException(message)
+            raise AirflowException(message)
         self.log.info("high watermarks reached: %s", event["high_watermarks"])
         return event

@@ -9,8 +9,16 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeError
+from liftbridge_provider.client import AsyncLiftbridgeClient, InvalidArgumentError, LiftbridgeError
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
+from liftbridge_provider.ranges import partition_offsets
+
+
+def _seconds(value: object, name: str, allowed: str = "a number of seconds > 0") -> float:
+    """A positive number of seconds; anything else is refused, naming it."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidArgumentError(f"{name} must be {allowed}, got {value!r}")
+    return float(value)
 
 
 def unmet_targets(targets: Mapping[int, int], high_watermarks: Mapping[int, int]) -> dict[int, int]:
@@ -22,10 +30,14 @@ class LiftbridgeOffsetTrigger(BaseTrigger):
     """Fires when every partition's committed high watermark is at least its target offset.
 
     :param stream: stream name.
-    :param targets: ``{partition: offset}`` (keys may be strings, as JSON makes them).
+    :param targets: ``{partition: offset}``, both >= 0 (keys may be strings, as JSON makes them).
     :param liftbridge_conn_id: the ``liftbridge`` connection.
-    :param poll_interval: seconds between checks (default 5).
-    :param timeout: seconds after which an error event is sent (default: none).
+    :param poll_interval: seconds between checks, > 0 (default 5).
+    :param timeout: seconds, > 0, after which a timeout event is sent (default: none).
+
+    Bad values raise InvalidArgumentError here, before anything is serialised.
+    An error event names the error's class (``"error"``), so the sensor can
+    tell a missing stream or partition from a transient failure.
     """
 
     def __init__(
@@ -39,10 +51,10 @@ class LiftbridgeOffsetTrigger(BaseTrigger):
     ) -> None:
         super().__init__()
         self.stream = stream
-        self.targets = {int(p): int(t) for p, t in targets.items()}
+        self.targets = partition_offsets(targets, "target")
         self.liftbridge_conn_id = liftbridge_conn_id
-        self.poll_interval = poll_interval
-        self.timeout = timeout
+        self.poll_interval = _seconds(poll_interval, "poll_interval")
+        self.timeout = None if timeout is None else _seconds(timeout, "timeout", "None or a number of seconds > 0")
         self._client: AsyncLiftbridgeClient | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -78,7 +90,7 @@ class LiftbridgeOffsetTrigger(BaseTrigger):
                 self.log.info("%s: waiting for %s more offset(s) per partition", self.stream, missing)
                 await asyncio.sleep(self.poll_interval)
         except LiftbridgeError as exc:
-            yield TriggerEvent({"status": "error", "message": str(exc)})
+            yield TriggerEvent({"status": "error", "error": type(exc).__name__, "message": str(exc)})
         finally:
             await self.cleanup()
 

@@ -58,14 +58,14 @@ class DagRun:
         self.dag_id = dag_id
         self.returncode = result.returncode
         self.output = result.stdout + result.stderr
-        self.xcom, self.states = _run_records(dag_id)
+        self.run_id, self.xcom, self.states, self.tries = _run_records(dag_id)
 
     def ok(self) -> bool:
         return self.returncode == 0 and set(self.states.values()) <= {"success", "skipped"}
 
 
-def _run_records(dag_id: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """XCom return values and task states of the latest run of ``dag_id``."""
+def _run_records(dag_id: str) -> tuple[str | None, dict[str, Any], dict[str, str], dict[str, int]]:
+    """Run id, XCom return values, task states and try numbers of the latest run of ``dag_id``."""
     from airflow.models.dagrun import DagRun as DagRunModel  # noqa: PLC0415 - after AIRFLOW_HOME is set
     from airflow.models.xcom import XComModel  # noqa: PLC0415
     from airflow.utils.session import create_session  # noqa: PLC0415
@@ -73,10 +73,11 @@ def _run_records(dag_id: str) -> tuple[dict[str, Any], dict[str, str]]:
     with create_session() as session:
         run = session.query(DagRunModel).filter(DagRunModel.dag_id == dag_id).order_by(DagRunModel.id.desc()).first()
         if run is None:
-            return {}, {}
+            return None, {}, {}, {}
         xcoms = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run.run_id).all()
         states = {ti.task_id: str(ti.state) for ti in run.task_instances}
-        return {x.task_id: x.value for x in xcoms if x.key == "return_value"}, states
+        tries = {ti.task_id: ti.try_number for ti in run.task_instances}
+        return run.run_id, {x.task_id: x.value for x in xcoms if x.key == "return_value"}, states, tries
 
 
 def run_dag(home: Path, body: str, env: dict[str, str], dag_id: str | None = None) -> DagRun:
@@ -476,3 +477,188 @@ def test_spark_submit_operator_runs_the_ingest_job_between_freeze_and_commit(
     assert folders == [f"stream={stream}/partition=0/range=0-25", f"stream={stream}/partition=1/range=0-25"]
     assert run.xcom["commit"] == {"0": 24, "1": 24}
     assert [client.fetch_cursor("lake", stream, p) for p in (0, 1)] == [24, 24]
+
+
+# -- issue 11: paused partitions, compacted streams, bad input -------------------------------------
+
+
+def wait_until_paused(client: LiftbridgeClient, stream: str, partitions: list[int], timeout: float = 30) -> None:
+    """Until the stream's metadata says every partition in ``partitions`` is paused (auto_pause_time passed)."""
+    deadline = time.monotonic() + timeout
+    while not all(client.fetch_metadata([stream]).stream(stream).partitions[p].paused for p in partitions):
+        assert time.monotonic() < deadline, f"{stream} partitions {partitions} did not pause within {timeout:g}s"
+        time.sleep(0.2)
+
+
+def is_paused(client: LiftbridgeClient, stream: str, partition: int) -> bool:
+    return client.fetch_metadata([stream]).stream(stream).partitions[partition].paused
+
+
+def test_freeze_and_poke_on_auto_paused_partitions(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """Defect 3 (issue 11): idle partitions auto-pause; freezing them must work, resuming only a non-empty range."""
+    stream = stream_name()
+    client.create_stream(stream, stream, partitions=2, auto_pause_time=1)
+    client.publish_batch(stream, [PublishMessage(b"m", partition=p) for p in (0, 1) * 4], ack_policy="all")
+    client.set_cursor("ingest", stream, 0, 3)  # partition 0 has nothing new: its range is empty
+    wait_until_paused(client, stream, [0, 1])
+    body = f"""
+        freeze = LiftbridgeOffsetRangesOperator(task_id="freeze", stream={stream!r}, cursor_id="ingest")
+        poke = LiftbridgePartitionOffsetSensor(
+            task_id="poke", ranges=freeze.output, deferrable=False, mode="poke", poke_interval=1, timeout=30
+        )
+        freeze >> poke
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    assert run.ok(), run.output[-4000:]
+    assert run.xcom["freeze"]["ranges"] == [
+        {"partition": 0, "start": 4, "end": 4},
+        {"partition": 1, "start": 0, "end": 4},
+    ]
+    assert is_paused(client, stream, 0), "an empty range must not resume its partition"
+
+
+def test_deferred_sensor_waits_on_an_auto_paused_partition(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
+) -> None:
+    """Defect 3 (issue 11): the trigger polls a paused partition until a publish resumes it and reaches the target."""
+    stream = stream_name()
+    client.create_stream(stream, stream, auto_pause_time=1)
+    client.publish_batch(stream, [b"m"] * 3, partitioner=None, ack_policy="all")
+    wait_until_paused(client, stream, [0])
+    marker = tmp_path / "sensor-starts"
+
+    def publish_once_the_trigger_polled_the_paused_partition() -> None:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(8)  # the trigger polls the paused partition for longer than a request may take (2 s)
+        client.publish_batch(stream, [b"late"] * 3, partitioner=None)
+
+    publisher = threading.Thread(target=publish_once_the_trigger_polled_the_paused_partition)
+    publisher.start()
+    body = f"""
+        @task
+        def announce():
+            open({str(marker)!r}, "w").close()
+
+        announce() >> LiftbridgePartitionOffsetSensor(
+            task_id="wait", stream={stream!r}, target_offset=5, deferrable=True, poke_interval=1, timeout=60
+        )
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server, request_timeout=2))
+    publisher.join()
+    assert run.ok(), run.output[-4000:]
+    assert run.xcom["wait"] == {"status": "success", "high_watermarks": {"0": 5}}
+
+
+def test_freeze_on_a_compacted_stream_reports_no_loss(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """Defect 5 (issue 11): compaction removing a stream's head is not retention loss when compacted=True."""
+    stream = stream_name()
+    client.create_stream(stream, stream, compact_enabled=True, segment_max_bytes=256, cleaner_interval=0.2)
+    client.publish_batch(
+        stream, [PublishMessage(b"v" * 30, key=f"k{i % 2}".encode()) for i in range(40)], ack_policy="all"
+    )
+    deadline = time.monotonic() + 30
+    while (client.earliest_offset(stream) or 0) == 0:
+        assert time.monotonic() < deadline, "compaction did not remove the head within 30 s"
+        time.sleep(0.5)
+    earliest = client.earliest_offset(stream)
+    assert earliest is not None
+    body = f"""
+        LiftbridgeOffsetRangesOperator(task_id="plain", stream={stream!r}, cursor_id="ingest")
+        LiftbridgeOffsetRangesOperator(task_id="compacted", stream={stream!r}, cursor_id="ingest", compacted=True)
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    assert run.states == {"plain": "failed", "compacted": "success"}, run.output[-4000:]
+    assert run.xcom["compacted"]["ranges"] == [{"partition": 0, "start": 0, "end": 40}]
+    assert f"partition 0: offsets 0-{earliest - 1} were already removed by retention" in run.output
+    assert f"partition 0: {earliest} offset(s) at the head (0-{earliest - 1}) are gone" in run.output
+
+
+def test_missing_streams_and_partitions_fail_without_retries(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
+) -> None:
+    """Issue 11 (bad input): a missing stream or partition fails every operator and the sensor without retries."""
+    stream, missing, deleted = stream_name(), stream_name(), stream_name()
+    client.create_stream(stream, stream)
+    client.create_stream(deleted, deleted)
+    cursors_before = _cursor_writes(client)
+    marker = tmp_path / "sensor-starts"
+
+    def delete_once_the_sensor_deferred() -> None:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(4)
+        client.delete_stream(deleted)
+
+    deleter = threading.Thread(target=delete_once_the_sensor_deferred)
+    deleter.start()
+    ranges = {"stream": missing, "cursor_id": "c", "ranges": [{"partition": 0, "start": 0, "end": 5}]}
+    no_partition = {"stream": stream, "cursor_id": "c", "ranges": [{"partition": 3, "start": 0, "end": 5}]}
+    body = f"""
+        from datetime import timedelta
+        retry = dict(retries=2, retry_delay=timedelta(0))
+
+        @task
+        def announce():
+            open({str(marker)!r}, "w").close()
+
+        LiftbridgeOffsetRangesOperator(task_id="freeze", stream={missing!r}, cursor_id="c", **retry)
+        LiftbridgeCommitCursorOperator(task_id="commit", ranges={ranges!r}, **retry)
+        LiftbridgeCommitCursorOperator(task_id="commit_partition", ranges={no_partition!r}, **retry)
+        LiftbridgePublishOperator(task_id="publish", stream={missing!r}, messages=[b"x"], **retry)
+        LiftbridgePauseStreamOperator(task_id="pause", stream={missing!r}, **retry)
+        LiftbridgeSetStreamReadonlyOperator(task_id="readonly", stream={missing!r}, **retry)
+        LiftbridgePartitionOffsetSensor(
+            task_id="poke", stream={missing!r}, target_offset=1, mode="poke", poke_interval=1, timeout=20, **retry
+        )
+        LiftbridgePartitionOffsetSensor(
+            task_id="poke_partition", stream={stream!r}, target_offsets={{"4": 1}}, mode="poke", poke_interval=1,
+            timeout=20, **retry
+        )
+        announce() >> LiftbridgePartitionOffsetSensor(
+            task_id="deferred", stream={deleted!r}, target_offset=1, deferrable=True, poke_interval=1, timeout=60,
+            **retry
+        )
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    deleter.join()
+    failed = {task: state for task, state in run.states.items() if task != "announce"}
+    assert set(failed.values()) == {"failed"}, (failed, run.output[-4000:])
+    assert {task: run.tries[task] for task in failed} == dict.fromkeys(failed, 1), run.tries
+    assert f"no stream named '{missing}'" in run.output
+    assert f"no partition 3: stream '{stream}' has partitions 0-0" in run.output
+    assert _cursor_writes(client) == cursors_before, "a cursor was stored for a missing stream or partition"
+    client.create_stream(missing, missing)
+    assert client.fetch_cursor("c", missing, 0) == -1
+
+
+def _cursor_writes(client: LiftbridgeClient) -> int:
+    """How many cursor writes the server holds (the high watermarks of the ``__cursors`` partitions)."""
+    partitions = client.fetch_metadata(["__cursors"]).stream("__cursors").partitions.values()
+    return sum(p.high_watermark + 1 for p in partitions)
+
+
+def test_publish_refuses_records_that_are_not_bytes_str_or_mappings(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """Issue 11 (bad input): an int record was published as b"42"; refuse it, naming its index and type."""
+    stream = stream_name()
+    client.create_stream(stream, stream)
+    body = f"""
+        from datetime import timedelta
+        LiftbridgePublishOperator(
+            task_id="publish", stream={stream!r}, messages=[b"ok", "fine", 42], partitioner=None,
+            retries=2, retry_delay=timedelta(0),
+        )
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    assert run.states == {"publish": "failed"}, run.output[-4000:]
+    assert run.tries["publish"] == 1
+    assert "record #2: record must be bytes, str or a mapping, got int" in run.output
+    assert client.fetch_partition_metadata(stream, 0).high_watermark == -1, "nothing of the batch was published"

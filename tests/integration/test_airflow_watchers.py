@@ -344,3 +344,42 @@ def _covered(payloads: list[dict[str, Any]]) -> int:
     """Offsets covered by distinct batches."""
     distinct = {p["metadata"]["batch"]: p for p in payloads}
     return sum(p["metadata"]["offsets"] for p in distinct.values())
+
+
+def test_batch_watcher_fires_for_auto_paused_partitions_without_resuming_them(
+    home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
+) -> None:
+    """Defect 3 (issue 11): a batch watcher polls high watermarks, so it must work on paused partitions."""
+    env = _env(home, connection(liftbridge_server))
+    with LiftbridgeClient(liftbridge_server.brokers) as client:
+        stream = f"watch-{uuid.uuid4().hex[:8]}"
+        client.create_stream(stream, stream, partitions=2, auto_pause_time=1)
+        publish(client, stream, 2, 0, 12)
+        deadline = time.monotonic() + 30
+        while not all(p.paused for p in client.fetch_metadata([stream]).stream(stream).partitions.values()):
+            assert time.monotonic() < deadline, "the partitions did not auto-pause within 30 s"
+            time.sleep(0.2)
+        register_dags(
+            home,
+            env,
+            f"""
+            from airflow.sdk import DAG, Asset, AssetWatcher, task
+            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+
+            batches = Asset(name="paused", uri="liftbridge://{liftbridge_server.brokers[0]}/{stream}", watchers=[
+                AssetWatcher(name="paused", trigger=LiftbridgeMessageTrigger(
+                    stream="{stream}", mode="batch", max_messages=10, max_wait=2, poll_interval=0.2)),
+            ])
+            with DAG("on_paused", schedule=[batches]):
+                task(lambda: None, task_id="noop")()
+            """,
+        )
+        triggerer = triggerer_factory(env)
+        triggerer.start()
+        wait_until(lambda: _covered(asset_payloads(home, "paused")) >= 12, "a batch of 12", triggerer, timeout=60)
+        time.sleep(2)
+        (payload,) = asset_payloads(home, "paused")
+        still_paused = [p.paused for p in client.fetch_metadata([stream]).stream(stream).partitions.values()]
+    triggerer.stop()
+    assert payload["ranges"] == [{"partition": 0, "start": 0, "end": 6}, {"partition": 1, "start": 0, "end": 6}]
+    assert still_paused == [True, True], "watching high watermarks must not resume a partition"

@@ -129,7 +129,7 @@ def test_records_to_messages() -> None:
         record_to_message(record, key_field="missing")
     with pytest.raises(InvalidArgumentError, match="need mapping records"):
         record_to_message(b"raw", key_field="user")
-    with pytest.raises(InvalidArgumentError, match="record must be bytes, str or JSON-serialisable, got object"):
+    with pytest.raises(InvalidArgumentError, match="record must be bytes, str or a mapping, got object"):
         record_to_message(object())
 
 
