@@ -17,64 +17,27 @@ from liftbridge_provider.client import (
     LiftbridgeError,
     NoMetadataLeaderError,
     PermissionDeniedError,
-    TLSConfig,
     UnavailableError,
 )
-from liftbridge_provider.client.options import DEFAULT_PORT, format_address, parse_broker
 
-# Connection extras: field -> (ClientConfig field, type). Shown as form fields (see get_provider_info).
-NUMBER_FIELDS: dict[str, type] = {
-    "request_timeout": float,
-    "max_conns_per_broker": int,
-    "keep_alive_time": float,
-    "resubscribe_wait": float,
-}
-TLS_FIELDS = ("tls_ca_cert", "tls_client_cert", "tls_private_key", "tls_server_name")
-KNOWN_EXTRAS = {*NUMBER_FIELDS, *TLS_FIELDS, "read_isr_replica"}
+# The pure connection -> ClientConfig mapping lives in liftbridge_provider.connection (no Airflow import);
+# re-exported here for callers that import it from the hook.
+from liftbridge_provider.connection import (
+    KNOWN_EXTRAS,
+    NUMBER_FIELDS,
+    TLS_FIELDS,
+    brokers_from,
+    config_from_connection,
+)
 
-
-def brokers_from(host: str | None, port: int | None) -> tuple[str, ...]:
-    """Broker addresses from the connection's host (``a:9292,b:9292`` or ``a,b``) and default port."""
-    if not host or not host.strip():
-        raise InvalidArgumentError("the Liftbridge connection has no host: give one or more brokers as host:port")
-    default_port = port or DEFAULT_PORT
-    brokers = []
-    for item in host.split(","):
-        if item.strip():
-            name, item_port = parse_broker(item if ":" in item.strip("[]") else f"{item.strip()}:{default_port}")
-            brokers.append(format_address(name, item_port))
-    return tuple(brokers)
-
-
-def config_from_connection(host: str | None, port: int | None, extra: Mapping[str, Any]) -> ClientConfig:
-    """The client configuration a connection describes; bad values raise InvalidArgumentError naming them."""
-    unknown = sorted(set(extra) - KNOWN_EXTRAS)
-    if unknown:
-        raise InvalidArgumentError(f"unknown Liftbridge connection extras {unknown}; allowed: {sorted(KNOWN_EXTRAS)}")
-    options: dict[str, Any] = {}
-    for name, kind in NUMBER_FIELDS.items():
-        value = extra.get(name)
-        if value not in (None, ""):
-            try:
-                options[name] = kind(value)
-            except (TypeError, ValueError):
-                raise InvalidArgumentError(f"connection extra {name} must be a number, got {value!r}") from None
-    flag = extra.get("read_isr_replica")
-    if flag not in (None, ""):
-        if isinstance(flag, str) and flag.lower() in {"true", "false"}:
-            flag = flag.lower() == "true"
-        if not isinstance(flag, bool):
-            raise InvalidArgumentError(f"connection extra read_isr_replica must be true or false, got {flag!r}")
-        options["read_isr_replica"] = flag
-    tls = {name: extra.get(name) or None for name in TLS_FIELDS}
-    if any(tls.values()):
-        options["tls"] = TLSConfig(
-            ca=tls["tls_ca_cert"],
-            cert=tls["tls_client_cert"],
-            key=tls["tls_private_key"],
-            server_name=tls["tls_server_name"],
-        )
-    return ClientConfig(brokers=brokers_from(host, port), **options)
+__all__ = [
+    "KNOWN_EXTRAS",
+    "NUMBER_FIELDS",
+    "TLS_FIELDS",
+    "LiftbridgeHook",
+    "brokers_from",
+    "config_from_connection",
+]
 
 
 class _ClientPool:

@@ -11,10 +11,12 @@
 | ``maxRecordsPerPartition`` | at most this many offsets per Spark input partition |
 | ``readFromReplica`` | ``true`` reads from any in-sync replica (default ``false``: the leader) |
 | ``failOnDataLoss`` | ``true`` (default) fails when retention removed a range's start; ``false`` skips ahead |
+| ``compacted`` | ``true``: the stream is compacted, gaps are normal and nothing is reported lost (default ``false``) |
 | ``tlsCaCert`` / ``tlsClientCert`` / ``tlsPrivateKey`` / ``tlsServerName`` | TLS, as in the connection |
 | ``requestTimeout`` | seconds per request (default 10) |
-| ``readTimeout`` | seconds one input partition may take to read (default 600) |
-| ``batchSize`` | rows per Arrow record batch (default 10000) |
+| ``readTimeout`` | seconds a read may go without a new message before it fails (default 120) |
+| ``batchSize`` | at most this many rows per Arrow record batch (default 10000) |
+| ``batchBytes`` | at most this many key + value + header bytes per Arrow record batch (default 64 MiB) |
 
 ``ranges`` and ``startingOffsets``/``endingOffsets`` exclude each other. End
 offsets are exclusive (``[start, end)``); ``latest`` is the high watermark + 1.
@@ -29,6 +31,11 @@ from liftbridge_provider.client import ClientConfig, TLSConfig
 from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.client.options import split_brokers
 
+DEFAULT_READ_TIMEOUT = 120.0
+DEFAULT_BATCH_SIZE = 10_000
+DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
+MAX_BATCH_BYTES = 1024 * 1024 * 1024  # Arrow's binary columns hold at most 2 GiB per batch
+
 KNOWN = {
     "brokers",
     "stream",
@@ -40,6 +47,7 @@ KNOWN = {
     "maxrecordsperpartition",
     "readfromreplica",
     "failondataloss",
+    "compacted",
     "tlscacert",
     "tlsclientcert",
     "tlsprivatekey",
@@ -47,6 +55,7 @@ KNOWN = {
     "requesttimeout",
     "readtimeout",
     "batchsize",
+    "batchbytes",
     "path",  # spark.read.load(path) passes it; unused
 }
 
@@ -65,8 +74,10 @@ class ReadOptions:
     max_records_per_partition: int | None
     read_from_replica: bool
     fail_on_data_loss: bool
+    compacted: bool
     read_timeout: float
     batch_size: int
+    batch_bytes: int
 
 
 def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -131,6 +142,18 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         max_records_per_partition=_number(options, "maxRecordsPerPartition", int),  # type: ignore[arg-type]
         read_from_replica=_flag(options, "readFromReplica", False),
         fail_on_data_loss=_flag(options, "failOnDataLoss", True),
-        read_timeout=float(_number(options, "readTimeout", float) or 600.0),
-        batch_size=int(_number(options, "batchSize", int) or 10_000),
+        compacted=_flag(options, "compacted", False),
+        read_timeout=float(_number(options, "readTimeout", float) or DEFAULT_READ_TIMEOUT),
+        batch_size=int(_number(options, "batchSize", int) or DEFAULT_BATCH_SIZE),
+        batch_bytes=_batch_bytes(options),
     )
+
+
+def _batch_bytes(options: Mapping[str, str]) -> int:
+    value = int(_number(options, "batchBytes", int) or DEFAULT_BATCH_BYTES)
+    if value > MAX_BATCH_BYTES:
+        raise InvalidArgumentError(
+            f"option batchBytes must be at most {MAX_BATCH_BYTES} (1 GiB; Arrow's binary columns hold 2 GiB), "
+            f"got {value}"
+        )
+    return value

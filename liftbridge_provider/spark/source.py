@@ -2,11 +2,15 @@
 
 On the driver, ``reader()`` resolves the offsets to one concrete ranges
 document ("earliest"/"latest" become numbers, logged), checks it against the
-cluster (partitions exist, ends are committed, starts still retained) and
-plans input partitions with :func:`plan_slices`. On the executors, each task
-reads its slice with ``LiftbridgeClient.read_range`` from the partition leader
-(which follows leader changes and resumes from the last offset + 1), and
-yields Arrow record batches of at most ``batchSize`` rows whose schema matches
+cluster (partitions exist, ends are committed, starts still retained unless
+the stream is ``compacted``) and plans input partitions with
+:func:`plan_slices`. Planning never resumes a paused partition for an empty
+range: its high watermark comes from the partition's metadata. On the
+executors, each task reads its slice with ``LiftbridgeClient.read_range`` from
+the partition leader (which follows leader changes, resumes from the last
+offset + 1, and resumes a paused partition), failing only after
+``readTimeout`` seconds without a new message, and yields Arrow record batches
+within ``batchSize`` rows and ``batchBytes`` bytes whose schema matches
 :data:`SCHEMA` exactly.
 """
 
@@ -15,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -33,7 +36,14 @@ from pyspark.sql.types import (
 
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.client.errors import InvalidArgumentError
-from liftbridge_provider.ranges import OffsetRange, RangesDocument, check_partitions, partition_offsets
+from liftbridge_provider.ranges import (
+    OffsetRange,
+    RangesDocument,
+    check_partitions,
+    check_retention,
+    partition_offsets,
+)
+from liftbridge_provider.spark.batches import BatchBuilder
 from liftbridge_provider.spark.options import ReadOptions, parse_options
 from liftbridge_provider.spark.planning import Slice, plan_slices
 
@@ -70,10 +80,22 @@ class LiftbridgeInputPartition(InputPartition):
 def _offsets(client: LiftbridgeClient, stream: str, spec: str, which: str, partitions: list[int]) -> dict[int, int]:
     """Concrete ``{partition: offset}`` for a JSON spec or "earliest"/"latest"."""
     if spec.strip().lower() == "earliest":
-        return {p: client.earliest_offset(stream, p) or 0 for p in partitions}
+        return {p: _earliest(client, stream, p) for p in partitions}
     if spec.strip().lower() == "latest":
         return {p: client.fetch_partition_metadata(stream, p).high_watermark + 1 for p in partitions}
     return partition_offsets(spec, which)
+
+
+def _earliest(client: LiftbridgeClient, stream: str, partition: int) -> int:
+    """The oldest retained offset (0 for a partition that never held a message).
+
+    An empty partition is answered from its metadata, so a paused one stays
+    paused; otherwise the range that starts here will be read, so finding its
+    start may resume the partition.
+    """
+    if client.fetch_partition_metadata(stream, partition).high_watermark < 0:
+        return 0
+    return client.earliest_offset(stream, partition, resume=True) or 0
 
 
 def resolve_ranges(options: ReadOptions, client: LiftbridgeClient) -> RangesDocument:
@@ -101,15 +123,20 @@ def resolve_ranges(options: ReadOptions, client: LiftbridgeClient) -> RangesDocu
         )
     count = len(client.stream_info(document.stream).partitions)
     check_partitions([r.partition for r in document.ranges], count, document.stream)
-    checked = tuple(_check_range(client, document.stream, r, options.fail_on_data_loss) for r in document.ranges)
+    checked = tuple(_check_range(client, document.stream, r, options) for r in document.ranges)
     resolved = RangesDocument(document.stream, checked, document.cursor_id)
     log.info("liftbridge source reads %s", resolved.dumps())
     return resolved
 
 
-def _check_range(
-    client: LiftbridgeClient, stream: str, offset_range: OffsetRange, fail_on_data_loss: bool
-) -> OffsetRange:
+def _check_range(client: LiftbridgeClient, stream: str, offset_range: OffsetRange, options: ReadOptions) -> OffsetRange:
+    """The part of a range to read: refuses an end beyond the high watermark, applies failOnDataLoss.
+
+    An empty range needs no call at all. The high watermark comes from the
+    partition's metadata, which a paused partition answers without resuming;
+    the oldest retained offset is only asked for on a plain (not compacted)
+    stream, where that probe resumes the partition the read will resume anyway.
+    """
     if offset_range.count == 0:
         return offset_range
     high_watermark = client.fetch_partition_metadata(stream, offset_range.partition).high_watermark
@@ -118,51 +145,47 @@ def _check_range(
             f"partition {offset_range.partition}: range [{offset_range.start}, {offset_range.end}) goes beyond "
             f"the committed high watermark {high_watermark}"
         )
-    earliest = client.earliest_offset(stream, offset_range.partition)
-    if earliest is None or earliest <= offset_range.start:
+    if options.compacted:
+        return offset_range  # gaps are normal on a compacted stream: nothing is reported lost
+    earliest = client.earliest_offset(stream, offset_range.partition, resume=True)
+    checked = check_retention(offset_range, earliest, compacted=False)
+    if checked.lost is None:
         return offset_range
-    message = (
-        f"partition {offset_range.partition}: offsets {offset_range.start}-{earliest - 1} were removed by retention"
-    )
-    if fail_on_data_loss:
-        raise InvalidArgumentError(message + " (failOnDataLoss=true; set it to false to skip them)")
-    log.warning("%s; reading from %d (failOnDataLoss=false)", message, earliest)
-    return OffsetRange(offset_range.partition, min(earliest, offset_range.end), offset_range.end)
+    first, end = checked.lost
+    message = f"partition {offset_range.partition}: offsets {first}-{end - 1} were removed by retention"
+    if options.fail_on_data_loss:
+        raise InvalidArgumentError(
+            message + " (failOnDataLoss=true; set it to false to skip them, or compacted=true for a compacted stream)"
+        )
+    log.warning("%s; reading from %d (failOnDataLoss=false)", message, checked.readable.start)
+    return checked.readable
 
 
 def read_slice(options: ReadOptions, stream: str, work: Slice, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the messages in ``work``, read from the partition leader (or an ISR replica)."""
-    columns: dict[str, list[Any]] = {name: [] for name in schema.names}
+    """Arrow batches of the messages in ``work``, read from the partition leader (or an ISR replica).
+
+    The read resumes a paused partition, and fails with LiftbridgeTimeoutError
+    only when ``options.read_timeout`` seconds pass without a new message: a
+    long backlog that keeps arriving is never cut short.
+    """
+    builder = BatchBuilder(schema, stream, work.partition, max_rows=options.batch_size, max_bytes=options.batch_bytes)
     with LiftbridgeClient(options.config) as client:
         messages = client.read_range(
             stream,
             work.partition,
             work.start,
             work.end,
-            timeout=options.read_timeout,
+            idle_timeout=options.read_timeout,
             read_isr_replica=options.read_from_replica,
+            resume=True,
         )
         for message in messages:
-            raw = message.raw
-            columns["key"].append(raw.key)
-            columns["value"].append(raw.value)
-            columns["offset"].append(raw.offset)
-            columns["timestamp"].append(raw.timestamp // 1000)  # nanoseconds -> microseconds
-            columns["subject"].append(raw.subject)
-            columns["headers"].append(list(raw.headers.items()))
-            if len(columns["offset"]) >= options.batch_size:
-                yield _batch(columns, stream, work.partition, schema)
-                columns = {name: [] for name in schema.names}
-    if columns["offset"]:
-        yield _batch(columns, stream, work.partition, schema)
-
-
-def _batch(columns: dict[str, list[Any]], stream: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
-    rows = len(columns["offset"])
-    columns["stream"] = [stream] * rows
-    columns["partition"] = [partition] * rows
-    arrays = [pa.array(columns[field.name], type=field.type) for field in schema]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+            batch = builder.add(message.raw)
+            if batch is not None:
+                yield batch
+    last = builder.flush()
+    if last is not None:
+        yield last
 
 
 class LiftbridgeReader(DataSourceReader):

@@ -19,9 +19,12 @@ import pyspark
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from liftbridge_provider.client import LiftbridgeClient, PublishMessage, partition_by_key
+from liftbridge_provider.client import LiftbridgeClient, PartitionPausedError, PublishMessage, partition_by_key
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.spark.options import ReadOptions, parse_options
+from liftbridge_provider.spark.planning import Slice
+from liftbridge_provider.spark.source import arrow_schema, read_slice
 
 ROOT = Path(__file__).resolve().parents[2]
 INGEST = ROOT / "spark_jobs" / "ingest.py"
@@ -188,7 +191,13 @@ def test_bad_input_is_refused_before_any_task(
 
 
 def run_ingest(
-    brokers: list[str], ranges: RangesDocument, output: Path, *extra: str, master: str = "local[2]"
+    brokers: list[str] | None,
+    ranges: RangesDocument,
+    output: Path | str,
+    *extra: str,
+    master: str = "local[2]",
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     command = [
         SPARK_SUBMIT,
@@ -199,15 +208,16 @@ def run_ingest(
         "--conf",
         "spark.ui.enabled=false",
         str(INGEST),
-        "--brokers",
-        ",".join(brokers),
+        *(["--brokers", ",".join(brokers)] if brokers is not None else []),
         "--ranges",
         ranges.dumps(),
         "--output",
         str(output),
         *extra,
     ]
-    return subprocess.run(command, env=SPARK_ENV, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        command, env={**SPARK_ENV, **(env or {})}, cwd=cwd, capture_output=True, text=True, timeout=600, check=False
+    )
 
 
 def parquet_rows(spark: SparkSession, folder: Path) -> list[tuple[Any, ...]]:
@@ -255,7 +265,7 @@ def test_ingest_job_exits_nonzero_on_shortfall(
     assert strict.returncode != 0, strict.stderr[-2000:]
     printed = strict.stdout + strict.stderr
     assert "rows for 40 offsets [0, 40)" in printed or "were removed by retention (failOnDataLoss=true" in printed
-    lenient = run_ingest(liftbridge_server.brokers, document, tmp_path / "lenient", "--allow-gaps")
+    lenient = run_ingest(liftbridge_server.brokers, document, tmp_path / "lenient", "--compacted")
     assert lenient.returncode == 0, lenient.stderr[-2000:]
 
 
@@ -331,3 +341,139 @@ def test_leader_kill_during_a_read_returns_exactly_the_range(
         killer.join()
         assert offsets == list(range(60_000))
         assert not liftbridge_cluster.node(leader).running, "the leader was killed during the read"
+
+
+def is_paused(client: LiftbridgeClient, stream: str, partition: int) -> bool:
+    """Asked of the partition's leader: a paused partition refuses FetchPartitionMetadata, or says so."""
+    try:
+        return client.fetch_partition_metadata(stream, partition).paused
+    except PartitionPausedError:
+        return True
+
+
+def wait_until_paused(client: LiftbridgeClient, stream: str, partitions: range, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(is_paused(client, stream, p) for p in partitions):
+        assert time.monotonic() < deadline, "the partitions did not pause"
+        time.sleep(0.3)
+
+
+@pytest.mark.parametrize("how", ["auto_pause_time", "pause_stream"])
+def test_paused_partitions_are_planned_without_resuming_and_read_with_resume(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, how: str
+) -> None:
+    """Defect 3 (issue 11), Spark side: idle partitions pause (auto_pause_time) or are paused; reading one must
+    work. A partition whose range is empty is planned from metadata and stays paused; a non-empty range's
+    read resumes its partition."""
+    name = f"spark-pause-{uuid.uuid4().hex[:6]}"
+    options = {"auto_pause_time": 1} if how == "auto_pause_time" else {}
+    client.create_stream(name, name, partitions=2, **options)
+    client.publish_batch(name, [f"p{i}".encode() for i in range(50)], partitioner=lambda *_: 0, ack_policy="all")
+    if how == "pause_stream":
+        client.pause_stream(name)
+    wait_until_paused(client, name, range(2))
+    frozen = RangesDocument(name, (OffsetRange(0, 0, 50), OffsetRange(1, 0, 0)))
+    rows = read(spark, liftbridge_server.brokers, ranges=frozen.dumps()).select("partition", "offset").collect()
+    assert sorted((r.partition, r.offset) for r in rows) == [(0, i) for i in range(50)]
+    assert is_paused(client, name, 1), "an empty range never resumes its partition"
+    latest = read(spark, liftbridge_server.brokers, stream=name, startingOffsets="earliest", endingOffsets="latest")
+    assert latest.count() == 50
+    assert is_paused(client, name, 1), "earliest/latest of an empty paused partition come from its metadata"
+
+
+def test_compacted_option_reads_a_compacted_head_without_reporting_loss(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """Defect 5 (issue 11), Spark side: compaction removed a range's first offsets; with compacted=true that is
+    normal (failOnDataLoss stays true and does not fire); without it, it reads as retention loss."""
+    name = f"spark-cmp-{uuid.uuid4().hex[:6]}"
+    client.create_stream(name, name, compact_enabled=True, segment_max_bytes=256, cleaner_interval=0.2)
+    keyed = [PublishMessage(b"v" * 30, key=f"k{i % 2}".encode()) for i in range(40)]
+    client.publish_batch(name, keyed, ack_policy="all")
+    time.sleep(2)
+    survivors = [m.offset for m in client.read_range(name, 0, 0, 40)]
+    assert survivors[0] > 0, "compaction removed the head"
+    frozen = RangesDocument(name, (OffsetRange(0, 0, 40),)).dumps()
+    compacted = read(spark, liftbridge_server.brokers, ranges=frozen, compacted="true")
+    assert sorted(r.offset for r in compacted.select("offset").collect()) == survivors
+    with pytest.raises(Exception, match="were removed by retention"):
+        read(spark, liftbridge_server.brokers, ranges=frozen).count()
+
+
+def read_options(brokers: list[str], **options: str) -> ReadOptions:
+    return parse_options({"brokers": ",".join(brokers), "ranges": "{}", **options})
+
+
+def test_read_timeout_bounds_silence_not_a_long_read_that_keeps_progressing(
+    liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """Defect 11 (issue 11): readTimeout bounded a whole task, so a big backlog failed every retry. A slice read
+    for well over readTimeout (1 s here: 10 batches, the consumer taking 0.4 s over each) that receives
+    messages all along must succeed."""
+    name = f"spark-slow-{uuid.uuid4().hex[:6]}"
+    client.create_stream(name, name)
+    client.publish_batch(name, [b"x" * 64] * 20_000, ack_policy="all")
+    options = read_options(liftbridge_server.brokers, readTimeout="1", batchSize="2000")
+    started, rows = time.monotonic(), 0
+    for batch in read_slice(options, name, Slice(0, 0, 20_000), arrow_schema()):
+        rows += batch.num_rows
+        time.sleep(0.4)  # a slow writer downstream
+    assert rows == 20_000
+    assert time.monotonic() - started > 3, "the read lasted longer than readTimeout"
+
+
+def test_large_messages_are_batched_by_bytes(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """Defect 11 (issue 11): 12 messages of 600 KiB (7 MiB in one slice) under batchBytes=1.5 MiB come as
+    batches of 2 messages; the same option through Spark returns every row."""
+    name = f"spark-big-{uuid.uuid4().hex[:6]}"
+    client.create_stream(name, name)
+    values = [bytes([i]) * (600 * 1024) for i in range(12)]
+    client.publish_batch(name, values, ack_policy="all")
+    options = read_options(liftbridge_server.brokers, batchBytes=str(1536 * 1024))
+    batches = list(read_slice(options, name, Slice(0, 0, 12), arrow_schema()))
+    assert [b.num_rows for b in batches] == [2] * 6
+    headers = [sum(len(k) + len(v) for k, v in h) for b in batches for h in b.column("headers").to_pylist()]
+    assert all(sum(len(v) for v in b.column("value").to_pylist()) <= 1536 * 1024 for b in batches)
+    assert max(headers) < 1024, "values dominate each batch's bytes"
+    frame = read(spark, liftbridge_server.brokers, ranges=RangesDocument(name, (OffsetRange(0, 0, 12),)).dumps(),
+                 batchBytes=str(1536 * 1024))  # fmt: skip
+    assert sorted((r.offset, r.value) for r in frame.select("offset", "value").collect()) == list(enumerate(values))
+
+
+def test_manifest_lands_beside_the_data_for_a_uri_output(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str, tmp_path: Path
+) -> None:
+    """Defect 12 (issue 11): write_manifest used pathlib, so a URI output (file://, s3a://) put the manifest
+    on the driver's disk under a folder named after the URI. It must land beside the data."""
+    hw = high_watermarks(client, three)
+    document = RangesDocument(three, tuple(OffsetRange(p, 0, hw[p] + 1) for p in range(3)))
+    workdir, output = tmp_path / "cwd", tmp_path / "lake"
+    workdir.mkdir()
+    # Another working folder: Spark finds pyspark_liftbridge of this editable install through PYTHONPATH then.
+    result = run_ingest(
+        liftbridge_server.brokers, document, f"file://{output}", cwd=workdir, env={"PYTHONPATH": str(ROOT)}
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    manifests = list((output / f"stream={three}" / "_manifests").glob("*.json"))
+    assert len(manifests) == 1, "the manifest is beside the data"
+    assert json.loads(manifests[0].read_text())["total_rows"] == 3000
+    assert list(workdir.rglob("*.json")) == [], "nothing on the driver's working folder"
+    assert len(parquet_rows(spark, output / f"stream={three}")) == 3000
+
+
+def test_ingest_job_takes_the_whole_connection_from_json(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str, tmp_path: Path
+) -> None:
+    """Defect 12 (issue 11): the job got only --brokers (the DAG passed the connection's host, dropping its port
+    and TLS fields). With LIFTBRIDGE_CONN_JSON (Airflow's JSON form, port in its own field, extra as a
+    string) and no --brokers, it reads the stream."""
+    host, port = liftbridge_server.brokers[0].rsplit(":", 1)
+    conn = {"conn_type": "liftbridge", "host": host, "port": int(port), "extra": json.dumps({"request_timeout": "20"})}
+    hw = high_watermarks(client, three)
+    document = RangesDocument(three, (OffsetRange(1, 0, hw[1] + 1),))
+    output = tmp_path / "lake"
+    result = run_ingest(None, document, output, env={"LIFTBRIDGE_CONN_JSON": json.dumps(conn)})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert len(parquet_rows(spark, output / f"stream={three}")) == hw[1] + 1

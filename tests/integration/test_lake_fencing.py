@@ -1,0 +1,273 @@
+"""Defect 10 (issue 11), the lake side: every offset lands in the lake once, whatever ranges overlap.
+
+Real Spark (``local[2]`` and ``spark-submit``), a real Liftbridge server, the
+real local filesystem. Two ingests of overlapping ranges of one stream, one
+after the other or at the same time, and a rerun after a crash at each step
+between claim and publish, must leave each offset exactly once in
+``spark.read.parquet(OUTPUT/stream=<s>)``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.util
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from liftbridge_provider.client import LiftbridgeClient
+from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.lake import Ledger, check_ledger, holdings
+from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.spark.lake_store import HadoopStore, _link_exclusive
+
+ROOT = Path(__file__).resolve().parents[2]
+INGEST = ROOT / "spark_jobs" / "ingest.py"
+SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
+SPARK_ENV = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+
+
+def load_ingest() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("liftbridge_ingest_job", INGEST)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("liftbridge-lake-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
+    with LiftbridgeClient(liftbridge_server.brokers) as shared:
+        yield shared
+
+
+@pytest.fixture(scope="module")
+def stream(client: LiftbridgeClient) -> str:
+    """One partition, offsets 0-299."""
+    name = f"lake-{uuid.uuid4().hex[:8]}"
+    client.create_stream(name, name)
+    client.publish_batch(name, [f"v{i}".encode() for i in range(300)], ack_policy="all")
+    return name
+
+
+def document(stream: str, start: int, end: int) -> RangesDocument:
+    return RangesDocument(stream, (OffsetRange(0, start, end),))
+
+
+def run_submit(
+    brokers: list[str], ranges: RangesDocument, output: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    command = [
+        SPARK_SUBMIT, "--master", "local[2]", "--conf", f"spark.pyspark.python={sys.executable}",
+        "--conf", "spark.ui.enabled=false", str(INGEST), "--brokers", ",".join(brokers),
+        "--ranges", ranges.dumps(), "--output", str(output),
+    ]  # fmt: skip
+    return subprocess.run(
+        command, env={**SPARK_ENV, **(env or {})}, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+class SimulatedCrash(BaseException):
+    """Raised at a crash point in this process: nothing of the job runs after it, as after a kill."""
+
+
+def run_here(
+    spark: SparkSession,
+    brokers: list[str],
+    ranges: RangesDocument,
+    output: Path,
+    store: HadoopStore | None = None,
+    *,
+    crash_at: str | None = None,
+) -> Any:
+    """The job's ``run`` in this process, on the test's Spark session (threads may call it at once)."""
+    ingest = load_ingest()
+
+    def crash_point(name: str) -> None:
+        if name == crash_at:
+            raise SimulatedCrash(name)
+
+    setattr(ingest, "crash_point", crash_point)  # noqa: B010  # a module loaded from a file
+    args = ingest.parse_args(["--brokers", ",".join(brokers), "--ranges", ranges.dumps(), "--output", str(output)])
+    return ingest.run(spark, args, store=store)
+
+
+def lake_offsets(spark: SparkSession, output: Path, stream: str) -> list[int]:
+    frame = spark.read.parquet(str(output / f"stream={stream}"))
+    return sorted(row.offset for row in frame.select("offset").collect())
+
+
+def duplicates(offsets: list[int]) -> dict[int, int]:
+    return {offset: n for offset, n in Counter(offsets).items() if n > 1}
+
+
+def range_folders(output: Path, stream: str) -> list[str]:
+    return sorted(p.name for p in (output / f"stream={stream}" / "partition=0").glob("range=*"))
+
+
+def test_overlapping_ranges_one_after_the_other_write_each_offset_once(
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
+) -> None:
+    """Defect 10 (issue 11): range=0-100 then range=0-150 (a re-freeze after a failed commit) used to leave
+    rows 0-99 twice in the lake. Now the second run writes only 100-149; reruns add nothing."""
+    output = tmp_path / "lake"
+    for start, end in ((0, 100), (0, 150)):
+        result = run_submit(liftbridge_server.brokers, document(stream, start, end), output)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        offsets = lake_offsets(spark, output, stream)
+        assert duplicates(offsets) == {}, f"after range {start}-{end}"
+        assert offsets == list(range(end))
+    for start, end in ((0, 100), (40, 120), (0, 150)):
+        outcome = run_here(spark, liftbridge_server.brokers, document(stream, start, end), output)
+        assert outcome.problems == []
+        assert [(e["start"], e["end"]) for e in outcome.entries] == [p for p in [(0, 100), (100, 150)] if p[0] < end]
+    assert lake_offsets(spark, output, stream) == list(range(150))
+    assert range_folders(output, stream) == ["range=0-100", "range=100-150"]
+    store = HadoopStore(spark, str(output))
+    pieces = holdings(Ledger(store, f"{store.root}/stream={stream}", 0, "reader").claims())
+    assert [(c.start, c.end, c.commit.rows if c.commit else None) for c in pieces] == [(0, 100, 100), (100, 150, 50)]
+
+
+def test_overlapping_ranges_at_the_same_time_write_each_offset_once(
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
+) -> None:
+    """Defect 10 (issue 11): three concurrent runs (two DAG runs and a re-freeze) read the empty ledger at once,
+    then race for the same claim; each offset of 0-199 must still land once."""
+    output = tmp_path / "lake"
+    ranges = [(0, 100), (0, 150), (50, 200)]
+    barrier = threading.Barrier(len(ranges), timeout=120)
+
+    class RacingStore(HadoopStore):
+        """Holds every run's first create until all runs reach it: they all try to create claim 0."""
+
+        first = threading.local()
+
+        def create_exclusive(self, path: str, data: bytes) -> bool:
+            if not getattr(self.first, "done", False):
+                self.first.done = True
+                barrier.wait()
+            return super().create_exclusive(path, data)
+
+    store = RacingStore(spark, str(output))
+    with concurrent.futures.ThreadPoolExecutor(len(ranges)) as pool:
+        outcomes = list(
+            pool.map(lambda r: run_here(spark, liftbridge_server.brokers, document(stream, *r), output, store), ranges)
+        )
+    assert [o.problems for o in outcomes] == [[], [], []]
+    offsets = lake_offsets(spark, output, stream)
+    assert duplicates(offsets) == {}
+    assert offsets == list(range(200))
+    claims = Ledger(store, f"{store.root}/stream={stream}", 0, "reader").claims()
+    check_ledger(claims)
+    assert all(c.committed for c in claims)
+    assert sorted(o for c in claims for o in range(c.start, c.end)) == list(range(200))
+    assert not list((output / f"stream={stream}" / "_staging").glob("partition=0/*")), "losers removed theirs"
+
+
+def check_crashed_state(output: Path, stream: str, point: str) -> None:
+    folder = output / f"stream={stream}"
+    assert (folder / "_ledger" / "partition=0" / "claim-0000000000.json").is_file()
+    assert (folder / "_ledger" / "partition=0" / "claim-0000000000.commit.json").is_file() == (point == "decided")
+    assert bool(list(folder.glob("_staging/partition=0/claim-0000000000-*"))) == (point != "claimed")
+    assert not (folder / "partition=0" / "range=0-100").exists(), "nothing published before the crash"
+
+
+def check_repaired(spark: SparkSession, brokers: list[str], output: Path, stream: str) -> None:
+    outcome = run_here(spark, brokers, document(stream, 0, 150), output)
+    assert outcome.problems == []
+    offsets = lake_offsets(spark, output, stream)
+    assert duplicates(offsets) == {}
+    assert offsets == list(range(150))
+    assert range_folders(output, stream) == ["range=0-100", "range=100-150"]
+
+
+def test_a_rerun_after_the_driver_is_killed_after_claiming_leaves_each_offset_once(
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
+) -> None:
+    """Defect 10 (issue 11): spark-submit's driver dies (os._exit, as a kill) between claim and data write;
+    the rerun (an Airflow retry, here of a bigger range) writes the open piece, once."""
+    output = tmp_path / "lake"
+    crashed = run_submit(
+        liftbridge_server.brokers, document(stream, 0, 100), output, env={"LIFTBRIDGE_INGEST_CRASH_AT": "claimed"}
+    )
+    assert crashed.returncode == 75, "the job crashed after claiming: " + crashed.stderr[-3000:]
+    check_crashed_state(output, stream, "claimed")
+    check_repaired(spark, liftbridge_server.brokers, output, stream)
+
+
+@pytest.mark.parametrize("point", ["staged", "decided"])
+def test_a_rerun_after_a_crash_before_publishing_leaves_each_offset_once(
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path, point: str
+) -> None:
+    """Defect 10 (issue 11): the job stops after staging the rows (not committed: the rerun writes the piece
+    again) or after committing but before the rename (the rerun finishes the rename)."""
+    output = tmp_path / "lake"
+    with pytest.raises(SimulatedCrash):
+        run_here(spark, liftbridge_server.brokers, document(stream, 0, 100), output, crash_at=point)
+    check_crashed_state(output, stream, point)
+    check_repaired(spark, liftbridge_server.brokers, output, stream)
+
+
+def test_the_hadoop_create_path_fences_too(
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
+) -> None:
+    """Defect 10 (issue 11): the code path of non-local schemes (Hadoop create(overwrite=false) and rename),
+    run one writer after the other on file: paths, trims and publishes the same way."""
+    output = tmp_path / "lake"
+    store = HadoopStore(spark, f"file://{output}", atomic_local=False)
+    assert not store.local
+    for start, end in ((0, 100), (0, 150), (0, 150)):
+        outcome = run_here(spark, liftbridge_server.brokers, document(stream, start, end), output, store)
+        assert outcome.problems == []
+    assert lake_offsets(spark, output, stream) == list(range(150))
+    assert range_folders(output, stream) == ["range=0-100", "range=100-150"]
+
+
+def _race(path: str, tag: str, start_at: float) -> bool:
+    time.sleep(max(0.0, start_at - time.time()))
+    return _link_exclusive(path, tag.encode())
+
+
+def test_exclusive_create_has_one_winner_across_processes(tmp_path: Path) -> None:
+    """Defect 10 (issue 11): the local create-if-absent that claims rely on: 4 processes race for each of 100
+    files; exactly one wins each, and the file holds the winner's whole content. (Hadoop's own
+    create(overwrite=false) on file: paths let both of two threads win 70 of 500 such races.)"""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(4, mp_context=context) as pool:
+        list(pool.map(time.sleep, [0.1] * 4))  # start the workers before timing the races
+        for index in range(100):
+            path = str(tmp_path / f"claim-{index:010d}.json")
+            start_at = time.time() + 0.05
+            tags = [f"writer-{w}-" + "x" * 4096 for w in range(4)]
+            wins = list(pool.map(_race, [path] * 4, tags, [start_at] * 4))
+            assert wins.count(True) == 1, f"race {index}: {wins}"
+            assert Path(path).read_text() == tags[wins.index(True)]
+    assert not list(tmp_path.glob(".*.tmp")), "temporary files are removed"

@@ -1,0 +1,148 @@
+"""The ingest job's arguments and the Spark source's options, without Spark running (pure).
+
+Defect 12 (issue 11): the job gets the whole ``liftbridge`` connection (JSON,
+as Airflow writes it), not only ``--brokers``. Defect 11: ``--read-timeout``,
+``--batch-size``, ``--batch-bytes``. Defect 5: ``--compacted``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from liftbridge_provider.client import InvalidArgumentError
+from liftbridge_provider.connection import config_from_connection_json
+from liftbridge_provider.hooks import liftbridge as hook_module
+from liftbridge_provider.spark.options import parse_options
+
+INGEST = Path(__file__).resolve().parents[2] / "spark_jobs" / "ingest.py"
+PEM = "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----"
+
+
+def load_ingest() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("liftbridge_ingest_job", INGEST)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+ingest = load_ingest()
+
+
+def connection(**fields: Any) -> str:
+    return json.dumps({"conn_type": "liftbridge", **fields})
+
+
+def test_the_hook_re_exports_the_airflow_free_mapping() -> None:
+    from liftbridge_provider import connection as pure  # noqa: PLC0415
+
+    assert hook_module.config_from_connection is pure.config_from_connection
+    assert hook_module.brokers_from is pure.brokers_from
+
+
+@pytest.mark.parametrize(
+    ("text", "brokers"),
+    [
+        (connection(host="a,b:7", port=9300), ("a:9300", "b:7")),
+        (connection(host="a", port="9300"), ("a:9300",)),
+        (json.dumps({"host": "a"}), ("a:9292",)),
+        (connection(host="[::1]", port=None, extra="", login=None, schema="", description="x"), ("[::1]:9292",)),
+    ],
+)
+def test_connection_json_gives_brokers_with_the_port_field(text: str, brokers: tuple[str, ...]) -> None:
+    assert config_from_connection_json(text).brokers == brokers
+
+
+def test_connection_json_extra_as_object_or_string() -> None:
+    extra = {"tls_ca_cert": PEM, "tls_server_name": "lb.internal", "request_timeout": "4", "read_isr_replica": True}
+    for given in (extra, json.dumps(extra)):
+        config = config_from_connection_json(connection(host="h", extra=given))
+        assert config.tls is not None
+        assert (config.tls.ca, config.tls.server_name) == (PEM, "lb.internal")
+        assert (config.request_timeout, config.read_isr_replica) == (4.0, True)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{nope", "the Liftbridge connection JSON is not valid JSON"),
+        ("[1]", "must be a JSON object, got list"),
+        (connection(host="h", colour="red"), "unknown keys ['colour']"),
+        (json.dumps({"conn_type": "kafka", "host": "h"}), "conn_type must be 'liftbridge', got 'kafka'"),
+        (connection(host="h", port="x"), "port must be a number 1-65535, got 'x'"),
+        (connection(host="h", port=70000), "port must be a number 1-65535, got 70000"),
+        (connection(host="h", extra="{bad"), "the connection's extra is not valid JSON"),
+        (connection(host="h", extra=[1]), "the connection's extra must be a JSON object, got list"),
+        (connection(host="h", extra={"tls_client_cert": "c.pem"}), "both a client certificate and a client key"),
+        (connection(port=1), "the Liftbridge connection has no host"),
+    ],
+)
+def test_bad_connection_json_is_named(text: str, message: str) -> None:
+    with pytest.raises(InvalidArgumentError) as raised:
+        config_from_connection_json(text)
+    assert message in str(raised.value)
+
+
+def args(*extra: str) -> Any:
+    return ingest.parse_args(["--ranges", "{}", "--output", "lake", *extra])
+
+
+def test_the_job_reads_the_connection_from_the_environment_or_the_argument() -> None:
+    env = {"LIFTBRIDGE_CONN_JSON": connection(host="a,b", port=9400, extra={"tls_ca_cert": PEM})}
+    config = ingest.client_config(args(), env)
+    assert config.brokers == ("a:9400", "b:9400")
+    assert config.tls.ca == PEM
+    given = ingest.client_config(args("--liftbridge-conn-json", connection(host="c")), env)
+    assert given.brokers == ("c:9292",), "the argument wins over the environment"
+    flags = ingest.client_config(args("--brokers", "d:1", "--tls-server-name", "n", "--request-timeout", "3"), env)
+    assert (flags.brokers, flags.tls.server_name, flags.request_timeout) == (("d:1",), "n", 3.0)
+    assert ingest.client_config(args("--brokers", "e"), {}).brokers == ("e:9292",)
+    with pytest.raises(InvalidArgumentError, match="give the connection"):
+        ingest.client_config(args(), {})
+
+
+def test_the_job_passes_the_connection_and_budgets_to_the_source() -> None:
+    extra = {"tls_ca_cert": PEM, "read_isr_replica": "true"}
+    env = {"LIFTBRIDGE_CONN_JSON": connection(host="a", port=9400, extra=extra)}
+    namespace = args("--read-timeout", "30", "--batch-size", "500", "--batch-bytes", "1048576", "--compacted")
+    options = ingest.source_options(ingest.client_config(namespace, env), namespace)
+    assert options["brokers"] == "a:9400"
+    assert options["tlsCaCert"] == PEM
+    assert (options["readFromReplica"], options["compacted"], options["failOnDataLoss"]) == ("true", "true", "true")
+    read = parse_options({**options, "ranges": "{}"})
+    assert (read.read_timeout, read.batch_size, read.batch_bytes, read.compacted) == (30.0, 500, 1048576, True)
+    assert read.config.tls is not None
+    assert read.config.read_isr_replica is False, "the source's own flag carries it: readFromReplica"
+    assert read.read_from_replica is True
+    skip = args("--brokers", "a", "--on-data-loss", "skip", "--allow-gaps")
+    assert ingest.source_options(ingest.client_config(skip, {}), skip)["failOnDataLoss"] == "false"
+    assert skip.compacted, "--allow-gaps is the old name of --compacted"
+
+
+def test_source_budget_options_defaults_and_limits() -> None:
+    read = parse_options({"brokers": "a", "ranges": "{}"})
+    assert (read.read_timeout, read.batch_size, read.batch_bytes, read.compacted) == (120.0, 10_000, 64 << 20, False)
+    with pytest.raises(InvalidArgumentError, match="option batchBytes must be at most 1073741824"):
+        parse_options({"brokers": "a", "ranges": "{}", "batchBytes": str(3 << 30)})
+    with pytest.raises(InvalidArgumentError, match="option compacted must be true or false, got 'yes'"):
+        parse_options({"brokers": "a", "ranges": "{}", "compacted": "yes"})
+
+
+def test_problems_accept_gaps_only_where_allowed() -> None:
+    piece = {"partition": 0, "start": 10, "end": 20, "rows": 6, "min_offset": 14, "max_offset": 19}
+    assert ingest.problems([piece], False) == ["partition 0: 6 rows for 10 offsets [10, 20)"]
+    assert ingest.problems([piece], True) == []
+    assert ingest.problems([piece], False, head_loss_ok=True) == [], "only the head is missing"
+    holed = {**piece, "min_offset": 10}
+    assert ingest.problems([holed], False, head_loss_ok=True) == ["partition 0: 6 rows for 10 offsets [10, 20)"]
+    outside = {**piece, "rows": 10, "min_offset": 10, "max_offset": 25}
+    assert ingest.problems([outside], True) == ["partition 0: offsets 10-25 outside [10, 20)"]

@@ -1,0 +1,81 @@
+"""Arrow batches budgeted by rows and by bytes (liftbridge_provider/spark/batches.py).
+
+Defect 11 (issue 11): ``batchSize`` counted rows only, so large messages made
+batches of gigabytes (Arrow's binary columns hold 2 GiB). Messages here are
+plain objects with a received message's fields: pure logic, no server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pytest
+
+from liftbridge_provider.spark.batches import BatchBuilder, message_bytes
+from liftbridge_provider.spark.source import arrow_schema
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class Raw:
+    offset: int
+    value: bytes
+    key: bytes = b"k"
+    timestamp: int = 1_700_000_000_000_000_000
+    subject: str = "s"
+    headers: dict[str, bytes] = field(default_factory=dict)
+
+
+def build(messages: list[Raw], *, max_rows: int, max_bytes: int) -> list[pa.RecordBatch]:
+    builder = BatchBuilder(arrow_schema(), "s", 3, max_rows=max_rows, max_bytes=max_bytes)
+    batches = [b for b in (builder.add(m) for m in messages) if b is not None]
+    last = builder.flush()
+    return batches + ([last] if last is not None else [])
+
+
+def payload(batch: pa.RecordBatch) -> int:
+    return sum(message_bytes(Raw(0, v, k, headers=dict(h))) for k, v, h in zip(*_columns(batch), strict=True))
+
+
+def _columns(batch: pa.RecordBatch) -> tuple[list[bytes], list[bytes], list[list[tuple[str, bytes]]]]:
+    table = batch.to_pydict()
+    return table["key"], table["value"], table["headers"]
+
+
+def test_messages_of_several_mib_make_several_batches_under_batch_bytes() -> None:
+    """Defect 11 (issue 11): 12 messages of 3 MiB under an 8 MiB budget: batches of 2, none above the budget."""
+    messages = [Raw(i, bytes([i]) * 3 * MIB, headers={"h": b"x" * 10}) for i in range(12)]
+    batches = build(messages, max_rows=10_000, max_bytes=8 * MIB)
+    assert [b.num_rows for b in batches] == [2] * 6
+    assert all(payload(b) <= 8 * MIB for b in batches)
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(12)), "every message once, in order"
+    assert all(b.schema.equals(arrow_schema()) for b in batches), "the schema Spark checks exactly"
+
+
+def test_a_message_larger_than_the_budget_is_a_batch_of_its_own() -> None:
+    messages = [Raw(0, b"a" * 10), Raw(1, b"b" * (3 * MIB)), Raw(2, b"c" * 10)]
+    batches = build(messages, max_rows=100, max_bytes=MIB)
+    assert [b.column("offset").to_pylist() for b in batches] == [[0], [1], [2]]
+
+
+def test_rows_still_bound_batches_of_small_messages() -> None:
+    batches = build([Raw(i, b"v") for i in range(25)], max_rows=10, max_bytes=64 * MIB)
+    assert [b.num_rows for b in batches] == [10, 10, 5]
+
+
+def test_rows_of_a_batch_carry_the_message_fields() -> None:
+    (batch,) = build([Raw(7, b"value", b"key", 2_500_000, "subj", {"n": b"1"})], max_rows=5, max_bytes=MIB)
+    row = batch.to_pylist()[0]
+    assert (row["key"], row["value"], row["offset"], row["subject"], row["headers"]) == (
+        b"key",
+        b"value",
+        7,
+        "subj",
+        [("n", b"1")],
+    )
+    assert (row["stream"], row["partition"]) == ("s", 3)
+    assert row["timestamp"].timestamp() == pytest.approx(0.0025), "nanoseconds become microseconds"
+    assert message_bytes(Raw(0, b"vv", b"k", headers={"ab": b"cde"})) == 1 + 2 + 2 + 3
