@@ -26,7 +26,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
 from airflow.sdk import DAG, Asset, AssetWatcher, task
 
-from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
+from liftbridge_provider.hooks.liftbridge import liftbridge_connection_json
 from liftbridge_provider.ranges import RangesDocument
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -53,6 +53,7 @@ with DAG(
     schedule=[event_batches],
     catchup=False,
     max_active_runs=1,
+    user_defined_macros={"liftbridge_connection_json": liftbridge_connection_json},
     tags=["liftbridge", "example", "event-driven"],
     doc_md=__doc__,
 ):
@@ -60,13 +61,14 @@ with DAG(
     @task
     def spark_arguments(triggering_asset_events: Any = None) -> list[list[str]]:
         """One ``spark_jobs/ingest.py`` argument list per batch event of this run."""
-        brokers = ",".join(LiftbridgeHook().client_config().brokers)
         documents = [RangesDocument.parse(event.extra["payload"]) for event in triggering_asset_events[event_batches]]
         print(f"{len(documents)} batch(es): {[d.metadata.get('batch') for d in documents]}")
-        return [["--brokers", brokers, "--ranges", document.dumps(), "--output", OUTPUT] for document in documents]
+        return [["--ranges", document.dumps(), "--output", OUTPUT] for document in documents]
 
     SparkSubmitOperator.partial(
         task_id="spark_ingest",
         application=str(PROJECT / "spark_jobs" / "ingest.py"),
         conf={"spark.pyspark.python": sys.executable, "spark.ui.enabled": "false"},
+        # the whole liftbridge_default connection (brokers, port, TLS), not only its host
+        env_vars={"LIFTBRIDGE_CONN_JSON": "{{ liftbridge_connection_json('liftbridge_default') }}"},
     ).expand(application_args=spark_arguments())

@@ -18,7 +18,6 @@ the environment variable ``LIFTBRIDGE_CONN_JSON``.
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from datetime import UTC, datetime
@@ -26,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Connection, Param
-from airflow.sdk.log import mask_secret
+from airflow.sdk import DAG, Param
 
+from liftbridge_provider.hooks.liftbridge import liftbridge_connection_json
 from liftbridge_provider.operators.publish import LiftbridgePublishOperator
 from liftbridge_provider.operators.ranges import LiftbridgeCommitCursorOperator, LiftbridgeOffsetRangesOperator
 from liftbridge_provider.operators.streams import LiftbridgeCreateStreamOperator
@@ -53,18 +52,6 @@ def generate_events(count: str | int, run_id: str) -> list[dict[str, Any]]:
         }
         for i in range(int(count))
     ]
-
-
-def liftbridge_connection_json(conn_id: str) -> str:
-    """The whole connection as ``{"conn_type", "host", "port", "extra"}`` JSON, for the Spark job.
-
-    It may hold a TLS private key, so the text is masked in logs and in the
-    rendered template fields Airflow stores.
-    """
-    conn = Connection.get(conn_id)
-    text = json.dumps({"conn_type": conn.conn_type, "host": conn.host, "port": conn.port, "extra": conn.extra_dejson})
-    mask_secret(text)
-    return text
 
 
 with DAG(
@@ -106,8 +93,6 @@ with DAG(
         conf={"spark.pyspark.python": sys.executable, "spark.ui.enabled": "false"},
         env_vars={"LIFTBRIDGE_CONN_JSON": "{{ liftbridge_connection_json('liftbridge_default') }}"},
         application_args=[
-            "--brokers",
-            "{{ conn.liftbridge_default.host }}",
             "--ranges",
             "{{ ti.xcom_pull(task_ids='freeze_ranges') | tojson }}",
             "--output",

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import json
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import BaseHook
+from airflow.sdk.log import mask_secret
 
 from liftbridge_provider.client import (
     AsyncLiftbridgeClient,
@@ -137,3 +139,18 @@ def _unavailable_message(config: ClientConfig, exc: UnavailableError) -> str:
     if "socket closed" in details and config.tls is None:
         return f"{seeds} closed the connection; does the server require TLS? ({exc.message})"
     return f"Cannot reach any broker at {seeds} (is Liftbridge running there?): {exc.message}"
+
+
+def liftbridge_connection_json(conn_id: str = LiftbridgeHook.default_conn_name) -> str:
+    """The whole connection as ``{"conn_type", "host", "port", "extra"}`` JSON: what ``spark_jobs/ingest.py``
+    reads from ``LIFTBRIDGE_CONN_JSON`` (brokers, port, TLS, timeouts).
+
+    Give it to a DAG as a macro (``user_defined_macros``) and to SparkSubmitOperator's
+    ``env_vars``. It may hold a TLS private key, so the text is masked in logs and in
+    the rendered template fields Airflow stores (``Connection.as_json`` escapes a PEM
+    key's newlines, which defeats the masking).
+    """
+    conn = LiftbridgeHook.get_connection(conn_id)
+    text = json.dumps({"conn_type": conn.conn_type, "host": conn.host, "port": conn.port, "extra": conn.extra_dejson})
+    mask_secret(text)
+    return text
