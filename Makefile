@@ -15,13 +15,15 @@ PYTEST_ARGS ?=
 
 setup: venv tools proto
 
-# The virtual environment, with the project installed in editable mode.
+# The virtual environment, with the project installed in editable mode. "compat" mode puts the
+# project folder on sys.path (a .pth line) instead of an import hook, so Spark's data source
+# discovery (pkgutil.iter_modules) finds pyspark_liftbridge from any working directory.
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is required, found " + sys.version)'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]' --config-settings editable_mode=compat
 	@# apache-airflow-providers-apache-spark pulls pyspark-client, whose Python files overwrite
 	@# pyspark's with another version: reinstall pyspark's own files last, at the resolved version.
 	$(PY) -m pip install --quiet --force-reinstall --no-deps "pyspark==$$($(PY) -c 'import importlib.metadata as m; print(m.version("pyspark"))')"

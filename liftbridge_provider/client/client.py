@@ -517,10 +517,11 @@ class LiftbridgeClient:
         deadline = Deadline(timeout) if timeout is not None else None
         last = end - 1
         if beyond_high_watermark != "wait":
-            wait = deadline.remaining() if deadline is not None else self.config.request_timeout
-            high_watermark = self._high_watermark_reaching(
-                stream, partition, last, wait if beyond_high_watermark == "refuse" else 0.0
-            )
+            wait = max(deadline.remaining(), 0.001) if deadline is not None else self.config.request_timeout
+            if beyond_high_watermark == "refuse":
+                high_watermark = self.wait_for_high_watermark(stream, partition, last, timeout=wait)
+            else:
+                high_watermark = self.fetch_partition_metadata(stream, partition).high_watermark
             if last > high_watermark and beyond_high_watermark == "refuse":
                 raise BeyondHighWatermarkError(
                     f"range [{start}, {end}) goes beyond the committed high watermark {high_watermark}, "
@@ -544,9 +545,13 @@ class LiftbridgeClient:
         )
         return _closing(subscription)
 
-    def _high_watermark_reaching(self, stream: str, partition: int, offset: int, wait: float) -> int:
-        """The leader's high watermark, asked again (with backoff) for up to ``wait`` s until it reaches ``offset``."""
-        deadline = Deadline(wait)
+    def wait_for_high_watermark(self, stream: str, partition: int, offset: int, *, timeout: float | None = None) -> int:
+        """The leader's committed high watermark once it reaches ``offset``, or the last one seen when
+        ``timeout`` (seconds, default ``request_timeout``) passes. Asked again with jittered
+        backoff: right after a failover a new leader's high watermark lags for a moment."""
+        check_timeout("timeout", timeout)
+        build.check_offset(offset, "offset", minimum=-1)
+        deadline = Deadline(timeout if timeout is not None else self.config.request_timeout)
         attempt = 0
         while True:
             high_watermark = self.fetch_partition_metadata(stream, partition).high_watermark

@@ -34,7 +34,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from liftbridge_provider.client import LiftbridgeClient
+from liftbridge_provider.client import BeyondHighWatermarkError, LiftbridgeClient
 from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.ranges import (
     OffsetRange,
@@ -139,11 +139,12 @@ def _check_range(client: LiftbridgeClient, stream: str, offset_range: OffsetRang
     """
     if offset_range.count == 0:
         return offset_range
-    high_watermark = client.fetch_partition_metadata(stream, offset_range.partition).high_watermark
-    if offset_range.end - 1 > high_watermark:
-        raise InvalidArgumentError(
+    last = offset_range.end - 1
+    high_watermark = client.wait_for_high_watermark(stream, offset_range.partition, last)
+    if last > high_watermark:
+        raise BeyondHighWatermarkError(  # transient: a new leader's high watermark lags after a failover
             f"partition {offset_range.partition}: range [{offset_range.start}, {offset_range.end}) goes beyond "
-            f"the committed high watermark {high_watermark}"
+            f"the committed high watermark {high_watermark}, still after {client.config.request_timeout:g}s"
         )
     if options.compacted:
         return offset_range  # gaps are normal on a compacted stream: nothing is reported lost

@@ -167,7 +167,13 @@ def test_empty_ranges_and_retention(
         ({"stream": "S", "startingOffsets": "earliest", "endingOffsets": "latest", "colour": "red"}, "['colour']"),
         ({"stream": "S", "startingOffsets": '{"0": 9}', "endingOffsets": '{"0": 2}'}, "end 2 is before start 9"),
         (
-            {"stream": "S", "partitions": "0", "startingOffsets": "earliest", "endingOffsets": '{"0": 99999}'},
+            {
+                "stream": "S",
+                "partitions": "0",
+                "startingOffsets": "earliest",
+                "endingOffsets": '{"0": 99999}',
+                "requestTimeout": "1",
+            },
             "beyond the committed",
         ),
         (
@@ -451,10 +457,10 @@ def test_manifest_lands_beside_the_data_for_a_uri_output(
     document = RangesDocument(three, tuple(OffsetRange(p, 0, hw[p] + 1) for p in range(3)))
     workdir, output = tmp_path / "cwd", tmp_path / "lake"
     workdir.mkdir()
-    # Another working folder: Spark finds pyspark_liftbridge of this editable install through PYTHONPATH then.
-    result = run_ingest(
-        liftbridge_server.brokers, document, f"file://{output}", cwd=workdir, env={"PYTHONPATH": str(ROOT)}
-    )
+    # Another working folder, no PYTHONPATH: Spark finds pyspark_liftbridge of the installed project (the
+    # editable install is path-based for that; an import-hook install made this fail with "Failed to find
+    # the data source: liftbridge").
+    result = run_ingest(liftbridge_server.brokers, document, f"file://{output}", cwd=workdir, env={"PYTHONPATH": ""})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     manifests = list((output / f"stream={three}" / "_manifests").glob("*.json"))
     assert len(manifests) == 1, "the manifest is beside the data"
