@@ -11,7 +11,7 @@ TOOLS_BIN := .tools/bin
 EXTRAS ?= dev,airflow,spark
 PYTEST_ARGS ?=
 
-.PHONY: setup venv tools browser proto lint test demo clean
+.PHONY: setup venv tools browser proto lint test chaos demo clean
 
 setup: venv tools proto
 
@@ -46,6 +46,16 @@ lint: setup
 
 test: setup browser lint
 	$(VENV)/bin/pytest -rs $(PYTEST_ARGS)
+
+# The randomized fault harness (tests/chaos, docs/reliability.md). `make test` runs its bounded CI part
+# (2 seeds); this runs SEEDS seeds from BASE, or replays one with SEED=<n>. KEEP_GOING=1 lists every
+# finding of a seed instead of stopping at the first.
+SEEDS ?= 20
+BASE ?= 1
+chaos: setup
+	CHAOS_KEEP_GOING=$(KEEP_GOING) $(VENV)/bin/pytest tests/chaos -rfE \
+		$(if $(SEED),--chaos-seed $(SEED),--chaos-seeds $(SEEDS) --chaos-base-seed $(BASE)) \
+		$(if $(STEPS),--chaos-steps $(STEPS)) $(PYTEST_ARGS)
 
 demo: setup
 	$(PY) tools/demo.py
