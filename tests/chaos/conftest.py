@@ -9,6 +9,7 @@ from ``--chaos-base-seed B`` (``CHAOS_BASE_SEED``, default 1): B, B+1, ...
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 from collections import defaultdict
@@ -61,6 +62,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("chaos_seed", seeds, ids=[f"seed-{s}" for s in seeds])
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A seed may take its wall clock, then drain (Spark ingests, retries, a hung call's wait): 10 minutes more."""
+    wall_clock = _option(config, "--chaos-wall-clock") or SeedSettings.wall_clock
+    for item in items:
+        if "chaos_seed" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(wall_clock + 600))
+
+
 @pytest.fixture(scope="session")
 def chaos_settings(pytestconfig: pytest.Config) -> SeedSettings:
     return SeedSettings(
@@ -87,6 +96,7 @@ def chaos_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSessi
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines at exit land on closed streams
     with start_single() as server, LiftbridgeClient(server.brokers) as client:
         client.create_stream("chaos.warmup", "warmup")
         client.publish("warmup", b"warm", timeout=10)
@@ -109,7 +119,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for step, finding in result.findings[1:]:
             write(f"    also at {step}: {finding}")
         if not result.ok:
-            write(f"    replay: {replay_command(result.seed)}; log {result.log_path}")
+            write(f"    replay: {replay_command(result.seed, result.planned)}; log {result.log_path}")
     write(_table("seconds per step kind", [r.step_seconds for r in RESULTS]))
     write(_table("seconds per call kind", [r.call_seconds for r in RESULTS]))
 

@@ -21,10 +21,10 @@ from pyspark.sql import SparkSession
 from liftbridge_provider.ranges import RangesDocument
 from tests.chaos.oracle import LakeRow
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from spark_jobs import ingest  # noqa: E402 - spark_jobs is a folder of scripts, found from the repository root
+JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
+if str(JOBS) not in sys.path:
+    sys.path.insert(0, str(JOBS))  # spark_jobs is a folder of scripts, not a package
+import ingest  # noqa: E402
 
 FOLDER = re.compile(r"stream=(?P<stream>[^/]+)/partition=(?P<partition>\d+)/range=(?P<start>\d+)-(?P<end>\d+)$")
 

@@ -33,8 +33,12 @@ class Ledger:
             raise ValueError(f"value {message.value!r} sent twice: the harness must make values unique")
         self.sent[message.value] = message
 
-    def record_ack(self, message: Sent, partition: int, offset: int) -> None:
-        self.acked[(message.stream, partition, offset)] = message
+    def record_ack(self, message: Sent, partition: int, offset: int) -> Sent | None:
+        """Record an ack; returns the message acked earlier at the same position, if any (an offset reused)."""
+        position = (message.stream, partition, offset)
+        earlier = self.acked.get(position)
+        self.acked[position] = message
+        return earlier
 
     def record_maybe(self, message: Sent) -> None:
         """A publish that failed after it may have reached the server (``may_be_stored``)."""

@@ -21,6 +21,7 @@ def observe(world: World, index: int, *, final: bool = False) -> Verdict:
     """Refresh snapshots and cursors, then check everything; ``final`` adds the end-of-seed checks."""
     verdict = Verdict()
     previous = dict(world.cursors)
+    previous_snapshots = dict(world.snapshots)
     positions = world.positions()
     with ThreadPoolExecutor(max_workers=len(positions), thread_name_prefix="chaos-observe") as pool:
         reads = [pool.submit(_refresh_snapshot, world, s, p, index, verdict, final=final) for s, p in positions]
@@ -28,6 +29,7 @@ def observe(world: World, index: int, *, final: bool = False) -> Verdict:
         for read in reads:
             read.result()  # every call inside is bounded by the timer
     oracle.check_cursor_moves(previous, world.cursors, verdict)
+    oracle.check_high_watermarks(world.shapes, previous_snapshots, world.snapshots, verdict)
     for (stream, _), snapshot in sorted(world.snapshots.items()):
         oracle.check_stream(world.shapes[stream], snapshot, world.ledger, verdict, final=final)
     oracle.check_lake(

@@ -69,9 +69,17 @@ class Finding:
 class Verdict:
     findings: list[Finding] = field(default_factory=list)
     removed: dict[tuple[str, int, int], str] = field(default_factory=dict)  # position -> cause
+    notes: list[str] = field(default_factory=list)  # what is seen but not promised (single-replica streams)
 
     def add(self, kind: str, message: str) -> None:
         self.findings.append(Finding(kind, message))
+
+    def add_or_note(self, shape: StreamShape, kind: str, message: str) -> None:
+        """A finding on a stream with the guaranteed settings, a note on the others."""
+        if shape.guaranteed:
+            self.add(kind, message)
+        else:
+            self.notes.append(f"[{kind}, not promised at RF {shape.replication}] {message}")
 
 
 def check_stream(shape: StreamShape, snapshot: Snapshot, ledger: Ledger, verdict: Verdict, *, final: bool) -> None:
@@ -109,7 +117,8 @@ def check_stream(shape: StreamShape, snapshot: Snapshot, ledger: Ledger, verdict
         explains = shape.removal if shape.removal != "none" else "compaction or retention"
         verdict.add("lost", f"{where} offsets {_spans(lost)} were acked and are gone; no {explains} explains it")
     if invisible and final:
-        verdict.add(
+        verdict.add_or_note(
+            shape,
             "invisible",
             f"{where} offsets {_spans(invisible)} were acked but the high watermark is {snapshot.high_watermark}",
         )
@@ -213,6 +222,24 @@ def _published_value(row: LakeRow, snapshots: Mapping[tuple[str, int], Snapshot]
     if value in ledger.maybe and ledger.maybe[value].stream == stream:
         return None
     return "no such message was published there"
+
+
+def check_high_watermarks(
+    shapes: Mapping[str, StreamShape],
+    previous: Mapping[tuple[str, int], Snapshot],
+    current: Mapping[tuple[str, int], Snapshot],
+    verdict: Verdict,
+) -> None:
+    """High watermarks never move backwards (a new leader that lost committed offsets would reuse them)."""
+    for position, snapshot in sorted(current.items()):
+        before = previous.get(position)
+        if before is not None and snapshot.high_watermark < before.high_watermark:
+            verdict.add_or_note(
+                shapes[position[0]],
+                "hw-back",
+                f"high watermark of {position[0]}/{position[1]} moved back from {before.high_watermark} "
+                f"(after step {before.step}) to {snapshot.high_watermark} (after step {snapshot.step})",
+            )
 
 
 def check_cursor_moves(

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer, DevServerError, start_cluster
 from liftbridge_provider.hooks.liftbridge import CLIENTS
-from tests.chaos import steps
+from tests.chaos import faults, steps
 from tests.chaos.batch import CONN_ID, BatchPath, BatchRun
 from tests.chaos.lake import Lake
 from tests.chaos.ledger import Ledger
@@ -36,9 +36,11 @@ DRAIN_ATTEMPTS = 4
 
 @dataclass
 class SeedSettings:
-    steps: int = 30
+    """Defaults are the bounded CI part: two such seeds take about 4 minutes with Spark's start."""
+
+    steps: int = 24
     streams: int = 3
-    wall_clock: float = 150.0  # seconds for the steps; the drain and final check come on top
+    wall_clock: float = 60.0  # seconds for the steps; the drain and final check come on top
     keep_going: bool = False  # record findings and go on (to list every failure a seed shows)
     timeouts: Timeouts = field(default_factory=Timeouts)
 
@@ -50,6 +52,7 @@ class SeedResult:
     failed_step: str | None
     steps_run: int
     seconds: float
+    planned: int  # steps in the plan (a replay needs the same number)
     step_seconds: dict[str, list[float]]
     call_seconds: dict[str, list[float]]
     log: list[str]
@@ -60,8 +63,11 @@ class SeedResult:
         return not self.findings
 
 
-def replay_command(seed: int) -> str:
-    return f"make chaos SEED={seed}   (or: .venv/bin/pytest tests/chaos --chaos-seed {seed})"
+def replay_command(seed: int, steps: int) -> str:
+    return (
+        f"make chaos SEED={seed} STEPS={steps}   "
+        f"(or: .venv/bin/pytest tests/chaos --chaos-seed {seed} --chaos-steps {steps})"
+    )
 
 
 def run_seed(seed: int, settings: SeedSettings, spark: SparkSession) -> SeedResult:
@@ -100,7 +106,15 @@ def run_seed(seed: int, settings: SeedSettings, spark: SparkSession) -> SeedResu
     seconds = time.monotonic() - started
     failed_step = findings[0][0] if findings else None
     result = SeedResult(
-        seed, findings, failed_step, index, seconds, dict(step_seconds), dict(timer.seconds_by_kind), log
+        seed,
+        findings,
+        failed_step,
+        index,
+        seconds,
+        settings.steps,
+        dict(step_seconds),
+        dict(timer.seconds_by_kind),
+        log,
     )
     _conclude(result)
     return result
@@ -158,7 +172,9 @@ def _do_step(
     seconds = time.monotonic() - started
     step_seconds[step.kind].append(seconds)
     _say(log, f"#{index:03d} {step} -> {report.summary} [{seconds:.2f}s]")
+    checked = time.monotonic()
     verdict = observe(world, index)
+    step_seconds["oracle"].append(time.monotonic() - checked)
     findings = report.findings + verdict.findings
     findings += [Finding("deadline", o.describe()) for o in world.timer.late[late_before:]]
     removed = len(verdict.removed)
@@ -167,6 +183,8 @@ def _do_step(
         f"     oracle: {len(findings)} finding(s); {removed} acked offset(s) removed so far"
         + (f" ({_causes(verdict.removed)})" if removed else ""),
     )
+    for note in verdict.notes:
+        _say(log, f"     note {note}")
     for finding in findings:
         _say(log, f"     FINDING {finding}")
     return findings
@@ -177,7 +195,7 @@ def _drain(world: World, index: int, log: list[str], step_seconds: dict[str, lis
     started = time.monotonic()
     late_before = len(world.timer.late)
     findings: list[Finding] = []
-    for report in (steps.thaw(world, Step("thaw"), index), steps.restart(world, Step("restart"), index)):
+    for report in (faults.thaw(world, Step("thaw"), index), faults.restart(world, Step("restart"), index)):
         findings += report.findings
         _say(log, f"drain: {report.summary}")
     time.sleep(world.timeouts.settle)
@@ -194,6 +212,8 @@ def _drain(world: World, index: int, log: list[str], step_seconds: dict[str, lis
         + (f" ({_causes(verdict.removed)})" if verdict.removed else "")
         + f", cursors {_cursors(world)}",
     )
+    for note in verdict.notes:
+        _say(log, f"     note {note}")
     for finding in findings:
         _say(log, f"     FINDING {finding}")
     return findings
@@ -225,7 +245,7 @@ def _conclude(result: SeedResult) -> None:
     _say(result.log, f"seed {result.seed}: FAILED at {result.failed_step}: {result.findings[0][1]}")
     for step, finding in result.findings[1:]:
         _say(result.log, f"    also at {step}: {finding}")
-    _say(result.log, f"replay: {replay_command(result.seed)}")
+    _say(result.log, f"replay: {replay_command(result.seed, result.planned)}")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     result.log_path = ARTIFACTS / f"{result.seed}.log"
     result.log_path.write_text("\n".join(result.log) + "\n")

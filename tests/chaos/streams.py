@@ -30,6 +30,16 @@ class StreamShape:
         return self.removal == "compaction"
 
     @property
+    def guaranteed(self) -> bool:
+        """Replicated with the settings the promise is made for (RF 3, min ISR 2, ack ALL).
+
+        A single replica restarts with the high watermark of its last checkpoint
+        (up to 5 s old), so acked offsets can stay invisible until the next
+        publish; the oracle notes that for such streams instead of failing.
+        """
+        return self.replication >= 3 and self.options.get("min_isr", 1) >= 2 and self.ack_policy == "all"
+
+    @property
     def subject(self) -> str:
         return f"chaos.{self.name}"
 

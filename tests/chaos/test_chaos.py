@@ -20,7 +20,6 @@ from tests.chaos.runner import SeedSettings, replay_command, run_seed
 
 
 @pytest.mark.cluster
-@pytest.mark.timeout(900)
 def test_chaos_seed(chaos_seed: int, chaos_settings: SeedSettings, chaos_spark: SparkSession) -> None:
     """Issue 11 (every defect the batch path can show): the oracle stays clean through the seed's faults."""
     result = run_seed(chaos_seed, chaos_settings, chaos_spark)
@@ -29,6 +28,6 @@ def test_chaos_seed(chaos_seed: int, chaos_settings: SeedSettings, chaos_spark: 
         shown = "\n  ".join(f"{step}: {finding}" for step, finding in result.findings[:10])
         pytest.fail(
             f"seed {chaos_seed} failed at {result.failed_step}:\n  {shown}\n"
-            f"replay: {replay_command(chaos_seed)}\nstep log: {result.log_path}",
+            f"replay: {replay_command(chaos_seed, result.planned)}\nstep log: {result.log_path}",
             pytrace=False,
         )

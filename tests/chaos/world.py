@@ -44,6 +44,7 @@ class World:
     cursors: dict[tuple[str, int], int] = field(default_factory=dict)
     killed: list[str] = field(default_factory=list)
     readonly: set[tuple[str, int]] = field(default_factory=set)
+    reused: list[str] = field(default_factory=list)  # offsets acked twice, not yet reported
     calm_since: float = field(default_factory=time.monotonic)
 
     @property

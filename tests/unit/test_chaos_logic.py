@@ -14,6 +14,7 @@ from tests.chaos.oracle import (
     StoredMessage,
     Verdict,
     check_cursor_moves,
+    check_high_watermarks,
     check_lake,
     check_stream,
 )
@@ -211,6 +212,27 @@ def test_a_cursor_moving_back_is_found() -> None:
     check_cursor_moves({("plain", 0): 10, ("plain", 1): 3}, {("plain", 0): 7, ("plain", 1): 5}, verdict)
     assert kinds(verdict) == ["cursor-back"]
     assert "from 10 to 7" in verdict.findings[0].message
+
+
+def test_a_high_watermark_moving_back_is_found_on_replicated_streams_and_noted_on_single_replicas() -> None:
+    shapes = {s.name: s for s in SHAPES}
+    verdict = Verdict()
+    for stream in ("plain", "age"):
+        before = {(stream, 0): snapshot(stream, {0: (None, b"a")}, 6)}
+        after = {(stream, 0): snapshot(stream, {}, -1)}
+        check_high_watermarks(shapes, before, after, verdict)
+        check_high_watermarks(shapes, after, before, verdict)
+    assert kinds(verdict) == ["hw-back"]
+    assert "plain/0 moved back from 6" in verdict.findings[0].message
+    assert len(verdict.notes) == 1
+    assert "age/0" in verdict.notes[0]
+
+
+def test_the_ledger_tells_of_an_offset_acked_twice() -> None:
+    ledger = Ledger()
+    first, second = Sent("age", None, b"a"), Sent("age", None, b"b")
+    assert ledger.record_ack(first, 0, 0) is None
+    assert ledger.record_ack(second, 0, 0) == first
 
 
 # -- the call timer ----------------------------------------------------------------------
