@@ -11,7 +11,7 @@ TOOLS_BIN := .tools/bin
 EXTRAS ?= dev,airflow,spark
 PYTEST_ARGS ?=
 
-.PHONY: setup venv tools browser proto lint test demo clean
+.PHONY: setup venv tools browser proto lint test chaos demo clean
 
 setup: venv tools proto
 
@@ -48,6 +48,18 @@ lint: setup
 
 test: setup browser lint
 	$(VENV)/bin/pytest -rs $(PYTEST_ARGS)
+
+# The randomized fault harness (tests/chaos, docs/reliability.md). `make test` runs its bounded CI part
+# (2 seeds of 24 steps, at most 60 s of steps each); this runs SEEDS seeds from BASE with WALL seconds of steps
+# each, or replays one with SEED=<n> (and the STEPS it printed). KEEP_GOING=1 lists every finding of a
+# seed instead of stopping at the first.
+SEEDS ?= 20
+BASE ?= 1
+STEPS ?= 24
+WALL ?= 240
+chaos: setup
+	CHAOS_KEEP_GOING=$(KEEP_GOING) $(VENV)/bin/pytest tests/chaos -rfE --chaos-steps $(STEPS) --chaos-wall-clock $(WALL) \
+		$(if $(SEED),--chaos-seed $(SEED),--chaos-seeds $(SEEDS) --chaos-base-seed $(BASE)) $(PYTEST_ARGS)
 
 demo: setup
 	$(PY) tools/demo.py

@@ -10,6 +10,9 @@ Python API::
     with start_cluster(size=3) as cluster:  # three nodes on a shared nats-server
         cluster.kill("n2")                  # SIGKILL one node
         cluster.restart("n2")               # same data dir and port; waits until it rejoined
+        cluster.freeze("n3")                # SIGSTOP: a peer that vanished without a TCP reset
+        cluster.thaw("n3")                  # SIGCONT (stop() thaws every frozen node first)
+        cluster.partition_leaders("orders") # {partition: server id of its leader}
 
 Command line: ``python -m liftbridge_provider.devserver start|status|stop``
 (``--help`` for options). pytest fixtures: ``liftbridge_provider.devserver.pytest_plugin``.

@@ -32,6 +32,7 @@ import grpc
 
 from liftbridge_provider.devserver import binaries, config
 from liftbridge_provider.devserver.errors import DevServerError
+from liftbridge_provider.devserver.inspection import partition_leaders
 from liftbridge_provider.devserver.process import ServerProcess
 from liftbridge_provider.devserver.readiness import NotReady, check_ready
 
@@ -71,6 +72,11 @@ class Node:
     @property
     def running(self) -> bool:
         return self.process.running
+
+    @property
+    def frozen(self) -> bool:
+        """Stopped with SIGSTOP by :meth:`DevServer.freeze` (still running, answering nothing)."""
+        return self.process.frozen
 
 
 @dataclass
@@ -126,9 +132,39 @@ class DevServer:
         tails = "\n".join(f"--- {n.server_id} ({n.log_path}):\n{n.process.log_tail(15)}" for n in self.nodes)
         raise DevServerError(f"Liftbridge not ready after {timeout:.0f}s: {last}\n{tails}")
 
+    @property
+    def frozen(self) -> list[str]:
+        """Server ids of the nodes frozen by :meth:`freeze` and not thawed yet."""
+        return [n.server_id for n in self.nodes if n.frozen]
+
     def kill(self, server_id: str) -> None:
-        """SIGKILL one node (a crash: no graceful shutdown)."""
+        """SIGKILL one node (a crash: no graceful shutdown); a frozen node dies too."""
         self.node(server_id).process.kill()
+
+    def freeze(self, server_id: str) -> None:
+        """SIGSTOP one node: its sockets stay open but it answers nothing, like a host that vanished
+        without a TCP reset. :meth:`thaw` (or :meth:`stop`) lets it run again."""
+        self.node(server_id).process.freeze()
+
+    def thaw(self, server_id: str) -> None:
+        """SIGCONT a node frozen by :meth:`freeze` (a no-op if it is not frozen)."""
+        self.node(server_id).process.thaw()
+
+    def partition_leaders(self, stream: str, timeout: float = 5.0) -> dict[int, str | None]:
+        """``{partition: leader server id}`` of ``stream`` (None: no leader), asked of a running, unfrozen node.
+
+        Followers learn of a new leader a moment after the controller picks it.
+        """
+        answering = [n for n in self.nodes if n.running and not n.frozen]
+        if not answering:
+            raise DevServerError("no running, unfrozen node to ask")
+        last: Exception | None = None
+        for node in answering:
+            try:
+                return partition_leaders(node.address, stream, self.credentials, timeout)
+            except grpc.RpcError as exc:
+                last = exc
+        raise DevServerError(f"no node answered FetchMetadata for {stream!r}: {last}")
 
     def stop_node(self, server_id: str, timeout: float = 15.0) -> None:
         """Stop one node gracefully (SIGINT)."""
@@ -139,11 +175,16 @@ class DevServer:
         node = self.node(server_id)
         if node.running:
             raise DevServerError(f"node {server_id} is still running (pid {node.process.pid}); kill or stop it first")
+        if self.frozen:
+            raise DevServerError(f"nodes {self.frozen} are frozen; thaw them first (readiness asks every node)")
         node.process.start()
         self.wait_ready(timeout)
 
     def stop(self, timeout: float = 15.0) -> None:
-        """Stop every node (SIGINT, then SIGKILL after ``timeout`` s), then NATS; remove a temporary root."""
+        """Thaw frozen nodes, stop every node (SIGINT, then SIGKILL after ``timeout`` s), then NATS;
+        remove a temporary root."""
+        for node in self.nodes:
+            node.process.thaw()  # a frozen peer would stall the others' graceful shutdown
         for node in reversed(self.nodes):
             node.process.stop(timeout)
         if self.nats is not None:

@@ -34,11 +34,16 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    stat = Path(f"/proc/{pid}/stat")
-    with contextlib.suppress(OSError):
-        # A zombie (state Z) has exited; it only waits for its parent to reap it.
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return True
+    # A zombie (state Z) has exited; it only waits for its parent to reap it.
+    return _pid_state(pid) != "Z"
+
+
+def _pid_state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` from /proc (``T``: stopped), or None without /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def pid_runs(pid: int, executable: Path) -> bool:
@@ -80,6 +85,7 @@ class ServerProcess:
         self.env = None if env is None else dict(env)
         self._popen: subprocess.Popen[bytes] | None = None
         self._pid = pid
+        self.frozen = False  # stopped with SIGSTOP by freeze(), until thaw()
 
     @property
     def pid(self) -> int | None:
@@ -117,8 +123,26 @@ class ServerProcess:
         """The exit status once a process started here has ended, else None."""
         return self._popen.poll() if self._popen is not None else None
 
+    def freeze(self) -> None:
+        """Stop the process with SIGSTOP: it keeps its sockets open but answers nothing (a vanished peer)."""
+        if not self.running:
+            raise DevServerError(f"{self.executable.name} is not running; cannot freeze it")
+        self._signal(signal.SIGSTOP)
+        self.frozen = True
+        pid = self.pid
+        deadline = time.monotonic() + 2.0
+        while pid is not None and _pid_state(pid) not in ("T", None) and time.monotonic() < deadline:
+            time.sleep(0.01)  # SIGSTOP is delivered asynchronously
+
+    def thaw(self) -> None:
+        """Let a frozen process run again with SIGCONT (a no-op when it is not frozen)."""
+        if self.frozen:
+            self._signal(signal.SIGCONT)
+            self.frozen = False
+
     def stop(self, timeout: float = 15.0) -> None:
-        """Stop gracefully with SIGINT; SIGKILL if still running after ``timeout`` seconds."""
+        """Stop gracefully with SIGINT (thawing it first); SIGKILL if still running after ``timeout`` seconds."""
+        self.thaw()
         if not self.running:
             self._reap()
             return
@@ -130,9 +154,10 @@ class ServerProcess:
     def kill(self) -> None:
         """Kill at once with SIGKILL (a crash, as far as the server can tell)."""
         if self.running:
-            self._signal(signal.SIGKILL)
+            self._signal(signal.SIGKILL)  # a stopped (frozen) process dies of SIGKILL too
             if not self._wait(10.0):
                 raise DevServerError(f"pid {self.pid} survived SIGKILL")
+        self.frozen = False
         self._reap()
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:

@@ -1,0 +1,103 @@
+"""The fault steps: SIGKILL and restart, SIGSTOP and SIGCONT, readonly, pause, and waiting for the cleaner."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from tests.chaos.judging import StepReport, judge
+from tests.chaos.oracle import Finding
+from tests.chaos.plan import Step
+from tests.chaos.world import World
+
+
+def _leader(world: World, stream: str, partition: int) -> str | None:
+    try:
+        return world.cluster.partition_leaders(stream).get(partition)
+    except Exception:
+        return None
+
+
+def kill_leader(world: World, step: Step, index: int) -> StepReport:
+    if world.killed or world.cluster.frozen:
+        return StepReport("skipped: a node is already down or frozen")
+    leader = _leader(world, step.stream, step.partition or 0)
+    if leader is None:
+        return StepReport("skipped: no leader known")
+    world.cluster.kill(leader)
+    world.killed.append(leader)
+    return StepReport(f"SIGKILL {leader} (leader of {step.stream}/{step.partition})")
+
+
+def restart(world: World, step: Step, index: int) -> StepReport:
+    report = StepReport("")
+    for server_id in list(world.killed):
+        started = time.monotonic()
+        try:
+            world.cluster.restart(server_id, timeout=60)
+        except Exception as exc:
+            report.findings.append(Finding("restart", f"{server_id} did not rejoin: {exc}"))
+            continue
+        world.killed.remove(server_id)
+        report.summary += f"restarted {server_id} in {time.monotonic() - started:.1f}s "
+    world.calm_since = time.monotonic()
+    report.summary = report.summary.strip() or "nothing to restart"
+    return report
+
+
+def freeze(world: World, step: Step, index: int) -> StepReport:
+    if world.killed or world.cluster.frozen:
+        return StepReport("skipped: a node is already down or frozen")
+    leader = _leader(world, step.stream, step.partition or 0)
+    if leader is None:
+        return StepReport("skipped: no leader known")
+    others = sorted(n.server_id for n in world.cluster.nodes if n.server_id != leader)
+    target = leader if step.flag else random.Random(f"{world.seed}/{index}").choice(others)
+    world.cluster.freeze(target)
+    role = "leader" if target == leader else "not the leader"
+    return StepReport(f"SIGSTOP {target} ({role} of {step.stream}/{step.partition})")
+
+
+def thaw(world: World, step: Step, index: int) -> StepReport:
+    frozen = world.cluster.frozen
+    for server_id in frozen:
+        world.cluster.thaw(server_id)
+    world.calm_since = time.monotonic()
+    return StepReport(f"SIGCONT {', '.join(frozen)}" if frozen else "nothing frozen")
+
+
+def readonly(world: World, step: Step, index: int) -> StepReport:
+    partition = step.partition or 0
+
+    def call() -> None:
+        world.client.set_stream_readonly(
+            step.stream, partitions=[partition], readonly=step.flag, timeout=world.timeouts.request
+        )
+
+    outcome = world.timer.call(f"set_stream_readonly {step.stream}", world.timeouts.request, call)
+    report = StepReport(outcome.describe())
+    if step.flag:
+        world.readonly.add((step.stream, partition))  # a failed call may have been applied all the same
+    elif outcome.ok:
+        world.readonly.discard((step.stream, partition))
+    if not outcome.ok:
+        judge(world, report, outcome)
+    return report
+
+
+def pause(world: World, step: Step, index: int) -> StepReport:
+    partitions = None if step.partition is None else [step.partition]
+
+    def call() -> None:
+        world.client.pause_stream(step.stream, partitions=partitions, timeout=world.timeouts.request)
+
+    outcome = world.timer.call(f"pause_stream {step.stream}", world.timeouts.request, call)
+    report = StepReport(outcome.describe())
+    if not outcome.ok:
+        judge(world, report, outcome)
+    return report
+
+
+def wait(world: World, step: Step, index: int) -> StepReport:
+    time.sleep(step.seconds)
+    return StepReport(f"slept {step.seconds:g}s (compaction, retention, auto-pause)")

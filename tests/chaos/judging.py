@@ -1,0 +1,65 @@
+"""Judging a step: its one-line summary, and whether a failed call is a finding or explained by a fault.
+
+A step's own findings are failures the oracle cannot see in the data: a
+bad-input error where no input was bad, the batch path failing on a paused
+partition, the ingest job's own checks failing, a call failing on a healthy
+cluster (every node up and unfrozen for ``Timeouts.settle`` seconds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from liftbridge_provider.client import InvalidArgumentError
+from tests.chaos.lake import IngestFailed
+from tests.chaos.oracle import Finding
+from tests.chaos.timing import Outcome
+from tests.chaos.world import World
+
+PERMANENT_NAMES = ("InvalidArgumentError", "AirflowFailException")
+
+
+@dataclass
+class StepReport:
+    summary: str
+    findings: list[Finding] = field(default_factory=list)
+
+
+def judge(
+    world: World,
+    report: StepReport,
+    outcome: Outcome[Any],
+    *,
+    batch_task: str | None = None,
+) -> None:
+    """A failed call is a finding when its error says "bad input", when the ingest job's own checks
+    failed, or when the cluster was healthy; otherwise a fault explains it."""
+    error = outcome.error
+    if outcome.hung or error is None:
+        return  # hung calls are reported by the timer
+    if permanent(error):
+        report.findings.append(Finding("permanent", f"{outcome.describe()} (a bad-input error; nothing was bad)"))
+    elif batch_task and _named(error, "PartitionPausedError"):
+        report.findings.append(
+            Finding("paused", f"the {batch_task} task failed on a paused partition: {outcome.describe()}")
+        )
+    elif isinstance(error, IngestFailed):
+        report.findings.append(Finding("ingest-check", f"{outcome.describe()}"))
+    elif world.impaired is None:
+        what = f"the {batch_task} task" if batch_task else "a call"
+        report.findings.append(Finding("failed-healthy", f"{what} failed on a healthy cluster: {outcome.describe()}"))
+
+
+def permanent(error: BaseException) -> bool:
+    return isinstance(error, InvalidArgumentError) or any(_named(error, name) for name in PERMANENT_NAMES)
+
+
+def _named(error: BaseException, name: str) -> bool:
+    """Whether ``error`` or one of its causes is a ``name``, raised here or inside Spark's Python workers."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if type(seen).__name__ == name or name in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -1,0 +1,69 @@
+"""The running state of one seed: the cluster, its streams, the ledger, the lake, the runs, what was last seen."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from liftbridge_provider.client import LiftbridgeClient
+from liftbridge_provider.devserver import DevServer
+from tests.chaos.batch import BatchPath, BatchRun
+from tests.chaos.lake import Lake
+from tests.chaos.ledger import Ledger
+from tests.chaos.oracle import Snapshot
+from tests.chaos.streams import StreamShape
+from tests.chaos.timing import CallTimer
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds. Every client call of the harness passes one of these as its deadline."""
+
+    request: float = 5.0  # ClientConfig.request_timeout (the client's and the operators' connection)
+    publish: float = 5.0  # one sync publish
+    batch: float = 10.0  # one publish_batch
+    ack_wait: float = 3.0  # per-message ack timeout of publish_batch
+    read: float = 8.0  # the oracle's full read of one partition
+    settle: float = 6.0  # after a restart or thaw, the cluster counts as impaired this long
+    resubscribe_wait: float = 5.0
+
+
+@dataclass
+class World:
+    seed: int
+    cluster: DevServer
+    client: LiftbridgeClient
+    timer: CallTimer
+    ledger: Ledger
+    lake: Lake
+    batch: BatchPath
+    shapes: dict[str, StreamShape]
+    timeouts: Timeouts
+    runs: dict[tuple[str, int], BatchRun] = field(default_factory=dict)
+    snapshots: dict[tuple[str, int], Snapshot] = field(default_factory=dict)
+    cursors: dict[tuple[str, int], int] = field(default_factory=dict)
+    killed: list[str] = field(default_factory=list)
+    readonly: set[tuple[str, int]] = field(default_factory=set)
+    reused: list[str] = field(default_factory=list)  # offsets acked twice, not yet reported
+    calm_since: float = field(default_factory=time.monotonic)
+
+    @property
+    def impaired(self) -> str | None:
+        """Why the cluster is not healthy now (a node down or frozen, or settling), or None."""
+        if self.killed:
+            return f"{', '.join(self.killed)} killed"
+        if self.cluster.frozen:
+            return f"{', '.join(self.cluster.frozen)} frozen"
+        settling = self.timeouts.settle - (time.monotonic() - self.calm_since)
+        if settling > 0:
+            return f"settling for {settling:.1f}s more"
+        return None
+
+    def run(self, stream: str, number: int) -> BatchRun:
+        key = (stream, number)
+        if key not in self.runs:
+            self.runs[key] = BatchRun(self.shapes[stream], number)
+        return self.runs[key]
+
+    def positions(self) -> list[tuple[str, int]]:
+        return [(s.name, p) for s in self.shapes.values() for p in range(s.partitions)]

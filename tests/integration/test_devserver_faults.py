@@ -1,0 +1,109 @@
+"""The launcher's fault tools against real servers: freeze/thaw (SIGSTOP/SIGCONT) and partition leaders."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
+from liftbridge_provider.devserver import DevServer, DevServerError, start_single
+from liftbridge_provider.devserver.process import pid_runs
+
+
+def process_state(pid: int) -> str:
+    """The one-letter state of ``pid`` in /proc (T: stopped, S/R: running)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def fetch_brokers(address: str, timeout: float) -> int:
+    with grpc.insecure_channel(address) as channel:
+        response = api_grpc.APIStub(channel).FetchMetadata(api.FetchMetadataRequest(), timeout=timeout)
+        return len(response.brokers)
+
+
+def create_stream(address: str, name: str, partitions: int, replication: int) -> None:
+    with grpc.insecure_channel(address) as channel:
+        request = api.CreateStreamRequest(
+            subject=f"subj.{name}", name=name, partitions=partitions, replicationFactor=replication
+        )
+        api_grpc.APIStub(channel).CreateStream(request, timeout=10)
+
+
+def test_frozen_node_answers_nothing_until_thawed() -> None:
+    with start_single() as server:
+        node = server.nodes[0]
+        assert node.process.pid is not None
+        server.freeze("n1")
+        assert process_state(node.process.pid) == "T"
+        assert server.frozen == ["n1"]
+        assert node.running, "a frozen node is still running"
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as raised:
+            fetch_brokers(node.address, timeout=1.0)
+        assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert time.monotonic() - started < 3.0
+        server.thaw("n1")
+        assert server.frozen == []
+        assert process_state(node.process.pid) != "T"
+        assert fetch_brokers(node.address, timeout=5.0) == 1
+
+
+def test_stop_thaws_a_frozen_node_and_leaves_nothing_running() -> None:
+    server = start_single()
+    process = server.nodes[0].process
+    pid = process.pid
+    assert pid is not None
+    server.freeze("n1")
+    started = time.monotonic()
+    server.stop(timeout=10.0)
+    assert not pid_runs(pid, process.executable)
+    assert not process.frozen
+    assert time.monotonic() - started < 8.0, "a frozen node was not thawed: SIGINT waited for the SIGKILL timeout"
+
+
+def test_kill_of_a_frozen_node_kills_it() -> None:
+    with start_single() as server:
+        process = server.nodes[0].process
+        server.freeze("n1")
+        server.kill("n1")
+        assert not process.running
+        assert server.frozen == []
+
+
+def test_freeze_of_a_stopped_node_is_refused() -> None:
+    with start_single() as server:
+        server.kill("n1")
+        with pytest.raises(DevServerError, match="not running"):
+            server.freeze("n1")
+
+
+@pytest.mark.cluster
+def test_partition_leaders_follow_a_killed_leader(liftbridge_cluster: DevServer) -> None:
+    cluster = liftbridge_cluster
+    create_stream(cluster.brokers[0], "leaders", partitions=2, replication=3)
+    leaders = cluster.partition_leaders("leaders")
+    assert set(leaders) == {0, 1}
+    assert all(leader in {"n1", "n2", "n3"} for leader in leaders.values())
+    old = leaders[0]
+    assert old is not None
+    cluster.kill(old)
+    deadline = time.monotonic() + 20
+    while True:
+        now = cluster.partition_leaders("leaders")
+        if now[0] not in (None, old):
+            break
+        assert time.monotonic() < deadline, f"partition 0 still led by {now[0]} after its leader {old} was killed"
+        time.sleep(0.3)
+    with pytest.raises(DevServerError, match="knows no stream"):
+        cluster.partition_leaders("no-such-stream")
+    other = next(n.server_id for n in cluster.nodes if n.server_id != old)
+    cluster.freeze(other)
+    with pytest.raises(DevServerError, match="thaw them first"):
+        cluster.restart(old)
+    cluster.thaw(other)
+    cluster.restart(old)
+    assert cluster.nodes[[n.server_id for n in cluster.nodes].index(old)].running

@@ -1,0 +1,254 @@
+"""The chaos harness's pure parts: the seeded plan, the oracle, the call timer (no server)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import pytest
+
+from tests.chaos.ledger import Ledger, Sent
+from tests.chaos.oracle import (
+    LakeRow,
+    Snapshot,
+    StoredMessage,
+    Verdict,
+    check_cursor_moves,
+    check_high_watermarks,
+    check_lake,
+    check_stream,
+)
+from tests.chaos.plan import make_plan
+from tests.chaos.streams import SHAPES, shape_named
+from tests.chaos.timing import CallTimer
+
+PLAIN = shape_named("plain")
+COMPACT = shape_named("compact")
+COUNT = shape_named("count")
+
+
+def kinds(verdict: Verdict) -> list[str]:
+    return [f.kind for f in verdict.findings]
+
+
+def ledger_with(stream: str, partition: int, acked: Mapping[int, tuple[bytes | None, bytes]]) -> Ledger:
+    ledger = Ledger()
+    for offset, (key, value) in acked.items():
+        sent = Sent(stream, key, value)
+        ledger.record_sent(sent)
+        ledger.record_ack(sent, partition, offset)
+    return ledger
+
+
+def snapshot(stream: str, messages: Mapping[int, tuple[bytes | None, bytes]], high_watermark: int) -> Snapshot:
+    stored = {o: StoredMessage(k, v) for o, (k, v) in messages.items()}
+    return Snapshot(stream, 0, high_watermark, stored, step=1)
+
+
+def row(stream: str, offset: int, value: bytes, start: int, end: int) -> LakeRow:
+    return LakeRow(stream, 0, offset, None, value, f"partition=0/range={start}-{end}", start, end)
+
+
+# -- the plan ----------------------------------------------------------------------
+
+
+def test_a_seed_always_gives_the_same_plan_and_seeds_differ() -> None:
+    assert make_plan(7, 40).steps == make_plan(7, 40).steps
+    assert make_plan(7, 40).shapes == make_plan(7, 40).shapes
+    assert make_plan(7, 40).steps != make_plan(8, 40).steps
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_every_kill_is_restarted_every_freeze_thawed_and_one_node_at_a_time(seed: int) -> None:
+    steps = make_plan(seed, 60).steps
+    down: str | None = None
+    since = 0
+    for index, step in enumerate(steps):
+        if step.kind in ("kill_leader", "freeze"):
+            assert down is None, f"seed {seed} step {index}: {step} while {down} is pending"
+            down, since = step.kind, index
+        elif step.kind in ("restart", "thaw"):
+            assert down == {"restart": "kill_leader", "thaw": "freeze"}[step.kind]
+            assert index - since <= 4
+            down = None
+
+
+def test_plans_cover_every_step_kind_and_stream_shape() -> None:
+    plans = [make_plan(seed, 40) for seed in range(40)]
+    seen_kinds = {s.kind for p in plans for s in p.steps}
+    assert seen_kinds >= {"publish", "run", "kill_leader", "restart", "freeze", "thaw", "readonly", "pause"}
+    assert seen_kinds >= {"wait", "fail_commit", "clear", "concurrent"}
+    assert {s.name for p in plans for s in p.shapes} == {s.name for s in SHAPES}
+
+
+# -- the stream against the ledger -------------------------------------------------------
+
+
+def test_a_stream_holding_exactly_the_acked_messages_is_clean() -> None:
+    ledger = ledger_with("plain", 0, {0: (None, b"a"), 1: (None, b"b")})
+    verdict = Verdict()
+    check_stream(PLAIN, snapshot("plain", {0: (None, b"a"), 1: (None, b"b")}, 1), ledger, verdict, final=True)
+    assert verdict.findings == []
+
+
+def test_an_acked_offset_gone_from_a_plain_stream_is_lost() -> None:
+    ledger = ledger_with("plain", 0, {0: (None, b"a"), 1: (None, b"b")})
+    verdict = Verdict()
+    check_stream(PLAIN, snapshot("plain", {1: (None, b"b")}, 1), ledger, verdict, final=False)
+    assert kinds(verdict) == ["lost"]
+    assert "offsets 0 " in verdict.findings[0].message
+
+
+def test_compaction_explains_a_gap_only_when_the_key_survives_later() -> None:
+    acked = {0: (b"k1", b"a"), 1: (b"k2", b"b"), 2: (b"k1", b"c")}
+    ledger = ledger_with("compact", 0, acked)
+    verdict = Verdict()
+    check_stream(COMPACT, snapshot("compact", {2: (b"k1", b"c")}, 2), ledger, verdict, final=False)
+    assert kinds(verdict) == ["lost"], "k2 has no later message: its removal is unexplained"
+    assert verdict.removed == {("compact", 0, 0): "compaction (key b'k1' survives at offset 2)"}
+
+
+def test_retention_explains_only_offsets_below_the_oldest_retained() -> None:
+    ledger = ledger_with("count", 0, {0: (None, b"a"), 1: (None, b"b"), 2: (None, b"c"), 3: (None, b"d")})
+    verdict = Verdict()
+    check_stream(COUNT, snapshot("count", {2: (None, b"c")}, 3), ledger, verdict, final=False)
+    assert set(verdict.removed) == {("count", 0, 0), ("count", 0, 1)}
+    assert kinds(verdict) == ["lost"]  # offset 3 is above the oldest one held: retention cannot explain it
+
+
+def test_unknown_and_twice_stored_values_are_found() -> None:
+    ledger = ledger_with("plain", 0, {0: (None, b"a")})
+    verdict = Verdict()
+    check_stream(
+        PLAIN, snapshot("plain", {0: (None, b"a"), 1: (None, b"a"), 2: (None, b"zz")}, 2), ledger, verdict, final=False
+    )
+    assert sorted(kinds(verdict)) == ["phantom", "phantom", "stored-twice"]
+
+
+def test_a_message_stored_without_ack_is_accepted() -> None:
+    ledger = Ledger()
+    sent = Sent("plain", None, b"maybe")
+    ledger.record_sent(sent)
+    ledger.record_maybe(sent)
+    verdict = Verdict()
+    check_stream(PLAIN, snapshot("plain", {0: (None, b"maybe")}, 0), ledger, verdict, final=True)
+    assert verdict.findings == []
+
+
+def test_acked_offsets_beyond_the_high_watermark_fail_only_at_the_end() -> None:
+    ledger = ledger_with("plain", 0, {0: (None, b"a")})
+    during, final = Verdict(), Verdict()
+    check_stream(PLAIN, snapshot("plain", {}, -1), ledger, during, final=False)
+    check_stream(PLAIN, snapshot("plain", {}, -1), ledger, final, final=True)
+    assert kinds(during) == []
+    assert kinds(final) == ["invisible"]
+
+
+# -- the lake ------------------------------------------------------------------------
+
+
+def lake_verdict(
+    rows: list[LakeRow],
+    stream_messages: Mapping[int, tuple[bytes | None, bytes]],
+    cursor: int,
+    *,
+    final: bool = False,
+    shape: str = "plain",
+) -> Verdict:
+    ledger = ledger_with(shape, 0, stream_messages)
+    verdict = Verdict()
+    snapshots = {(shape, 0): snapshot(shape, stream_messages, max(stream_messages, default=-1))}
+    check_lake(
+        rows,
+        shapes={s.name: s for s in SHAPES},
+        snapshots=snapshots,
+        ledger=ledger,
+        cursors={(shape, 0): cursor},
+        verdict=verdict,
+        final=final,
+    )
+    return verdict
+
+
+def test_overlapping_range_folders_are_duplicates() -> None:
+    messages = {o: (None, bytes([97 + o])) for o in range(4)}
+    rows = [row("plain", o, messages[o][1], 0, 2) for o in range(2)]
+    rows += [row("plain", o, messages[o][1], 0, 4) for o in range(4)]
+    verdict = lake_verdict(rows, messages, cursor=3)
+    assert kinds(verdict) == ["duplicate"]
+    assert "range=0-2" in verdict.findings[0].message
+    assert "range=0-4" in verdict.findings[0].message
+
+
+def test_rows_outside_their_folder_and_wrong_values_are_found() -> None:
+    messages = {0: (None, b"a"), 1: (None, b"b"), 2: (None, b"c")}
+    rows = [row("plain", 0, b"a", 0, 2), row("plain", 1, b"x", 0, 2), row("plain", 2, b"c", 0, 2)]
+    assert sorted(kinds(lake_verdict(rows, messages, cursor=1))) == ["lake-mismatch", "outside-range"]
+
+
+def test_a_committed_offset_the_stream_holds_must_be_in_the_lake() -> None:
+    messages = {0: (None, b"a"), 1: (None, b"b"), 2: (None, b"c")}
+    rows = [row("plain", 0, b"a", 0, 3), row("plain", 2, b"c", 0, 3)]
+    verdict = lake_verdict(rows, messages, cursor=2)
+    assert kinds(verdict) == ["gap"]
+    assert "offsets 1 " in verdict.findings[0].message
+    assert kinds(lake_verdict(rows, messages, cursor=0)) == [], "offsets beyond the cursor may be missing"
+
+
+def test_a_superseded_message_missing_from_the_lake_of_a_compacted_stream_is_no_gap() -> None:
+    messages = {0: (b"k", b"a"), 1: (b"k", b"b")}
+    assert kinds(lake_verdict([row("compact", 1, b"b", 0, 2)], messages, cursor=1, shape="compact")) == []
+
+
+def test_rows_beyond_the_cursor_fail_only_at_the_end() -> None:
+    messages = {0: (None, b"a"), 1: (None, b"b")}
+    rows = [row("plain", 0, b"a", 0, 2), row("plain", 1, b"b", 0, 2)]
+    assert kinds(lake_verdict(rows, messages, cursor=0)) == []
+    assert kinds(lake_verdict(rows, messages, cursor=0, final=True)) == ["uncommitted"]
+
+
+def test_a_cursor_moving_back_is_found() -> None:
+    verdict = Verdict()
+    check_cursor_moves({("plain", 0): 10, ("plain", 1): 3}, {("plain", 0): 7, ("plain", 1): 5}, verdict)
+    assert kinds(verdict) == ["cursor-back"]
+    assert "from 10 to 7" in verdict.findings[0].message
+
+
+def test_a_high_watermark_moving_back_is_found_on_replicated_streams_and_noted_on_single_replicas() -> None:
+    shapes = {s.name: s for s in SHAPES}
+    verdict = Verdict()
+    for stream in ("plain", "age"):
+        before = {(stream, 0): snapshot(stream, {0: (None, b"a")}, 6)}
+        after = {(stream, 0): snapshot(stream, {}, -1)}
+        check_high_watermarks(shapes, before, after, verdict)
+        check_high_watermarks(shapes, after, before, verdict)
+    assert kinds(verdict) == ["hw-back"]
+    assert "plain/0 moved back from 6" in verdict.findings[0].message
+    assert len(verdict.notes) == 1
+    assert "age/0" in verdict.notes[0]
+
+
+def test_the_ledger_tells_of_an_offset_acked_twice() -> None:
+    ledger = Ledger()
+    first, second = Sent("age", None, b"a"), Sent("age", None, b"b")
+    assert ledger.record_ack(first, 0, 0) is None
+    assert ledger.record_ack(second, 0, 0) == first
+
+
+# -- the call timer ----------------------------------------------------------------------
+
+
+def test_the_timer_tells_on_time_late_and_hung_calls_apart() -> None:
+    timer = CallTimer(grace=0.2, observe=0.3)
+    on_time = timer.call("fast one", 1.0, lambda: 42)
+    late = timer.call("late one", 0.1, lambda: time.sleep(0.4))
+    hung = timer.call("hung one", 0.1, lambda: time.sleep(3))
+    failed = timer.call("failed one", 1.0, lambda: 1 / 0)
+    assert (on_time.ok, on_time.value, on_time.late) == (True, 42, False)
+    assert (late.late, late.hung, late.error) == (True, False, None)
+    assert (hung.late, hung.hung) == (True, True)
+    assert hung.seconds < 1.5
+    assert isinstance(failed.error, ZeroDivisionError)
+    assert not failed.late
+    assert [o.name for o in timer.late] == ["late one", "hung one"]
+    assert set(timer.seconds_by_kind) == {"fast", "late", "hung", "failed"}
