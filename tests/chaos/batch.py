@@ -9,7 +9,6 @@ the next step that advances the run; a cleared run runs every task again.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -79,12 +78,6 @@ class BatchRun:
         self.committed = None
 
 
-def _supported(cls: type, **options: Any) -> dict[str, Any]:
-    """The options ``cls.__init__`` accepts by name (new ones, e.g. ``compacted``, are passed once they exist)."""
-    accepted = inspect.signature(cls).parameters
-    return {name: value for name, value in options.items() if name in accepted}
-
-
 class BatchPath:
     """Runs the tasks of batch runs against one cluster, every task timed against its deadline."""
 
@@ -119,18 +112,14 @@ class BatchPath:
         shape = run.shape
         # Per partition: high watermark, cursor, and up to two earliest-offset probes.
         deadline = self.request_timeout + shape.partitions * (4 * self.request_timeout + 2 * PROBE)
-        options = _supported(
-            LiftbridgeOffsetRangesOperator,
-            compacted=shape.compacted,
-            on_data_loss="skip" if shape.removal == "retention" else "fail",
-        )
         operator = LiftbridgeOffsetRangesOperator(
             task_id="freeze",
             stream=shape.name,
             cursor_id=CURSOR_ID,
             liftbridge_conn_id=CONN_ID,
             execution_timeout=timedelta(seconds=deadline),
-            **options,
+            compacted=shape.compacted,
+            on_data_loss="skip" if shape.removal == "retention" else "fail",
         )
         return deadline, lambda: operator.execute(run.context("freeze"))
 
@@ -154,10 +143,15 @@ class BatchPath:
         ranges = sum(1 for r in document.ranges if r.count > 0)
         # Per range: resolving on the driver (high watermark, earliest probe) and a read that may resubscribe.
         deadline = SPARK_OVERHEAD + ranges * (6 * self.request_timeout + PROBE)
-        allow_gaps = run.shape.removal != "none"
 
         def ingest() -> Any:
-            return self.lake.ingest(self.brokers, document, allow_gaps=allow_gaps, request_timeout=self.request_timeout)
+            return self.lake.ingest(
+                self.brokers,
+                document,
+                compacted=run.shape.compacted,
+                skip_data_loss=run.shape.removal == "retention",
+                request_timeout=self.request_timeout,
+            )
 
         return deadline, ingest
 

@@ -102,7 +102,7 @@ def chaos_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSessi
         client.publish("warmup", b"warm", timeout=10)
         document = RangesDocument("warmup", (OffsetRange(0, 0, 1),))
         Lake(tmp_path_factory.mktemp("chaos-warmup"), session).ingest(
-            server.brokers, document, allow_gaps=False, request_timeout=10
+            server.brokers, document, compacted=False, skip_data_loss=False, request_timeout=10
         )
     yield session
     session.stop()
