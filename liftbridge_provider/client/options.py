@@ -22,6 +22,7 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # (one that vanished without a reset) within ping interval + ping timeout.
 KEEPALIVE_TIME_MS = 60_000
 KEEPALIVE_TIMEOUT_MS = 20_000
+RECONNECT_BACKOFF_MS = (100, 2_000)  # first and longest wait between reconnects to a broker
 _BROKER = re.compile(r"^(?:\[(?P<ipv6>[0-9a-fA-F:.]+)\]|(?P<host>[^\s:/\[\]]+))(?::(?P<port>\d+))?$")
 
 AddressResolver = Callable[[str, int], str]
@@ -179,6 +180,11 @@ class ClientConfig:
             ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
             ("grpc.keepalive_permit_without_calls", 0),
             ("grpc.http2.max_pings_without_data", 0),
+            # gRPC waits up to 2 minutes between reconnects to a broker that was down, failing calls to it
+            # at once meanwhile: a restarted leader would stay unreachable that long. Keep it short.
+            ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+            ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+            ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1]),
         ]
         if self.tls is not None and self.tls.server_name:
             options.append(("grpc.ssl_target_name_override", self.tls.server_name))

@@ -302,3 +302,25 @@ def test_a_missing_stream_is_not_retried(client: LiftbridgeClient) -> None:
     with pytest.raises(LiftbridgeError):
         client.fetch_partition_metadata(f"missing-{uuid.uuid4().hex[:6]}", 0)
     assert time.monotonic() - started < 3
+
+
+def test_a_restarted_broker_is_reachable_again_within_seconds(tmp_path: Any) -> None:
+    """Defect 7 (issue 11), found by the chaos harness: after a broker was down a while, gRPC waited up to
+    2 minutes between reconnects (failing every call to it at once meanwhile), so a restarted leader stayed
+    unreachable long after it was back; calls gave up although the cluster was healthy."""
+    with start_single(data_dir=tmp_path / "lb") as server, LiftbridgeClient(server.brokers, request_timeout=2) as one:
+        name = new_stream(one)
+        server.kill("n1")
+        down_until = time.monotonic() + 90
+        while time.monotonic() < down_until:  # calls keep failing while it is down: the channel backs off
+            with pytest.raises(LiftbridgeError):
+                one.fetch_partition_metadata(name, 0, timeout=1)
+        server.restart("n1")
+        back = time.monotonic()
+        while True:
+            try:
+                one.fetch_partition_metadata(name, 0, timeout=1)
+                break
+            except LiftbridgeError:
+                assert time.monotonic() - back < 30, "still unreachable 30 s after the restart"
+        assert time.monotonic() - back < 5, f"reachable only {time.monotonic() - back:.1f}s after the restart"
