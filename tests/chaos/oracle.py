@@ -230,15 +230,16 @@ def check_high_watermarks(
     current: Mapping[tuple[str, int], Snapshot],
     verdict: Verdict,
 ) -> None:
-    """High watermarks never move backwards (a new leader that lost committed offsets would reuse them)."""
+    """High watermarks that move backwards are noted, not failed: right after a failover the new leader's
+    high watermark lags the old one's (seen on RF 3 streams, issue 11), and the client waits for it to catch
+    up. What such a drop could hide is checked elsewhere: an offset reused by another message, and acked
+    offsets still invisible at the final check."""
     for position, snapshot in sorted(current.items()):
         before = previous.get(position)
         if before is not None and snapshot.high_watermark < before.high_watermark:
-            verdict.add_or_note(
-                shapes[position[0]],
-                "hw-back",
-                f"high watermark of {position[0]}/{position[1]} moved back from {before.high_watermark} "
-                f"(after step {before.step}) to {snapshot.high_watermark} (after step {snapshot.step})",
+            verdict.notes.append(
+                f"[hw-back] high watermark of {position[0]}/{position[1]} moved back from {before.high_watermark} "
+                f"(after step {before.step}) to {snapshot.high_watermark} (after step {snapshot.step})"
             )
 
 
