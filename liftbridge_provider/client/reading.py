@@ -58,6 +58,9 @@ class Verdict(enum.IntEnum):
     END = 3  # past the stop offset: end without delivering it
 
 
+_SKIP, _DELIVER, _DELIVER_LAST, _END = Verdict.SKIP, Verdict.DELIVER, Verdict.DELIVER_LAST, Verdict.END
+
+
 @dataclass(frozen=True)
 class Open:
     """Open a Subscribe call: ``request`` to ``address`` for at most ``timeout`` seconds.
@@ -234,19 +237,18 @@ class SubscriptionState:
 
     def on_message(self, offset: int) -> Verdict:
         """Decide about one received message (the hot path: no clock, no allocation)."""
-        if self.next_offset is not None and offset < self.next_offset:
-            return Verdict.SKIP
+        wanted = self.next_offset
+        if wanted is not None and offset < wanted:
+            return _SKIP
         stop = self.stop_offset
-        if stop is not None and offset > stop:
+        if stop is not None and offset >= stop:
             self.ended = True
-            return Verdict.END
+            if offset > stop:
+                return _END
         self.next_offset = offset + 1
         self.last_offset = offset
         self._delivered_in_call = True
-        if offset == stop:
-            self.ended = True
-            return Verdict.DELIVER_LAST
-        return Verdict.DELIVER
+        return _DELIVER_LAST if self.ended else _DELIVER
 
     def progressed(self) -> None:
         """A message was delivered now (called by the front end after delivering)."""

@@ -78,18 +78,21 @@ class Subscription(Iterator[Message]):
 
     def _run(self) -> Generator[Message, None, None]:
         state = self._state
+        # The hot path, once per message: names bound locally (about half the cost of attribute lookups).
+        on_message, progressed = state.on_message, state.progressed
+        skip, end, last = Verdict.SKIP, Verdict.END, Verdict.DELIVER_LAST
         while not self._cancelled.is_set():
             failure: grpc.RpcError | None = None
             try:
                 for raw in self._open_and_read():
-                    verdict = state.on_message(raw.offset)
-                    if verdict is Verdict.SKIP:
+                    verdict = on_message(raw.offset)
+                    if verdict is skip:
                         continue
-                    if verdict is Verdict.END:
+                    if verdict is end:
                         return
                     yield Message(raw)
-                    state.progressed()
-                    if verdict is Verdict.DELIVER_LAST:
+                    progressed()
+                    if verdict is last:
                         return
             except grpc.RpcError as exc:
                 failure = exc
