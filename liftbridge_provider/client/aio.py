@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client import plans
 from liftbridge_provider.client import requests as build
+from liftbridge_provider.client.connections import aio_connected
 from liftbridge_provider.client.errors import ClientClosedError, LiftbridgeError
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import EMPTY, Metadata, PartitionInfo, metadata_from_response
@@ -247,12 +249,13 @@ class AsyncLiftbridgeClient:
     async def _execute(self, action: plans.PlanAction) -> Any:
         if isinstance(action, plans.Attempt):
             stub = self._stub(action.address)
+            timeout = action.timeout
             if action.connect_first:
-                try:
-                    await asyncio.wait_for(self._channels[action.address].channel_ready(), action.timeout)
-                except TimeoutError:
-                    raise plans.NotSent(action.address) from None
-            return await action.rpc(stub, action.timeout)
+                started = time.monotonic()
+                if not await aio_connected(self._channels[action.address], action.connect_budget()):
+                    raise plans.NotSent(action.address)
+                timeout = max(timeout - (time.monotonic() - started), 0.001)
+            return await action.rpc(stub, timeout)
         if isinstance(action, plans.Sleep):
             await asyncio.sleep(action.seconds)
             return None

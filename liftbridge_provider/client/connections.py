@@ -9,6 +9,7 @@ closes every channel and is idempotent.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -42,18 +43,49 @@ class PooledChannel:
     def wait_ready(self, timeout: float) -> bool:
         """Whether the channel is (or becomes, within ``timeout`` s) connected.
 
-        Only a channel not yet seen ready is watched, with a ready-future that
-        stops watching once it resolves: a standing connectivity subscription
-        keeps a gRPC polling thread that fails noisily when the channel closes.
+        False at once when the broker refuses (the channel reports a transient
+        failure), so a caller can try the next broker. The state is watched in
+        the calling thread through the channel's core (gRPC's public watchers,
+        ``subscribe`` and ``channel_ready_future``, leave a polling thread that
+        fails noisily when the channel closes right after).
         """
         if self.connected:
             return True
+        core = self.channel._channel  # type: ignore[attr-defined]  # grpc's cygrpc.Channel
+        ends = time.time() + max(timeout, 0.001)  # gRPC's core takes wall-clock deadlines
         try:
-            grpc.channel_ready_future(self.channel).result(timeout=max(timeout, 0.001))
-        except grpc.FutureTimeoutError:
+            state = core.check_connectivity_state(True)
+            while state not in _SETTLED and time.time() < ends:
+                core.watch_connectivity_state(state, min(ends, time.time() + 0.5))
+                state = core.check_connectivity_state(True)
+        except ValueError:  # the channel was closed meanwhile
             return False
-        self.connected = True
-        return True
+        self.connected = state == _READY
+        return self.connected
+
+
+# gRPC core connectivity states (grpc_connectivity_state): READY, TRANSIENT_FAILURE, SHUTDOWN end a wait.
+_READY = 2
+_SETTLED = frozenset({_READY, 3, 4})
+_AIO_SETTLED = frozenset(
+    {grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN}
+)
+
+
+async def aio_connected(channel: grpc.aio.Channel, timeout: float) -> bool:
+    """Whether an asyncio channel is (or becomes, within ``timeout`` s) connected; False at once if refused."""
+
+    async def settled() -> grpc.ChannelConnectivity:
+        state = channel.get_state(try_to_connect=True)
+        while state not in _AIO_SETTLED:
+            await channel.wait_for_state_change(state)
+            state = channel.get_state(try_to_connect=True)
+        return state
+
+    try:
+        return await asyncio.wait_for(settled(), max(timeout, 0.001)) == grpc.ChannelConnectivity.READY
+    except TimeoutError:
+        return False
 
 
 class ConnectionPool:

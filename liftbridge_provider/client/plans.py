@@ -38,6 +38,13 @@ from liftbridge_provider.client.retry import Action, Deadline, RetryState
 
 T = TypeVar("T")
 
+CONNECT_TRY = 2.0
+"""Seconds a call that must know whether it sent waits for one broker's connection before trying the next.
+
+A broker that refuses fails at once; a frozen one (TCP accepted, no HTTP/2
+answer) costs this much. Loopback and LAN connections take milliseconds.
+"""
+
 Rpc = Callable[[Any, float], Any]
 """``(stub, timeout) -> result`` (sync stub) or an awaitable of it (grpc.aio stub)."""
 
@@ -46,14 +53,21 @@ Rpc = Callable[[Any, float], Any]
 class Attempt:
     """Send ``rpc`` to ``address`` with ``timeout`` seconds.
 
-    ``connect_first``: wait (at most ``timeout``) for the channel to connect and
-    raise :class:`NotSent` if it does not, so the caller knows nothing was sent.
+    ``connect_first``: wait (at most ``connect_timeout`` s, capped by ``timeout``)
+    for the channel to connect and raise :class:`NotSent` if it does not or the
+    broker refuses, so the caller knows nothing was sent; the RPC then gets what
+    is left of ``timeout``.
     """
 
     address: str
     timeout: float
     rpc: Rpc
     connect_first: bool = False
+    connect_timeout: float = CONNECT_TRY
+
+    def connect_budget(self) -> float:
+        """Seconds to wait for the connection: ``connect_timeout``, capped by ``timeout``."""
+        return min(self.timeout, self.connect_timeout)
 
 
 @dataclass(frozen=True)
@@ -124,13 +138,14 @@ def any_broker(
     stream: str | None = None,
     addresses: list[str] | None = None,
 ) -> Plan[Any]:
-    """Try the known brokers in random order: UNAVAILABLE (or a hung attempt) moves on to the next one,
-    an election backs off; anything else is final. ``addresses`` overrides the brokers to try."""
+    """Try the known brokers in random order: UNAVAILABLE, a refused or slow connection (see
+    :data:`CONNECT_TRY`) or a hung attempt moves on to the next one, an election backs off; anything
+    else is final. ``addresses`` overrides the brokers to try."""
     state = RetryState(deadline, leader_directed=False, stream=stream)
     while True:
         for address in addresses or broker_addresses(config, snapshot):
             try:
-                return (yield Attempt(address, state.attempt_timeout(), rpc))
+                return (yield Attempt(address, state.attempt_timeout(), rpc, connect_first=True))
             except grpc.RpcError as exc:
                 action, delay = state.after_failure(exc)
             if action is not Action.NEXT_BROKER:
@@ -329,8 +344,9 @@ def send_once(
 ) -> Plan[Any]:
     """A publish: sent to one broker, never again once it may have arrived.
 
-    Brokers that cannot be connected to are skipped (nothing was sent); the
-    first one that connects gets the whole remaining time. A failure after
+    Brokers that refuse or do not connect within :data:`CONNECT_TRY` s are
+    skipped (nothing was sent); the first one that connects gets the rest of
+    the time. A failure after
     sending is raised with ``may_be_stored=True`` where the message may have
     been stored.
     """

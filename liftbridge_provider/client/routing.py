@@ -56,10 +56,14 @@ class Router:
     def _execute(self, action: plans.PlanAction) -> Any:
         if isinstance(action, plans.Attempt):
             with self.pool.lease(action.address) as pooled:
-                if action.connect_first and not pooled.wait_ready(action.timeout):
-                    raise plans.NotSent(action.address)
+                timeout = action.timeout
+                if action.connect_first:
+                    started = time.monotonic()
+                    if not pooled.wait_ready(action.connect_budget()):
+                        raise plans.NotSent(action.address)
+                    timeout = max(timeout - (time.monotonic() - started), 0.001)
                 try:
-                    return action.rpc(pooled.stub, action.timeout)
+                    return action.rpc(pooled.stub, timeout)
                 except grpc.RpcError as exc:
                     pooled.connected = exc.code() != grpc.StatusCode.UNAVAILABLE
                     raise

@@ -229,3 +229,41 @@ def test_refuse_after_failover_is_transient_not_bad_input(liftbridge_cluster: De
                 assert read == list(range(end))
             finally:
                 liftbridge_cluster.restart(leader)
+
+
+def publishes_through_a_cluster_with_one_node_out(cluster: DevServer, timeout: float) -> list[float]:
+    """Twelve publishes, each from a fresh client (a task's), with one node out; their durations in seconds."""
+    durations = []
+    for index in range(12):
+        with LiftbridgeClient(cluster.brokers, request_timeout=timeout) as client:
+            started = time.monotonic()
+            try:
+                client.publish("one-out", f"m{index}".encode(), timeout=timeout)
+            except LiftbridgeError as exc:
+                pytest.fail(f"publish #{index} failed with two of three brokers up: {exc!r}")
+            durations.append(time.monotonic() - started)
+    return durations
+
+
+@pytest.mark.parametrize("fault", ["killed", "frozen"])
+def test_publish_skips_a_broker_that_is_down_within_its_deadline(liftbridge_cluster: DevServer, fault: str) -> None:
+    """Found by CI (issue 11, defect 7 follow-up): a publish waited its whole deadline for the connection to a
+    killed (or frozen) broker whenever the shuffled broker list put that broker first, then failed with
+    UnavailableError ("could not connect"), though two brokers were up. A refused connection must move on at
+    once and a silent one after a short try, all within the call's deadline."""
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as admin:
+        leader = replicated_stream(admin, "one-out")
+    follower = next(node.server_id for node in liftbridge_cluster.nodes if node.server_id != leader)
+    if fault == "killed":
+        liftbridge_cluster.kill(follower)
+        try:
+            durations = publishes_through_a_cluster_with_one_node_out(liftbridge_cluster, timeout=6)
+        finally:
+            liftbridge_cluster.restart(follower)
+    else:
+        with frozen(liftbridge_cluster, follower):
+            durations = publishes_through_a_cluster_with_one_node_out(liftbridge_cluster, timeout=6)
+    assert max(durations) < 6 + 1, f"a publish outlived its deadline: {max(durations):.1f}s"
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as client:
+        end = client.fetch_partition_metadata("one-out", 0).high_watermark + 1
+        assert [m.value for m in client.read_range("one-out", 0, 0, end)] == [f"m{i}".encode() for i in range(12)]
