@@ -27,7 +27,7 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client import plans
 from liftbridge_provider.client import requests as build
-from liftbridge_provider.client.connections import aio_connected
+from liftbridge_provider.client.connections import aio_connect
 from liftbridge_provider.client.errors import ClientClosedError, LiftbridgeError
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import EMPTY, Metadata, PartitionInfo, metadata_from_response
@@ -249,11 +249,10 @@ class AsyncLiftbridgeClient:
     async def _execute(self, action: plans.PlanAction) -> Any:
         if isinstance(action, plans.Attempt):
             stub = self._stub(action.address)
-            timeout = action.timeout
-            if action.connect_first:
+            timeout, budget = action.timeout, action.connect_budget()
+            if budget is not None:
                 started = time.monotonic()
-                if not await aio_connected(self._channels[action.address], action.connect_budget()):
-                    raise plans.NotSent(action.address)
+                action.after_connect(await aio_connect(self._channels[action.address], budget))
                 timeout = max(timeout - (time.monotonic() - started), 0.001)
             return await action.rpc(stub, timeout)
         if isinstance(action, plans.Sleep):

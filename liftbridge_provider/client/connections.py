@@ -25,6 +25,7 @@ import grpc.experimental
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.errors import ClientClosedError
 from liftbridge_provider.client.options import ClientConfig
+from liftbridge_provider.client.plans import Connection
 
 log = logging.getLogger(__name__)
 
@@ -40,52 +41,54 @@ class PooledChannel:
     last_used: float = field(default_factory=time.monotonic)
     connected: bool = False  # seen ready; cleared by callers when an RPC finds it unavailable
 
-    def wait_ready(self, timeout: float) -> bool:
-        """Whether the channel is (or becomes, within ``timeout`` s) connected.
+    def connect(self, timeout: float) -> Connection:
+        """Wait at most ``timeout`` s for the channel to connect; how the wait ended.
 
-        False at once when the broker refuses (the channel reports a transient
-        failure), so a caller can try the next broker. The state is watched in
-        the calling thread through the channel's core (gRPC's public watchers,
-        ``subscribe`` and ``channel_ready_future``, leave a polling thread that
-        fails noisily when the channel closes right after).
+        Ends at once when the broker refuses (the channel reports a transient
+        failure). The state is watched in the calling thread through the
+        channel's core: gRPC's public watchers (``subscribe``,
+        ``channel_ready_future``) leave a polling thread that fails noisily
+        when the channel closes right after.
         """
         if self.connected:
-            return True
+            return Connection.READY
         core = self.channel._channel  # type: ignore[attr-defined]  # grpc's cygrpc.Channel
         ends = time.time() + max(timeout, 0.001)  # gRPC's core takes wall-clock deadlines
         try:
             state = core.check_connectivity_state(True)
-            while state not in _SETTLED and time.time() < ends:
+            while state not in _CORE_SETTLED and time.time() < ends:
                 core.watch_connectivity_state(state, min(ends, time.time() + 0.5))
                 state = core.check_connectivity_state(True)
         except ValueError:  # the channel was closed meanwhile
-            return False
-        self.connected = state == _READY
-        return self.connected
+            return Connection.REFUSED
+        self.connected = state == _CORE_READY
+        return _CORE_SETTLED.get(state, Connection.SILENT)
 
 
-# gRPC core connectivity states (grpc_connectivity_state): READY, TRANSIENT_FAILURE, SHUTDOWN end a wait.
-_READY = 2
-_SETTLED = frozenset({_READY, 3, 4})
-_AIO_SETTLED = frozenset(
-    {grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN}
-)
+# gRPC core connectivity states (grpc_connectivity_state) that end a wait: READY, TRANSIENT_FAILURE, SHUTDOWN.
+_CORE_READY = 2
+_CORE_SETTLED = {_CORE_READY: Connection.READY, 3: Connection.REFUSED, 4: Connection.REFUSED}
+_AIO_SETTLED = {
+    grpc.ChannelConnectivity.READY: Connection.READY,
+    grpc.ChannelConnectivity.TRANSIENT_FAILURE: Connection.REFUSED,
+    grpc.ChannelConnectivity.SHUTDOWN: Connection.REFUSED,
+}
 
 
-async def aio_connected(channel: grpc.aio.Channel, timeout: float) -> bool:
-    """Whether an asyncio channel is (or becomes, within ``timeout`` s) connected; False at once if refused."""
+async def aio_connect(channel: grpc.aio.Channel, timeout: float) -> Connection:
+    """Wait at most ``timeout`` s for an asyncio channel to connect; how the wait ended (at once if refused)."""
 
-    async def settled() -> grpc.ChannelConnectivity:
+    async def settled() -> Connection:
         state = channel.get_state(try_to_connect=True)
         while state not in _AIO_SETTLED:
             await channel.wait_for_state_change(state)
             state = channel.get_state(try_to_connect=True)
-        return state
+        return _AIO_SETTLED[state]
 
     try:
-        return await asyncio.wait_for(settled(), max(timeout, 0.001)) == grpc.ChannelConnectivity.READY
+        return await asyncio.wait_for(settled(), max(timeout, 0.001))
     except TimeoutError:
-        return False
+        return Connection.SILENT
 
 
 class ConnectionPool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, TypeVar
 
 import grpc
@@ -49,25 +50,43 @@ Rpc = Callable[[Any, float], Any]
 """``(stub, timeout) -> result`` (sync stub) or an awaitable of it (grpc.aio stub)."""
 
 
+class Connection(Enum):
+    """How a wait for a channel's connection ended."""
+
+    READY = "ready"
+    REFUSED = "refused"  # refused, unreachable or a failed handshake: an RPC would fail at once
+    SILENT = "silent"  # still connecting when the wait ended (a frozen peer, a black hole)
+
+
 @dataclass(frozen=True)
 class Attempt:
     """Send ``rpc`` to ``address`` with ``timeout`` seconds.
 
-    ``connect_first``: wait (at most ``connect_timeout`` s, capped by ``timeout``)
-    for the channel to connect and raise :class:`NotSent` if it does not or the
-    broker refuses, so the caller knows nothing was sent; the RPC then gets what
-    is left of ``timeout``.
+    ``connect_timeout``: first wait at most this long (capped by ``timeout``)
+    for the channel to connect; a broker still silent then raises
+    :class:`NotSent`, and the RPC gets what is left of ``timeout``.
+    ``connect_first``: send only on a connected channel, so that the caller
+    knows nothing was sent when it raises :class:`NotSent` (a refused
+    connection raises it too; otherwise the RPC runs and fails at once with
+    gRPC's reason, say a TLS error).
     """
 
     address: str
     timeout: float
     rpc: Rpc
     connect_first: bool = False
-    connect_timeout: float = CONNECT_TRY
+    connect_timeout: float | None = None
 
-    def connect_budget(self) -> float:
-        """Seconds to wait for the connection: ``connect_timeout``, capped by ``timeout``."""
+    def connect_budget(self) -> float | None:
+        """Seconds to wait for the connection, or None for no wait."""
+        if self.connect_timeout is None:
+            return self.timeout if self.connect_first else None
         return min(self.timeout, self.connect_timeout)
+
+    def after_connect(self, connection: Connection) -> None:
+        """Raise :class:`NotSent` unless the RPC may go out on a channel that ended its wait so."""
+        if connection is Connection.SILENT or (self.connect_first and connection is not Connection.READY):
+            raise NotSent(self.address, connection)
 
 
 @dataclass(frozen=True)
@@ -90,14 +109,17 @@ Plan = Generator[PlanAction, Any, T]
 class NotSent(grpc.RpcError):
     """The channel did not connect within the attempt's time: nothing was sent, another broker may take it."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, connection: Connection = Connection.SILENT) -> None:
         self.address = address
+        self.connection = connection
 
     def code(self) -> grpc.StatusCode:
         return grpc.StatusCode.UNAVAILABLE
 
     def details(self) -> str:
-        return f"could not connect to {self.address}"
+        if self.connection is Connection.REFUSED:
+            return f"could not connect to {self.address} (refused or unreachable)"
+        return f"could not connect to {self.address} (no answer within {CONNECT_TRY:g}s)"
 
 
 def paused_error(stream: str, partition: int) -> PartitionPausedError:
@@ -145,7 +167,7 @@ def any_broker(
     while True:
         for address in addresses or broker_addresses(config, snapshot):
             try:
-                return (yield Attempt(address, state.attempt_timeout(), rpc, connect_first=True))
+                return (yield Attempt(address, state.attempt_timeout(), rpc, connect_timeout=CONNECT_TRY))
             except grpc.RpcError as exc:
                 action, delay = state.after_failure(exc)
             if action is not Action.NEXT_BROKER:
@@ -281,7 +303,10 @@ def ambiguous_admin(
     while True:
         for address in broker_addresses(config, snapshot):
             try:
-                return (yield Attempt(address, state.attempt_timeout(), rpc, connect_first=True))
+                attempt = Attempt(
+                    address, state.attempt_timeout(), rpc, connect_first=True, connect_timeout=CONNECT_TRY
+                )
+                return (yield attempt)
             except grpc.RpcError as exc:
                 if maybe_applied and exc.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.NOT_FOUND):
                     error = error_from_rpc(exc, stream=stream)
@@ -354,7 +379,11 @@ def send_once(
     while True:
         for address in broker_addresses(config, snapshot):
             try:
-                return (yield Attempt(address, max(deadline.remaining(), 0.001), rpc, connect_first=True))
+                return (
+                    yield Attempt(
+                        address, max(deadline.remaining(), 0.001), rpc, connect_first=True, connect_timeout=CONNECT_TRY
+                    )
+                )
             except NotSent as exc:
                 state.after_failure(exc)
             except grpc.RpcError as exc:

@@ -56,11 +56,10 @@ class Router:
     def _execute(self, action: plans.PlanAction) -> Any:
         if isinstance(action, plans.Attempt):
             with self.pool.lease(action.address) as pooled:
-                timeout = action.timeout
-                if action.connect_first:
+                timeout, budget = action.timeout, action.connect_budget()
+                if budget is not None:
                     started = time.monotonic()
-                    if not pooled.wait_ready(action.connect_budget()):
-                        raise plans.NotSent(action.address)
+                    action.after_connect(pooled.connect(budget))
                     timeout = max(timeout - (time.monotonic() - started), 0.001)
                 try:
                     return action.rpc(pooled.stub, timeout)

@@ -366,3 +366,33 @@ def test_an_established_subscription_waits_out_a_broker_that_forgot_the_stream()
     fresh = state(Clock())
     with pytest.raises(NoSuchStreamError):
         fresh.open(snapshot(streams=()))
+
+
+@pytest.mark.parametrize(
+    ("connect_first", "connection", "sent"),
+    [
+        (True, plans.Connection.READY, True),
+        (True, plans.Connection.REFUSED, False),  # a publish must know that nothing went out
+        (True, plans.Connection.SILENT, False),
+        (False, plans.Connection.READY, True),
+        (False, plans.Connection.REFUSED, True),  # an idempotent call lets gRPC report why (a TLS error, say)
+        (False, plans.Connection.SILENT, False),  # a frozen broker costs CONNECT_TRY, not half the deadline
+    ],
+)
+def test_attempt_goes_out_only_on_a_channel_it_may_use(
+    connect_first: bool, connection: plans.Connection, sent: bool
+) -> None:
+    attempt = plans.Attempt("b:1", 10.0, lambda stub, timeout: None, connect_first, plans.CONNECT_TRY)
+    assert attempt.connect_budget() == plans.CONNECT_TRY
+    if sent:
+        attempt.after_connect(connection)
+    else:
+        with pytest.raises(plans.NotSent) as caught:
+            attempt.after_connect(connection)
+        assert "b:1" in caught.value.details()
+
+
+def test_attempt_connect_budget_is_capped_by_its_timeout() -> None:
+    assert plans.Attempt("b:1", 0.5, lambda stub, timeout: None, connect_timeout=2.0).connect_budget() == 0.5
+    assert plans.Attempt("b:1", 7.0, lambda stub, timeout: None, connect_first=True).connect_budget() == 7.0
+    assert plans.Attempt("b:1", 7.0, lambda stub, timeout: None).connect_budget() is None
