@@ -23,6 +23,7 @@ from liftbridge_provider.devserver import start_single
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from tests.chaos.lake import Lake
 from tests.chaos.runner import SeedResult, SeedSettings, replay_command
+from tests.spark_session import local_spark
 
 CI_SEEDS = 2
 RESULTS: list[SeedResult] = []
@@ -86,15 +87,7 @@ def chaos_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSessi
     The first read through the Python data source starts Spark's Python workers
     and takes half a minute; warming up keeps that out of the seeds' deadlines.
     """
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("liftbridge-chaos")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    session = local_spark("liftbridge-chaos")
     session.sparkContext.setLogLevel("ERROR")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines at exit land on closed streams
     with start_single() as server, LiftbridgeClient(server.brokers) as client:

@@ -18,12 +18,18 @@ def _leader(world: World, stream: str, partition: int) -> str | None:
         return None
 
 
-def kill_leader(world: World, step: Step, index: int) -> StepReport:
+def _target_leader(world: World, step: Step) -> str | StepReport:
+    """The leader a fault step acts on, or the report of why the step is skipped (one node down at a time)."""
     if world.killed or world.cluster.frozen:
         return StepReport("skipped: a node is already down or frozen")
     leader = _leader(world, step.stream, step.partition or 0)
-    if leader is None:
-        return StepReport("skipped: no leader known")
+    return StepReport("skipped: no leader known") if leader is None else leader
+
+
+def kill_leader(world: World, step: Step, index: int) -> StepReport:
+    leader = _target_leader(world, step)
+    if isinstance(leader, StepReport):
+        return leader
     world.cluster.kill(leader)
     world.killed.append(leader)
     return StepReport(f"SIGKILL {leader} (leader of {step.stream}/{step.partition})")
@@ -46,11 +52,9 @@ def restart(world: World, step: Step, index: int) -> StepReport:
 
 
 def freeze(world: World, step: Step, index: int) -> StepReport:
-    if world.killed or world.cluster.frozen:
-        return StepReport("skipped: a node is already down or frozen")
-    leader = _leader(world, step.stream, step.partition or 0)
-    if leader is None:
-        return StepReport("skipped: no leader known")
+    leader = _target_leader(world, step)
+    if isinstance(leader, StepReport):
+        return leader
     others = sorted(n.server_id for n in world.cluster.nodes if n.server_id != leader)
     target = leader if step.flag else random.Random(f"{world.seed}/{index}").choice(others)
     world.cluster.freeze(target)

@@ -32,6 +32,7 @@ from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.lake import Ledger, check_ledger, holdings
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark.lake_store import HadoopStore, _link_exclusive
+from tests.spark_session import local_spark
 
 ROOT = Path(__file__).resolve().parents[2]
 INGEST = ROOT / "spark_jobs" / "ingest.py"
@@ -51,14 +52,7 @@ def load_ingest() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("liftbridge-lake-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    session = local_spark("liftbridge-lake-tests")
     yield session
     session.stop()
 
