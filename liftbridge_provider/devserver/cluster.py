@@ -22,7 +22,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -282,8 +282,11 @@ def start_cluster(
 ) -> DevServer:
     """Start ``size`` Liftbridge nodes (default 3) on one shared NATS server and wait until all joined.
 
-    Node ``n1`` bootstraps the Raft group as seed; the others start once it is
-    metadata leader. Replica timeouts are lowered (see
+    The nodes bootstrap the Raft group together (``clustering.raft.bootstrap.peers``),
+    so the first metadata leader already counts every node and creates
+    ``__cursors`` with one replica per node; a seed that led alone would give
+    it a single replica, and committed cursors would die with that node.
+    Replica timeouts are lowered (see
     :data:`config.FAST_FAILOVER`) so partition failover takes about a second.
     Parameters as for :func:`start_single`; ``timeout`` defaults to 90 s.
     """
@@ -291,13 +294,15 @@ def start_cluster(
     _check_count("cursor_partitions", cursor_partitions)
     server = _new_server(data_dir, _cursor_setting(cursor_partitions, extra_config), credentials)
     extra = {**config.FAST_FAILOVER, **(extra_config or {})}
+    peers = [f"n{index}" for index in range(1, size + 1)]
     try:
         _start_nats(server, tie_to_parent)
-        for index in range(1, size + 1):
+        for server_id in peers:
             node = _start_node(
                 server,
-                f"n{index}",
-                seed=index == 1,
+                server_id,
+                seed=False,
+                peers=peers,
                 embedded_nats=False,
                 extra=extra,
                 log_level=log_level,
@@ -364,6 +369,7 @@ def _start_node(
     server_id: str,
     *,
     seed: bool,
+    peers: Sequence[str] = (),
     embedded_nats: bool,
     extra: Mapping[str, Any] | None,
     log_level: str,
@@ -388,6 +394,7 @@ def _start_node(
             data_dir=folder / "data",
             nats_url=f"nats://{config.LOOPBACK}:{nats_port}",
             seed=seed,
+            peers=peers,
             cursor_partitions=server.cursor_partitions,
             telemetry_setting=telemetry,
             log_level=log_level,

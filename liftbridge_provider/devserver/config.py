@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ def liftbridge_settings(
     nats_url: str,
     seed: bool,
     cursor_partitions: int,
+    peers: Sequence[str] = (),
     telemetry_setting: bool,
     log_level: str = "info",
     embedded_nats_config: Path | None = None,
@@ -48,6 +49,8 @@ def liftbridge_settings(
 ) -> dict[str, Any]:
     """The settings of one node; ``extra`` entries override the defaults.
 
+    :param seed: bootstrap the Raft group alone (a single node).
+    :param peers: server ids that bootstrap the Raft group together (a cluster).
     :param telemetry_setting: write ``telemetry.enabled: false`` (servers newer
         than v1.9 send telemetry by default; v1.9 refuses the key).
     """
@@ -64,6 +67,8 @@ def liftbridge_settings(
     }
     if seed:
         settings["clustering.raft.bootstrap.seed"] = True
+    if peers:
+        settings["clustering.raft.bootstrap.peers"] = list(peers)
     if embedded_nats_config is not None:
         settings["nats.embedded.config"] = str(embedded_nats_config)
     if telemetry_setting:

@@ -2,7 +2,7 @@
 
 An open port is not enough: gRPC serves before a metadata leader exists. A
 cluster is ready when every node lists every broker, the internal cursor
-stream has a leader for each partition, and a probe stream replicated to
+stream has a leader and a replica on every node for each partition, and a probe stream replicated to
 every node can be created and deleted.
 """
 
@@ -59,6 +59,9 @@ def _check_metadata(stub: Any, address: str, brokers: int, cursor_partitions: in
     leaders = [p.leader for p in partitions.values() if p.leader]
     if len(partitions) != cursor_partitions or len(leaders) != cursor_partitions:
         raise NotReady(f"{address}: {CURSORS_STREAM} has {len(leaders)}/{cursor_partitions} partition leaders")
+    thin = sorted(p.id for p in partitions.values() if len(p.replicas) < brokers)
+    if thin:
+        raise NotReady(f"{address}: {CURSORS_STREAM} partitions {thin} have fewer than {brokers} replicas")
 
 
 def _probe_create_delete(stub: Any, replication: int) -> None:

@@ -17,6 +17,7 @@ from liftbridge_provider.client import (
     InvalidArgumentError,
     LiftbridgeClient,
     LiftbridgeError,
+    Metadata,
     NoMetadataLeaderError,
     PermissionDeniedError,
     UnavailableError,
@@ -128,7 +129,34 @@ class LiftbridgeHook(BaseHook):
         except LiftbridgeError as exc:
             return False, f"Liftbridge error: {exc}"
         brokers = ", ".join(sorted(b.address for b in metadata.brokers.values()))
-        return True, f"Connected: {len(metadata.brokers)} broker(s) ({brokers}), {len(metadata.streams)} stream(s)"
+        found = f"Connected: {len(metadata.brokers)} broker(s) ({brokers}), {len(metadata.streams)} stream(s)"
+        return True, found + thin_cursors_warning(metadata)
+
+
+CURSORS_STREAM = "__cursors"
+CURSOR_REPLICAS_WANTED = 3  # replicas of each __cursors partition that survive the loss of one broker
+
+
+def thin_cursors_warning(metadata: Metadata) -> str:
+    """A warning ("" if none) when ``__cursors`` has fewer replicas than the cluster can give it.
+
+    The server creates ``__cursors`` with "all brokers" counted when the first
+    metadata leader is elected; a cluster bootstrapped from one seed node gets
+    a single replica, and committed cursors go with that broker.
+    """
+    cursors = metadata.streams.get(CURSORS_STREAM)
+    wanted = min(CURSOR_REPLICAS_WANTED, len(metadata.brokers))
+    if cursors is None:
+        return ""
+    thin = sorted(p.id for p in cursors.partitions.values() if len(p.replicas) < wanted)
+    if not thin:
+        return ""
+    least = min(len(cursors.partitions[pid].replicas) for pid in thin)
+    return (
+        f". Warning: {CURSORS_STREAM} partitions {thin} have {least} replica(s) on {len(metadata.brokers)} brokers;"
+        " committed cursors are lost with one broker. Create the cluster with clustering.raft.bootstrap.peers"
+        " (or set cursors.stream.replication.factor) before the first start"
+    )
 
 
 def _unavailable_message(config: ClientConfig, exc: UnavailableError) -> str:

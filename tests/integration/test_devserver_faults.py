@@ -10,6 +10,7 @@ import pytest
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
+from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer, DevServerError, start_single
 from liftbridge_provider.devserver.process import pid_runs
 
@@ -107,3 +108,40 @@ def test_partition_leaders_follow_a_killed_leader(liftbridge_cluster: DevServer)
     cluster.thaw(other)
     cluster.restart(old)
     assert cluster.nodes[[n.server_id for n in cluster.nodes].index(old)].running
+
+
+@pytest.mark.cluster
+def test_cursors_survive_the_loss_of_the_cursors_leader(liftbridge_cluster: DevServer) -> None:
+    """Guards chaos seed 27: a seed-bootstrapped cluster made ``__cursors`` with one replica.
+
+    The server creates ``__cursors`` when the first metadata leader is elected,
+    with replication factor "all" counted at that moment; a seed that leads
+    alone gives it one replica, so a committed cursor vanished with that node.
+    """
+    cluster = liftbridge_cluster
+    replicas = _cursor_replicas(cluster.brokers[0])
+    assert len(replicas) == 3, f"__cursors/0 has replicas {replicas}, expected one on every node"
+    create_stream(cluster.brokers[0], "committed", partitions=1, replication=3)
+    with LiftbridgeClient(cluster.brokers, request_timeout=5.0) as client:
+        client.set_cursor("ingest", "committed", 0, 41)
+    leader = cluster.partition_leaders("__cursors")[0]
+    assert leader is not None
+    cluster.kill(leader)
+    survivors = [n.address for n in cluster.nodes if n.running]
+    with LiftbridgeClient(survivors, request_timeout=5.0) as client:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                assert client.fetch_cursor("ingest", "committed", 0, timeout=5.0) == 41
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+
+def _cursor_replicas(address: str) -> list[str]:
+    with grpc.insecure_channel(address) as channel:
+        request = api.FetchMetadataRequest(streams=["__cursors"])
+        response = api_grpc.APIStub(channel).FetchMetadata(request, timeout=5)
+    return list(response.streamMetadata[0].partitions[0].replicas)

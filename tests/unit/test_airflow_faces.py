@@ -9,9 +9,16 @@ from typing import Any
 import jsonschema
 import pytest
 
-from liftbridge_provider.client import InvalidArgumentError, PublishMessage
+from liftbridge_provider.client import (
+    BrokerInfo,
+    InvalidArgumentError,
+    Metadata,
+    PartitionInfo,
+    PublishMessage,
+    StreamInfo,
+)
 from liftbridge_provider.get_provider_info import get_provider_info
-from liftbridge_provider.hooks.liftbridge import brokers_from, config_from_connection
+from liftbridge_provider.hooks.liftbridge import brokers_from, config_from_connection, thin_cursors_warning
 from liftbridge_provider.operators.publish import record_to_message
 from liftbridge_provider.ranges import (
     OffsetRange,
@@ -226,3 +233,36 @@ def test_check_retention_tells_retention_loss_from_compaction_gaps(
     assert check.readable.partition == 3
     assert check.lost == lost
     assert check.lost_count == (0 if lost is None else lost[1] - lost[0])
+
+
+def _cluster_metadata(brokers: int, cursor_replicas: int) -> Metadata:
+    broker_ids = [f"n{i}" for i in range(1, brokers + 1)]
+    cursors = PartitionInfo(
+        stream="__cursors",
+        id=0,
+        leader="n1",
+        replicas=tuple(broker_ids[:cursor_replicas]),
+        isr=tuple(broker_ids[:cursor_replicas]),
+        high_watermark=-1,
+        newest_offset=-1,
+        paused=False,
+        readonly=False,
+    )
+    return Metadata(
+        brokers={b: BrokerInfo(b, "127.0.0.1", 9290 + i) for i, b in enumerate(broker_ids)},
+        streams={"__cursors": StreamInfo("__cursors", "c", {0: cursors}, 0)},
+        fetched_at=0.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("brokers", "replicas", "warns"),
+    [(3, 1, True), (3, 2, True), (3, 3, False), (1, 1, False), (5, 3, False), (5, 2, True)],
+)
+def test_thin_cursors_warning_flags_cursors_that_die_with_one_broker(brokers: int, replicas: int, warns: bool) -> None:
+    """Guards chaos seed 27: a seed-bootstrapped cluster keeps committed cursors on one broker."""
+    warning = thin_cursors_warning(_cluster_metadata(brokers, replicas))
+    assert bool(warning) is warns
+    if warns:
+        assert f"{replicas} replica(s) on {brokers} brokers" in warning
+        assert "clustering.raft.bootstrap.peers" in warning
