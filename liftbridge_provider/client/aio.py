@@ -77,14 +77,15 @@ class AsyncLiftbridgeClient:
         return await self._refresh(names, timeout)
 
     async def fetch_partition_metadata(
-        self, stream: str, partition: int = 0, *, timeout: float | None = None
+        self, stream: str, partition: int = 0, *, timeout: float | None = None, settle: bool = True
     ) -> PartitionInfo:
         """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader;
-        a paused partition answers too, without being resumed."""
+        a paused partition answers too, resumed only when unsettled (as for the sync client)."""
         check_timeout("timeout", timeout)
         build.partition_metadata_request(stream, partition)
+        deadline = self._deadline(timeout)
         return await self._run(
-            plans.partition_metadata(self.config, self._snapshot, self._deadline(timeout), stream, partition)
+            plans.partition_metadata(self.config, self._snapshot, deadline, stream, partition, settle=settle)
         )
 
     async def fetch_cursor(self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None) -> int:

@@ -110,16 +110,20 @@ class LiftbridgeClient:
         return self._router.snapshot_with(build.check_stream_name(stream)).stream(stream)
 
     def fetch_partition_metadata(
-        self, stream: str, partition: int = 0, *, timeout: float | None = None
+        self, stream: str, partition: int = 0, *, timeout: float | None = None, settle: bool = True
     ) -> PartitionInfo:
         """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader.
 
         A paused partition answers too, without being resumed: its high watermark
         cannot move while it is paused, and the leader's metadata view gives it.
+        One exception, when ``settle`` is on (default): a partition that paused
+        while its leader held offsets above the high watermark (right after a
+        failover) would hide them until it runs again, so it is resumed and the
+        call waits up to 5 s, within ``timeout``, for the leader to commit them.
         """
         check_timeout("timeout", timeout)
         build.partition_metadata_request(stream, partition)
-        return self._router.partition_metadata(stream, partition, timeout=timeout)
+        return self._router.partition_metadata(stream, partition, timeout=timeout, settle=settle)
 
     # -- streams ---------------------------------------------------------------
 

@@ -237,14 +237,21 @@ def _replica(
 
 
 def partition_metadata(
-    config: ClientConfig, snapshot: Metadata, deadline: Deadline, stream: str, partition: int
+    config: ClientConfig,
+    snapshot: Metadata,
+    deadline: Deadline,
+    stream: str,
+    partition: int,
+    *,
+    settle: bool = True,
 ) -> Plan[PartitionInfo]:
     """Authoritative partition metadata from the leader; for a paused partition, the leader's metadata view.
 
     A paused partition refuses FetchPartitionMetadata, but its high watermark is
     known: no message arrives while it is paused (a publish resumes it). The
     leader's FetchMetadata answer carries it, from the leader's own log, and
-    asking for it does not resume the partition.
+    asking for it does not resume the partition, unless it is unsettled (see
+    :func:`unsettled`) and ``settle`` is on: then :func:`settled` resumes it.
     """
     request = api.FetchPartitionMetadataRequest(stream=stream, partition=partition)
 
@@ -258,9 +265,84 @@ def partition_metadata(
     response = yield from leader_call(
         config, snapshot, fetch, deadline, stream=stream, partition=partition, when_paused=from_leader_view
     )
-    if isinstance(response, PartitionInfo):
-        return response
-    return PartitionInfo.from_proto(stream, response.metadata)
+    if not isinstance(response, PartitionInfo):
+        return PartitionInfo.from_proto(stream, response.metadata)
+    if settle and unsettled(response):
+        return (yield from settled(config, snapshot, deadline, response))
+    return response
+
+
+SETTLE_WAIT = 5.0
+"""Seconds, at most, partition metadata waits for a resumed partition's leader to commit what it holds."""
+SETTLE_POLL = 0.1  # seconds between high watermark checks while settling
+RESUME_RETRY = 0.25  # seconds before a failed resume is tried again while settling
+
+
+def unsettled(info: PartitionInfo) -> bool:
+    """Paused while its leader held offsets above the high watermark.
+
+    A leader's high watermark moves only while its partition runs. A partition
+    that pauses right after a failover, before the new leader saw its followers
+    catch up, keeps acked offsets hidden until it runs again, which for an idle
+    partition can be never (newest offsets that were never acked look the same).
+    """
+    return info.paused and info.newest_offset > info.high_watermark
+
+
+def settled(config: ClientConfig, snapshot: Metadata, deadline: Deadline, paused: PartitionInfo) -> Plan[PartitionInfo]:
+    """Resume an unsettled partition and wait (at most :data:`SETTLE_WAIT` s) until its leader commits what it held.
+
+    Returns the last metadata seen, settled or not (offsets never acked may stay
+    above the high watermark); a partition that cannot be resumed in time
+    answers as it was.
+    """
+    stream, partition = paused.stream, paused.id
+    wait = Deadline(min(deadline.remaining(), SETTLE_WAIT))
+    snapshot = yield from refreshed(wait, snapshot, (stream,))
+    while True:
+        try:
+            yield from leader_call(
+                config, snapshot, resume_rpc(stream, partition), wait, stream=stream, partition=partition
+            )
+            break
+        except LiftbridgeError:  # e.g. "no responders": the metadata leader that applies a resume is changing
+            if wait.remaining() <= RESUME_RETRY:
+                return paused
+            yield Sleep(RESUME_RETRY)
+    latest = paused
+    while latest.high_watermark < paused.newest_offset and wait.remaining() > SETTLE_POLL:
+        yield Sleep(SETTLE_POLL)
+        try:
+            latest = yield from partition_metadata(config, snapshot, wait, stream, partition, settle=False)
+        except LiftbridgeError:
+            break
+    return latest
+
+
+def resume_rpc(stream: str, partition: int) -> Rpc:
+    """Subscribe with ``resume`` (the server resumes a paused partition first), then cancel at once.
+
+    The server's first message is an empty one that confirms the subscription.
+    """
+    request = api.SubscribeRequest(stream=stream, partition=partition, resume=True)
+
+    def rpc(stub: Any, timeout: float) -> Any:
+        call = stub.Subscribe(request, timeout=timeout)
+        if isinstance(call, grpc.aio.Call):
+            return _first_then_cancel(call)
+        try:
+            return next(call)
+        finally:
+            call.cancel()
+
+    return rpc
+
+
+async def _first_then_cancel(call: Any) -> Any:
+    try:
+        return await call.read()
+    finally:
+        call.cancel()
 
 
 def leader_view(

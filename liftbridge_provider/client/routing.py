@@ -102,9 +102,12 @@ class Router:
             )
         )
 
-    def partition_metadata(self, stream: str, partition: int, *, timeout: float | None = None) -> PartitionInfo:
+    def partition_metadata(
+        self, stream: str, partition: int, *, timeout: float | None = None, settle: bool = True
+    ) -> PartitionInfo:
+        deadline = self.deadline(timeout)
         return self.run(
-            plans.partition_metadata(self.config, self.metadata.snapshot, self.deadline(timeout), stream, partition)
+            plans.partition_metadata(self.config, self.metadata.snapshot, deadline, stream, partition, settle=settle)
         )
 
     def partition_running(self, stream: str, partition: int, *, timeout: float | None = None) -> None:

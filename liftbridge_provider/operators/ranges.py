@@ -229,7 +229,10 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
     stream, partition, and the expected and found offsets: someone else moved
     the cursor (an overlapping run, another pipeline), so committing would skip
     or repeat offsets. Every partition is checked before any cursor moves.
-    Returns ``{partition: cursor offset}``.
+    An empty range that starts past the cursor the freeze read (retention
+    removed the offsets in between and ``on_data_loss="skip"`` skipped them)
+    moves the cursor to ``start - 1`` if it has not moved; other empty ranges
+    leave it alone. Returns ``{partition: cursor offset}``.
 
     Liftbridge has no server-side compare-and-set for cursors: between the
     check and the set (one round trip per partition) another writer can still
@@ -270,13 +273,12 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
         """``(partition, current, target)``; fails when someone else moved the cursor."""
         partition, last = offset_range.partition, offset_range.last
         current = client.fetch_cursor(cursor_id, document.stream, partition)
+        recorded = frozen_cursor(document, partition) if cursor_id == document.cursor_id else None
         if last is None:
-            self.log.info("partition %d: empty range; cursor %r stays at %d", partition, cursor_id, current)
-            return partition, current, current
+            return partition, current, self._empty_range_target(offset_range, cursor_id, current, recorded)
         if current == last:
             self.log.info("partition %d: cursor %r is already at %d (committed before)", partition, cursor_id, last)
             return partition, current, current
-        recorded = frozen_cursor(document, partition) if cursor_id == document.cursor_id else None
         expected = offset_range.start - 1 if recorded is None else recorded
         if current != expected:
             raise AirflowFailException(
@@ -286,3 +288,21 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
                 "no cursor was moved"
             )
         return partition, current, last
+
+    def _empty_range_target(self, offset_range: OffsetRange, cursor_id: str, current: int, recorded: int | None) -> int:
+        """Where an empty range leaves the cursor: at ``start - 1`` when the freeze started past the cursor
+        it read (offsets removed by retention, skipped), so later runs do not meet that loss again; else put."""
+        partition, skipped_to = offset_range.partition, offset_range.start - 1
+        if recorded is not None and current == recorded and skipped_to > current:
+            self.log.info(
+                "partition %d: empty range after offsets %d-%d were skipped at the freeze; cursor %r %d -> %d",
+                partition,
+                current + 1,
+                skipped_to,
+                cursor_id,
+                current,
+                skipped_to,
+            )
+            return skipped_to
+        self.log.info("partition %d: empty range; cursor %r stays at %d", partition, cursor_id, current)
+        return current

@@ -662,3 +662,32 @@ def test_publish_refuses_records_that_are_not_bytes_str_or_mappings(
     assert run.tries["publish"] == 1
     assert "record #2: record must be bytes, str or a mapping, got int" in run.output
     assert client.fetch_partition_metadata(stream, 0).high_watermark == -1, "nothing of the batch was published"
+
+
+def test_commit_records_offsets_retention_removed_before_a_freeze(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """Chaos seed 65 (issue 11): retention removed every offset after the cursor; the freeze (skip) froze
+    the empty range [10, 10) and the commit left the cursor at -1, so the lake kept rows of an earlier,
+    uncommitted run above the cursor and every later run reported the same loss again. Committing an empty
+    range that starts past the frozen cursor moves the cursor to start - 1 (compare-and-set as usual)."""
+    stream = stream_name()
+    client.create_stream(stream, stream, retention_max_age=1, segment_max_age=0.5, cleaner_interval=0.2)
+    client.publish_batch(stream, [f"m{i}".encode() for i in range(10)], ack_policy="all")
+    deadline = time.monotonic() + 30
+    while (earliest := client.earliest_offset(stream)) is not None and earliest < 10:
+        assert time.monotonic() < deadline, f"retention kept offsets from {earliest} on"
+        time.sleep(0.3)
+    body = f"""
+        freeze = LiftbridgeOffsetRangesOperator(
+            task_id="freeze", stream={stream!r}, cursor_id="c65", on_data_loss="skip"
+        )
+        LiftbridgeCommitCursorOperator(task_id="commit", ranges=freeze.output)
+    """
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    assert run.ok(), run.output[-3000:]
+    assert run.xcom["freeze"]["ranges"] == [{"partition": 0, "start": 10, "end": 10}]
+    assert client.fetch_cursor("c65", stream, 0) == 9
+    again = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    assert again.ok(), again.output[-3000:]
+    assert "removed by retention" not in again.output

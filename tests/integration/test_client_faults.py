@@ -15,8 +15,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import grpc
 import pytest
 
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client import (
     AsyncLiftbridgeClient,
     InvalidArgumentError,
@@ -267,3 +270,74 @@ def test_publish_skips_a_broker_that_is_down_within_its_deadline(liftbridge_clus
     with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as client:
         end = client.fetch_partition_metadata("one-out", 0).high_watermark + 1
         assert [m.value for m in client.read_range("one-out", 0, 0, end)] == [f"m{i}".encode() for i in range(12)]
+
+
+def paused_with_uncommitted_offsets(cluster: DevServer, client: LiftbridgeClient, name: str) -> tuple[str, int]:
+    """A paused partition whose leader holds offsets above its high watermark: (leader, newest offset).
+
+    RF 2 and min ISR 2; its follower is frozen while 35 messages are published
+    (ack LEADER), so nothing can commit, and thawed once the partition paused.
+    Chaos seeds 29 and 35 reached the same state by a failover.
+    """
+    client.create_stream(name, name, replication_factor=2, min_isr=2, auto_pause_time=5)
+    wait_until(lambda: len(client.fetch_partition_metadata(name, 0).isr) == 2, 30, "an ISR of 2")
+    info = client.fetch_partition_metadata(name, 0)
+    assert info.leader is not None
+    follower = next(r for r in info.replicas if r != info.leader)
+    leader_address = cluster.node(info.leader).address
+    with frozen(cluster, follower):
+        result = client.publish_batch(name, [f"m{i}".encode() for i in range(35)], ack_policy="leader")
+        result.raise_for_failures()
+        wait_until(lambda: leader_refuses(leader_address, name), 30, "the partition to pause")
+    time.sleep(1.0)  # the thawed follower finds the partition paused: nothing replicates, nothing commits
+    assert leader_refuses(leader_address, name)
+    view = raw_partition_view(leader_address, name)
+    assert (view.paused, view.highWatermark, view.newestOffset) == (True, -1, 34), view
+    return info.leader, view.newestOffset
+
+
+def leader_refuses(address: str, name: str) -> bool:
+    """The leader refuses FetchPartitionMetadata: the partition is paused (its metadata flag alone sticks)."""
+    with grpc.insecure_channel(address) as channel:
+        request = api.FetchPartitionMetadataRequest(stream=name, partition=0)
+        try:
+            api_grpc.APIStub(channel).FetchPartitionMetadata(request, timeout=3)
+        except grpc.RpcError as exc:
+            return exc.code() == grpc.StatusCode.FAILED_PRECONDITION
+    return False
+
+
+def raw_partition_view(address: str, name: str) -> api.PartitionMetadata:
+    """Partition 0 as the broker at ``address`` sees it (FetchMetadata, straight over gRPC)."""
+    with grpc.insecure_channel(address) as channel:
+        request = api.FetchMetadataRequest(streams=[name])
+        response: api.FetchMetadataResponse = api_grpc.APIStub(channel).FetchMetadata(request, timeout=3)
+    partition: api.PartitionMetadata = response.streamMetadata[0].partitions[0]
+    return partition
+
+
+@pytest.mark.parametrize("front_end", ["sync", "asyncio"])
+def test_paused_partition_commits_what_its_new_leader_holds(liftbridge_cluster: DevServer, front_end: str) -> None:
+    """Chaos seeds 29 and 35 (issue 11): a partition that auto-paused right after a failover kept a high
+    watermark of -1 with 35 acked messages on its new leader (newest offset 34): the server advances a
+    leader's high watermark only while the partition runs, so the freeze, the sensor, Spark and the watchers
+    saw nothing until someone published again. Partition metadata must settle such a partition (paused,
+    newest offset above the high watermark): resume it so its leader commits what it holds, in the deadline."""
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as client:
+        name = f"paused-unsettled-{front_end}"
+        _leader, last = paused_with_uncommitted_offsets(liftbridge_cluster, client, name)
+        started = time.monotonic()
+        if front_end == "sync":
+            info = client.fetch_partition_metadata(name, 0, timeout=10)
+        else:
+
+            async def fetch() -> Any:
+                async with AsyncLiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as aclient:
+                    return await aclient.fetch_partition_metadata(name, 0, timeout=10)
+
+            info = asyncio.run(fetch())
+        assert time.monotonic() - started < 11
+        took = time.monotonic() - started
+        assert info.high_watermark == last, f"offsets 0-{last} on the leader still invisible after {took:.1f}s: {info}"
+        read = client.read_range(name, 0, 0, last + 1, timeout=10, resume=True)
+        assert [m.offset for m in read] == list(range(last + 1))

@@ -396,3 +396,15 @@ def test_attempt_connect_budget_is_capped_by_its_timeout() -> None:
     assert plans.Attempt("b:1", 0.5, lambda stub, timeout: None, connect_timeout=2.0).connect_budget() == 0.5
     assert plans.Attempt("b:1", 7.0, lambda stub, timeout: None, connect_first=True).connect_budget() == 7.0
     assert plans.Attempt("b:1", 7.0, lambda stub, timeout: None).connect_budget() is None
+
+
+@pytest.mark.parametrize(
+    ("paused", "high_watermark", "newest", "expected"),
+    [(True, -1, 34, True), (True, 34, 34, False), (False, -1, 34, False), (True, -1, -1, False)],
+)
+def test_unsettled_means_paused_with_offsets_above_the_high_watermark(
+    paused: bool, high_watermark: int, newest: int, expected: bool
+) -> None:
+    """Chaos seeds 29/35: only a paused partition whose leader holds more than it committed is resumed."""
+    info = PartitionInfo("s", 0, "a", ("a", "b"), ("a", "b"), high_watermark, newest, paused, False)
+    assert plans.unsettled(info) is expected
