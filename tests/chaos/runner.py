@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections import defaultdict
@@ -103,6 +104,8 @@ def run_seed(seed: int, settings: SeedSettings, spark: SparkSession) -> SeedResu
         finally:
             CLIENTS.close_all()
             world.client.close()
+            if findings:
+                _keep_node_logs(seed, Path(folder))
     seconds = time.monotonic() - started
     failed_step = findings[0][0] if findings else None
     result = SeedResult(
@@ -249,6 +252,16 @@ def _conclude(result: SeedResult) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     result.log_path = ARTIFACTS / f"{result.seed}.log"
     result.log_path.write_text("\n".join(result.log) + "\n")
+
+
+def _keep_node_logs(seed: int, folder: Path) -> None:
+    """Copy the servers' logs of a failing seed to ``artifacts/chaos/<seed>-nodes/`` (the cluster folder goes)."""
+    target = ARTIFACTS / f"{seed}-nodes"
+    shutil.rmtree(target, ignore_errors=True)
+    for log_file in sorted(folder.glob("cluster*/*/*.log")):
+        destination = target / log_file.parent.parent.name / log_file.parent.name / log_file.name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log_file, destination)
 
 
 def _describe(plan: Plan) -> str:

@@ -132,7 +132,10 @@ def test_unary_call_to_a_frozen_leader_moves_on_within_its_deadline(liftbridge_c
             info = client.fetch_partition_metadata("frozen-unary", 0)
             elapsed = time.monotonic() - started
         assert info.leader != leader
-        assert info.high_watermark == 4
+        # The new leader holds all five; its high watermark may still lag (it moves on its followers' next
+        # fetches), so only the newest offset is exact here.
+        assert info.newest_offset == 4
+        assert info.high_watermark <= 4
         assert elapsed < 20, f"took {elapsed:.1f}s"
 
 
