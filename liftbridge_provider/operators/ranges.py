@@ -149,7 +149,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         ends: dict[int, int] | None,
         cursor: int,
     ) -> OffsetRange:
-        info = client.fetch_partition_metadata(self.stream, partition)  # paused partitions too, not resumed
+        info = client.fetch_partition_metadata(self.stream, partition)  # paused too; resumed only if unsettled
         end = info.high_watermark + 1 if ends is None else self._given(ends, partition, "end")
         if starts is not None:
             start = self._given(starts, partition, "start")
