@@ -25,10 +25,12 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.addresses import broker_addresses, replica_address
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
+    InvalidArgumentError,
     LiftbridgeError,
     NoSuchPartitionError,
     NoSuchStreamError,
     PartitionPausedError,
+    PermissionDeniedError,
     StreamExistsError,
     UnavailableError,
     error_from_rpc,
@@ -305,6 +307,8 @@ def settled(config: ClientConfig, snapshot: Metadata, deadline: Deadline, paused
                 config, snapshot, resume_rpc(stream, partition), wait, stream=stream, partition=partition
             )
             break
+        except (PermissionDeniedError, InvalidArgumentError, NoSuchStreamError, NoSuchPartitionError):
+            return paused  # this client may not subscribe here, or the partition went: nothing to settle
         except LiftbridgeError:  # e.g. "no responders": the metadata leader that applies a resume is changing
             if wait.remaining() <= RESUME_RETRY:
                 return paused

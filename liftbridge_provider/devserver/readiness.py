@@ -1,9 +1,9 @@
 """Real readiness of a Liftbridge cluster, checked through the gRPC API.
 
 An open port is not enough: gRPC serves before a metadata leader exists. A
-cluster is ready when every node lists every broker, the internal cursor
-stream has a leader and a replica on every node for each partition, and a probe stream replicated to
-every node can be created and deleted.
+cluster is ready when every node lists every broker, each partition of the
+internal cursor stream has a leader and a replica on every node, and a probe
+stream replicated to every node can be created and deleted.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
+from liftbridge_provider.client.requests import CURSORS_STREAM
 
-CURSORS_STREAM = "__cursors"
 RPC_TIMEOUT = 5.0  # seconds per readiness RPC
 
 

@@ -22,6 +22,7 @@ from liftbridge_provider.client import (
     PermissionDeniedError,
     UnavailableError,
 )
+from liftbridge_provider.client.requests import CURSORS_STREAM
 
 # The pure connection -> ClientConfig mapping lives in liftbridge_provider.connection (no Airflow import);
 # re-exported here for callers that import it from the hook.
@@ -133,7 +134,6 @@ class LiftbridgeHook(BaseHook):
         return True, found + thin_cursors_warning(metadata)
 
 
-CURSORS_STREAM = "__cursors"
 CURSOR_REPLICAS_WANTED = 3  # replicas of each __cursors partition that survive the loss of one broker
 
 
