@@ -593,6 +593,9 @@ class LiftbridgeClient:
             return None
         up_to_committed = StopPosition.at_offset(high_watermark)
         first = self._first_retained(stream, partition, up_to_committed, min(probe, deadline.remaining()), resume)
+        if first == _ENDED_EMPTY:  # the server's own answer: its log starts past the high watermark
+            log.info("%s/%d: nothing retained up to the high watermark %d", stream, partition, high_watermark)
+            return high_watermark + 1
         if first is not None:
             return first
         try:
@@ -601,7 +604,7 @@ class LiftbridgeClient:
             if not _log_is_empty(exc):
                 raise
             first = self._first_retained(stream, partition, up_to_committed, min(probe, deadline.remaining()), resume)
-            if first is not None:
+            if first is not None and first != _ENDED_EMPTY:
                 return first
             log.info("%s/%d: retention removed every message up to offset %d", stream, partition, high_watermark)
             return high_watermark + 1
@@ -616,7 +619,8 @@ class LiftbridgeClient:
     def _first_retained(
         self, stream: str, partition: int, stop: StopPosition, seconds: float, resume: bool
     ) -> int | None:
-        """The offset of the first message from the earliest position, or None if none came within ``seconds``."""
+        """The offset of the first message from the earliest position, None if none came within ``seconds``,
+        or :data:`_ENDED_EMPTY` if the subscription ended before any (nothing retained up to ``stop``)."""
         if seconds <= 0:
             return None
         subscription = self.subscribe(
@@ -633,7 +637,7 @@ class LiftbridgeClient:
                 first = next(subscription, None)
         except LiftbridgeTimeoutError:
             return None
-        return None if first is None else first.offset
+        return _ENDED_EMPTY if first is None else first.offset
 
     # -- cursors ---------------------------------------------------------------
 
@@ -690,6 +694,7 @@ class LiftbridgeClient:
 _TO_THE_END = StopPosition.at_time(2**62)
 """A stop far in the future: the server looks it up in the log's time index, which fails at once when
 the log's segment is empty (this is how an empty log is told apart from a silent leader)."""
+_ENDED_EMPTY = -2  # _first_retained: the subscription ended before any message (nothing up to its stop)
 
 
 def _log_is_empty(exc: LiftbridgeError) -> bool:

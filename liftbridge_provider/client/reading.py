@@ -293,12 +293,19 @@ class SubscriptionState:
         return Reopen(delay, refresh=self.request_budget())
 
     def _stop_already_passed(self, error: grpc.RpcError) -> bool:
-        """A reopened STOP_LATEST/STOP_TIMESTAMP subscription whose stop lies before the next offset: done."""
+        """The server puts the stop before where it would start: nothing is left to read, the subscription is done.
+
+        For a reopened STOP_LATEST/STOP_TIMESTAMP subscription the stop lies
+        before the next offset. With a stop offset (checked against an explicit
+        start before sending) the log starts past it: retention or compaction
+        removed everything up to the stop, e.g. a compacted log that kept only
+        offsets above a high watermark restored from its checkpoint.
+        """
         details = (error.details() or "").lower()
         return (
             error.code() == grpc.StatusCode.INVALID_ARGUMENT
             and "stop offset is before start offset" in details
-            and self.last_offset is not None
+            and (self.last_offset is not None or self.stop_offset is not None)
         )
 
     def _check_budgets(self, cause: grpc.RpcError | None = None) -> None:

@@ -32,6 +32,7 @@ def judge(
     outcome: Outcome[Any],
     *,
     batch_task: str | None = None,
+    replication: int | None = None,
 ) -> None:
     """A failed call is a finding when its error says "bad input", when the ingest job's own checks
     failed, or when the cluster was healthy; otherwise a fault explains it."""
@@ -44,6 +45,8 @@ def judge(
         report.findings.append(
             Finding("paused", f"the {batch_task} task failed on a paused partition: {outcome.describe()}")
         )
+    elif replication == 1 and _named(error, "BeyondHighWatermarkError"):
+        return  # not promised at RF 1: a restarted single replica takes its last checkpointed high watermark
     elif isinstance(error, IngestFailed):
         report.findings.append(Finding("ingest-check", f"{outcome.describe()}"))
     elif world.impaired is None:

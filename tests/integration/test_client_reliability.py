@@ -324,3 +324,34 @@ def test_a_restarted_broker_is_reachable_again_within_seconds(tmp_path: Any) -> 
             except LiftbridgeError:
                 assert time.monotonic() - back < 30, "still unreachable 30 s after the restart"
         assert time.monotonic() - back < 5, f"reachable only {time.monotonic() - back:.1f}s after the restart"
+
+
+def test_compacted_log_that_starts_past_the_high_watermark_reads_as_removed(tmp_path: Any) -> None:
+    """Chaos seed 79 (issue 11): a compacted single-replica partition restarted with the high watermark of
+    its last checkpoint (20) below offsets it held (up to 70); its cleaner then kept only the newest value
+    per key (66-70), above the high watermark. Every read up to the high watermark was refused with
+    INVALID_ARGUMENT "Stop offset is before start offset", which earliest_offset and read_range raised as
+    bad input (the freeze failed without retries). Nothing up to the high watermark is retained: the read is
+    empty, and the oldest offset is the high watermark + 1."""
+    keys = [f"k{i % 5}".encode() for i in range(71)]
+    with start_single(data_dir=tmp_path / "lb") as server:
+        with LiftbridgeClient(server.brokers, request_timeout=5) as client:
+            name = new_stream(client, compact_enabled=True, segment_max_bytes=512, cleaner_interval=0.3)
+            head = [PublishMessage(f"v{i}".encode(), key=keys[i]) for i in range(21)]
+            client.publish_batch(name, head, ack_policy="all").raise_for_failures()
+            checkpoint = tmp_path / "lb" / "n1" / "data" / "streams" / name / "0" / "replication-offset-checkpoint"
+            wait_until(
+                lambda: checkpoint.exists() and checkpoint.read_text().strip() == "20",
+                15,
+                "a checkpointed high watermark of 20",
+            )
+            tail = [PublishMessage(f"v{i}".encode(), key=keys[i]) for i in range(21, 71)]
+            client.publish_batch(name, tail, ack_policy="all").raise_for_failures()
+            time.sleep(1.5)  # the cleaner keeps each key's newest value (66-70); the next checkpoint is ~3 s off
+            server.kill("n1")
+        server.restart("n1")
+        with LiftbridgeClient(server.brokers, request_timeout=5) as client:
+            info = client.fetch_partition_metadata(name, 0)
+            assert (info.high_watermark, info.newest_offset) == (20, 70), info
+            assert client.earliest_offset(name, 0) == 21
+            assert list(client.read_range(name, 0, 0, 21, timeout=5)) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 
@@ -106,6 +107,21 @@ def test_compaction_explains_a_gap_only_when_the_key_survives_later() -> None:
     check_stream(COMPACT, snapshot("compact", {2: (b"k1", b"c")}, 2), ledger, verdict, final=False)
     assert kinds(verdict) == ["lost"], "k2 has no later message: its removal is unexplained"
     assert verdict.removed == {("compact", 0, 0): "compaction (key b'k1' survives at offset 2)"}
+
+
+def test_on_one_replica_an_acked_later_key_above_the_high_watermark_explains_compaction() -> None:
+    """Chaos seed 79: a single replica restarted at an old high watermark had compacted with the later,
+    now invisible messages; they explain the gap (with three replicas they would not)."""
+    acked = {0: (b"k1", b"a"), 1: (b"k2", b"b"), 2: (b"k1", b"c")}
+    ledger = ledger_with("compact", 0, acked)
+    verdict = Verdict()
+    check_stream(COMPACT, snapshot("compact", {}, 1), ledger, verdict, final=False)
+    assert kinds(verdict) == ["lost"], "k2 has no later acked message: its removal is unexplained"
+    assert verdict.removed == {("compact", 0, 0): "compaction (key b'k1' survives at offset 2)"}
+    replicated = dataclasses.replace(COMPACT, replication=3)
+    verdict = Verdict()
+    check_stream(replicated, snapshot("compact", {}, 1), ledger, verdict, final=False)
+    assert "offsets 0-1 " in verdict.findings[0].message
 
 
 def test_retention_explains_only_offsets_below_the_oldest_retained() -> None:
