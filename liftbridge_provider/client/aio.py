@@ -97,7 +97,9 @@ class AsyncLiftbridgeClient:
         check_timeout("timeout", timeout)
         request = build.fetch_cursor_request(cursor_id, stream, partition)
         await self._check_cursor_target(stream, partition)
-        response = await self._cursor_call(request, lambda stub, t: stub.FetchCursor(request, timeout=t), timeout)
+        response = await self._cursor_call(
+            request, lambda stub, t: stub.FetchCursor(request, timeout=t), timeout, read=True
+        )
         offset: int = response.offset
         return offset
 
@@ -213,15 +215,18 @@ class AsyncLiftbridgeClient:
             await self.fetch_metadata()
         build.check_cursor_target(self._snapshot, stream, partition)
 
-    async def _cursor_call(self, request: Any, rpc: plans.Rpc, timeout: float | None) -> Any:
+    async def _cursor_call(self, request: Any, rpc: plans.Rpc, timeout: float | None, *, read: bool = False) -> Any:
         deadline = self._deadline(timeout)
         snapshot = await self._run(plans.knowing(deadline, self._snapshot, build.CURSORS_STREAM))
         count = len(snapshot.stream(build.CURSORS_STREAM).partitions)
         target = build.cursor_partition(request.cursorId, request.stream, request.partition, count)
+        if read:
+            plan = plans.cursor_read(self.config, snapshot, rpc, deadline, partition=target)
+        else:
+            cursors = build.CURSORS_STREAM
+            plan = plans.leader_call(self.config, snapshot, rpc, deadline, stream=cursors, partition=target)
         try:
-            return await self._run(
-                plans.leader_call(self.config, snapshot, rpc, deadline, stream=build.CURSORS_STREAM, partition=target)
-            )
+            return await self._run(plan)
         except LiftbridgeError as exc:
             exc.stream, exc.partition = request.stream, request.partition
             raise

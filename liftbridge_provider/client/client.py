@@ -659,7 +659,7 @@ class LiftbridgeClient:
         check_timeout("timeout", timeout)
         request = build.fetch_cursor_request(cursor_id, stream, partition)
         self._check_cursor_target(stream, partition)
-        response: api.FetchCursorResponse = self._cursor_call("FetchCursor", request, timeout)
+        response: api.FetchCursorResponse = self._cursor_call("FetchCursor", request, timeout, read=True)
         return response.offset
 
     def _check_cursor_target(self, stream: str, partition: int) -> None:
@@ -669,7 +669,7 @@ class LiftbridgeClient:
             snapshot = self._router.metadata.refresh()
         build.check_cursor_target(snapshot, stream, partition)
 
-    def _cursor_call(self, method: str, request: Any, timeout: float | None) -> Any:
+    def _cursor_call(self, method: str, request: Any, timeout: float | None, *, read: bool = False) -> Any:
         cursors = self._router.partition_count(build.CURSORS_STREAM)
         target = build.cursor_partition(request.cursorId, request.stream, request.partition, cursors)
 
@@ -677,6 +677,8 @@ class LiftbridgeClient:
             return getattr(stub, method)(request, timeout=remaining)
 
         try:
+            if read:
+                return self._router.cursor_read(target, call, timeout=timeout)
             return self._router.call_leader(build.CURSORS_STREAM, target, call, timeout=timeout)
         except LiftbridgeError as exc:
             exc.stream, exc.partition = request.stream, request.partition

@@ -126,13 +126,31 @@ def metadata_from_response(
     When only some streams were ``requested``, the others are kept from
     ``previous``; requested streams the server does not know are dropped.
     """
-    brokers = {b.id: BrokerInfo(b.id, b.host, b.port) for b in response.brokers}
     requested = set(requested)
     streams = {n: s for n, s in previous.streams.items() if requested and n not in requested}
     for pb in response.streamMetadata:
         if pb.error == api.StreamMetadata.OK:
             streams[pb.name] = StreamInfo.from_proto(pb)
+    brokers = _known_brokers(response, previous, streams)
     return Metadata(MappingProxyType(brokers), MappingProxyType(streams), time.monotonic())
+
+
+def _known_brokers(
+    response: api.FetchMetadataResponse, previous: Metadata, streams: Mapping[str, StreamInfo]
+) -> dict[str, BrokerInfo]:
+    """The answer's brokers, plus the last known address of a replica the answer leaves out.
+
+    A server keeps its broker list for ``metadata.cache.max.age`` (2 min) while
+    the Raft membership stays the same, so a broker that was down when the list
+    was cached is missing from its answers for up to 2 min after it is back,
+    even as it leads partitions.
+    """
+    brokers = {b.id: BrokerInfo(b.id, b.host, b.port) for b in response.brokers}
+    named = {r for s in streams.values() for p in s.partitions.values() for r in (*p.replicas, p.leader or "")}
+    for broker_id in named - brokers.keys():
+        if broker_id in previous.brokers:
+            brokers[broker_id] = previous.brokers[broker_id]
+    return brokers
 
 
 class MetadataCache:

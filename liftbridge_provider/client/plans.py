@@ -37,6 +37,7 @@ from liftbridge_provider.client.errors import (
 )
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig
+from liftbridge_provider.client.requests import CURSORS_STREAM
 from liftbridge_provider.client.retry import Action, Deadline, RetryState
 
 T = TypeVar("T")
@@ -321,6 +322,33 @@ def settled(config: ClientConfig, snapshot: Metadata, deadline: Deadline, paused
         except LiftbridgeError:
             break
     return latest
+
+
+CURSOR_SETTLE = 5.0
+"""Seconds, at most, a cursor read waits for its ``__cursors`` leader's high watermark to cover its log."""
+
+
+def cursor_read(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, *, partition: int) -> Plan[Any]:
+    """FetchCursor (``rpc``) on the leader of ``__cursors`` partition ``partition``, once its high watermark
+    covers what it holds.
+
+    A new leader's high watermark lags for a moment after a failover. The
+    server reads a cursor only up to the high watermark and caches what it
+    found, -1 included, until the cursor is set again (v1.9.0), so a read in
+    that moment would make a committed cursor read -1 for good. Waiting at
+    most :data:`CURSOR_SETTLE` s (within the deadline) keeps this client from
+    asking then.
+    """
+    wait = Deadline(min(deadline.remaining(), CURSOR_SETTLE))
+    while wait.remaining() > SETTLE_POLL:
+        try:
+            info = yield from partition_metadata(config, snapshot, wait, CURSORS_STREAM, partition, settle=False)
+        except LiftbridgeError:
+            break  # no leader answers yet: the call below retries and reports within the deadline
+        if info.high_watermark >= info.newest_offset:
+            break
+        yield Sleep(SETTLE_POLL)
+    return (yield from leader_call(config, snapshot, rpc, deadline, stream=CURSORS_STREAM, partition=partition))
 
 
 def resume_rpc(stream: str, partition: int) -> Rpc:

@@ -102,6 +102,11 @@ class Router:
             )
         )
 
+    def cursor_read(self, partition: int, rpc: plans.Rpc, *, timeout: float | None = None) -> Any:
+        """FetchCursor on a ``__cursors`` partition's leader once its high watermark settled (plans.cursor_read)."""
+        deadline = self.deadline(timeout)
+        return self.run(plans.cursor_read(self.config, self.metadata.snapshot, rpc, deadline, partition=partition))
+
     def partition_metadata(
         self, stream: str, partition: int, *, timeout: float | None = None, settle: bool = True
     ) -> PartitionInfo:

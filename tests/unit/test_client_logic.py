@@ -327,3 +327,22 @@ def test_partial_metadata_keeps_other_streams() -> None:
     merged = metadata_from_response(other, first, ["t"])
     assert set(merged.streams) == {"s", "t"}
     assert set(metadata_from_response(other, first).streams) == {"t"}
+
+
+def test_a_leader_left_out_of_a_cached_broker_list_keeps_its_last_address() -> None:
+    """Chaos seed 82: a server answered from its 2-minute broker cache without a broker that had restarted
+    meanwhile; that broker still leads partitions, so its last known address is kept. A broker no partition
+    names any more is dropped."""
+    before = api.FetchMetadataResponse()
+    for index in (1, 2, 3):
+        before.brokers.add(id=f"b{index}", host="127.0.0.1", port=index)
+    first = metadata_from_response(before, EMPTY)
+    stale = api.FetchMetadataResponse()
+    stale.brokers.add(id="b1", host="127.0.0.1", port=1)
+    stream = stale.streamMetadata.add(name="s", subject="subj")
+    stream.partitions[0].CopyFrom(api.PartitionMetadata(id=0, leader="b2", replicas=["b1", "b2"], isr=["b1", "b2"]))
+    merged = metadata_from_response(stale, first)
+    leader = merged.leader("s", 0)
+    assert leader is not None
+    assert leader.address == "127.0.0.1:2"
+    assert set(merged.brokers) == {"b1", "b2"}
