@@ -109,9 +109,8 @@ class DevServer:
         known = ", ".join(n.server_id for n in self.nodes)
         raise DevServerError(f"no node {server_id!r} in this dev server; nodes are {known}")
 
-    def wait_ready(self, timeout: float = 60.0, asked: list[str] | None = None) -> None:
-        """Block until every running node (or those ``asked``) lists all brokers and a replicated probe
-        stream can be created."""
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Block until every running node lists all brokers and a replicated probe stream can be created."""
         running = [n for n in self.nodes if n.running]
         deadline = time.monotonic() + timeout
         last = "no answer yet"
@@ -123,7 +122,7 @@ class DevServer:
                         f"log {node.log_path}:\n{node.process.log_tail()}"
                     )
             try:
-                check_ready([n.address for n in running], self.cursor_partitions, self.credentials, asked)
+                check_ready([n.address for n in running], self.cursor_partitions, self.credentials)
                 return
             except NotReady as exc:
                 last = str(exc)
@@ -179,7 +178,7 @@ class DevServer:
         if self.frozen:
             raise DevServerError(f"nodes {self.frozen} are frozen; thaw them first (readiness asks every node)")
         node.process.start()
-        self.wait_ready(timeout, asked=[node.address])
+        self.wait_ready(timeout)
 
     def stop(self, timeout: float = 15.0) -> None:
         """Thaw frozen nodes, stop every node (SIGINT, then SIGKILL after ``timeout`` s), then NATS;

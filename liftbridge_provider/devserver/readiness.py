@@ -29,16 +29,9 @@ def check_ready(
     addresses: Sequence[str],
     cursor_partitions: int,
     credentials: grpc.ChannelCredentials | None = None,
-    asked: Sequence[str] | None = None,
 ) -> None:
-    """Return when the cluster at ``addresses`` is ready; raise NotReady or grpc.RpcError otherwise.
-
-    ``asked``: the nodes whose own view must be complete (default all). A node
-    answers from its broker list cache (``metadata.cache.max.age``, 2 min) while
-    the Raft membership stays the same, so after a restart only the restarted
-    node's view says whether it rejoined.
-    """
-    for address in addresses if asked is None else asked:
+    """Return when the cluster at ``addresses`` is ready; raise NotReady or grpc.RpcError otherwise."""
+    for address in addresses:
         with _channel(address, credentials) as channel:
             _check_metadata(api_grpc.APIStub(channel), address, len(addresses), cursor_partitions)
     with _channel(addresses[0], credentials) as channel:
