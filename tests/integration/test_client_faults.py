@@ -327,6 +327,18 @@ def raw_partition_view(address: str, name: str) -> api.PartitionMetadata:
     return partition
 
 
+def fetch_metadata(cluster: DevServer, client: LiftbridgeClient, name: str, front_end: str) -> Any:
+    """Partition 0's metadata through the sync client, or a fresh asyncio client, within 10 s."""
+    if front_end == "sync":
+        return client.fetch_partition_metadata(name, 0, timeout=10)
+
+    async def fetch() -> Any:
+        async with AsyncLiftbridgeClient(cluster.brokers, request_timeout=10) as aclient:
+            return await aclient.fetch_partition_metadata(name, 0, timeout=10)
+
+    return asyncio.run(fetch())
+
+
 @pytest.mark.parametrize("front_end", ["sync", "asyncio"])
 def test_paused_partition_commits_what_its_new_leader_holds(liftbridge_cluster: DevServer, front_end: str) -> None:
     """Chaos seeds 29 and 35 (issue 11): a partition that auto-paused right after a failover kept a high
@@ -337,18 +349,18 @@ def test_paused_partition_commits_what_its_new_leader_holds(liftbridge_cluster: 
     with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as client:
         name = f"paused-unsettled-{front_end}"
         _leader, last = paused_with_uncommitted_offsets(liftbridge_cluster, client, name)
-        started = time.monotonic()
-        if front_end == "sync":
-            info = client.fetch_partition_metadata(name, 0, timeout=10)
-        else:
-
-            async def fetch() -> Any:
-                async with AsyncLiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as aclient:
-                    return await aclient.fetch_partition_metadata(name, 0, timeout=10)
-
-            info = asyncio.run(fetch())
-        assert time.monotonic() - started < 11
+        # Each call settles for at most 5 s; when the follower first has to rejoin the ISR (up to the max lag
+        # time) a loaded machine may need a second call. Without settling the offsets stay hidden for good.
+        started, calls, info = time.monotonic(), 0, None
+        while time.monotonic() - started < 30:
+            calls += 1
+            call_started = time.monotonic()
+            info = fetch_metadata(liftbridge_cluster, client, name, front_end)
+            assert time.monotonic() - call_started < 11, "a call outlived its 10 s deadline by more than 1 s"
+            if info.high_watermark == last:
+                break
         took = time.monotonic() - started
-        assert info.high_watermark == last, f"offsets 0-{last} on the leader still invisible after {took:.1f}s: {info}"
+        assert info is not None
+        assert info.high_watermark == last, f"offsets 0-{last} still invisible after {calls} calls, {took:.1f}s: {info}"
         read = client.read_range(name, 0, 0, last + 1, timeout=10, resume=True)
         assert [m.offset for m in read] == list(range(last + 1))
