@@ -276,7 +276,7 @@ def partition_metadata(
 
 
 SETTLE_WAIT = 5.0
-"""Seconds, at most, partition metadata waits for a resumed partition's leader to commit what it holds."""
+"""Seconds, at most, a call waits for a leader to commit what it holds (a resumed partition, a cursor read)."""
 SETTLE_POLL = 0.1  # seconds between high watermark checks while settling
 RESUME_RETRY = 0.25  # seconds before a failed resume is tried again while settling
 
@@ -314,18 +314,33 @@ def settled(config: ClientConfig, snapshot: Metadata, deadline: Deadline, paused
             if wait.remaining() <= RESUME_RETRY:
                 return paused
             yield Sleep(RESUME_RETRY)
-    latest = paused
-    while latest.high_watermark < paused.newest_offset and wait.remaining() > SETTLE_POLL:
-        yield Sleep(SETTLE_POLL)
+    latest = yield from committed(config, snapshot, wait, stream, partition, target=paused.newest_offset, seen=paused)
+    return latest or paused
+
+
+def committed(
+    config: ClientConfig,
+    snapshot: Metadata,
+    wait: Deadline,
+    stream: str,
+    partition: int,
+    *,
+    target: int | None = None,
+    seen: PartitionInfo | None = None,
+) -> Plan[PartitionInfo | None]:
+    """Ask the leader every :data:`SETTLE_POLL` s until the high watermark reaches ``target`` (default: the
+    newest offset of each answer), ``wait`` runs out or no leader answers; the last answer (or ``seen``)."""
+    while True:
+        if seen is not None:
+            if seen.high_watermark >= (seen.newest_offset if target is None else target):
+                return seen
+            if wait.remaining() <= SETTLE_POLL:
+                return seen
+            yield Sleep(SETTLE_POLL)
         try:
-            latest = yield from partition_metadata(config, snapshot, wait, stream, partition, settle=False)
+            seen = yield from partition_metadata(config, snapshot, wait, stream, partition, settle=False)
         except LiftbridgeError:
-            break
-    return latest
-
-
-CURSOR_SETTLE = 5.0
-"""Seconds, at most, a cursor read waits for its ``__cursors`` leader's high watermark to cover its log."""
+            return seen
 
 
 def cursor_read(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, *, partition: int) -> Plan[Any]:
@@ -336,18 +351,11 @@ def cursor_read(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: De
     server reads a cursor only up to the high watermark and caches what it
     found, -1 included, until the cursor is set again (v1.9.0), so a read in
     that moment would make a committed cursor read -1 for good. Waiting at
-    most :data:`CURSOR_SETTLE` s (within the deadline) keeps this client from
-    asking then.
+    most :data:`SETTLE_WAIT` s (within the deadline) keeps this client from
+    asking then; if no leader answers yet, the call itself retries and reports.
     """
-    wait = Deadline(min(deadline.remaining(), CURSOR_SETTLE))
-    while wait.remaining() > SETTLE_POLL:
-        try:
-            info = yield from partition_metadata(config, snapshot, wait, CURSORS_STREAM, partition, settle=False)
-        except LiftbridgeError:
-            break  # no leader answers yet: the call below retries and reports within the deadline
-        if info.high_watermark >= info.newest_offset:
-            break
-        yield Sleep(SETTLE_POLL)
+    wait = Deadline(min(deadline.remaining(), SETTLE_WAIT))
+    yield from committed(config, snapshot, wait, CURSORS_STREAM, partition)
     return (yield from leader_call(config, snapshot, rpc, deadline, stream=CURSORS_STREAM, partition=partition))
 
 
