@@ -12,12 +12,17 @@ The watcher's position lives in Liftbridge cursors named after its
 ``cursor_id`` (:class:`CursorNames`). A batch is planned in one of two slots
 before it is sent and recorded after Airflow stored it, so a restart either
 sends the very same batch again or continues after it (:func:`resume_point`).
+
+Airflow reports how the watchers of a group resolved each event (stored,
+failed to store, refused); :func:`decide_advance` turns those outcomes into
+what the reader may store, what it dead-letters, and where it must stop.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import json
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -68,6 +73,8 @@ class WatchSettings:
     :param max_messages: batch mode: offsets that fire a batch (default 1000).
     :param max_wait: batch mode: seconds after which a non-empty batch fires (default 60).
     :param poll_interval: batch mode: seconds between high-watermark checks (default 2).
+    :param dlq_stream: message mode: the stream that messages a watcher refuses are
+        published to before the cursor passes them (None: a refused message stops the watcher).
     """
 
     stream: str
@@ -80,6 +87,7 @@ class WatchSettings:
     max_messages: int = 1000
     max_wait: float = 60.0
     poll_interval: float = 2.0
+    dlq_stream: str | None = None
 
     def __post_init__(self) -> None:
         check_stream_name(self.stream)
@@ -97,6 +105,12 @@ class WatchSettings:
         _positive_int(self.max_messages, "max_messages")
         object.__setattr__(self, "max_wait", _positive_seconds(self.max_wait, "max_wait"))
         object.__setattr__(self, "poll_interval", _positive_seconds(self.poll_interval, "poll_interval"))
+        if self.dlq_stream is not None:
+            check_stream_name(self.dlq_stream)
+            if self.mode != "message":
+                raise InvalidArgumentError("dlq_stream works on single messages; it cannot be used with mode='batch'")
+            if self.dlq_stream == self.stream:
+                raise InvalidArgumentError(f"dlq_stream must be another stream than {self.stream!r}")
 
     @property
     def cursor(self) -> str:
@@ -107,7 +121,7 @@ class WatchSettings:
         """Watchers with equal keys share one reader (one subscription per partition) in a triggerer."""
         common = ("liftbridge", self.liftbridge_conn_id, self.stream, self.partitions, self.cursor, self.start_from)
         if self.mode == "message":
-            return (*common, "message", self.max_in_flight)
+            return (*common, "message", self.max_in_flight, self.dlq_stream)
         return (*common, "batch", self.max_messages, self.max_wait, self.poll_interval)
 
     def position_key(self) -> tuple[str, str, str]:
@@ -120,8 +134,10 @@ class CursorNames:
     """The cursors of one watcher, all on the watched stream.
 
     ``position``: per partition, the last offset Airflow has stored an event for.
-    Batch mode adds ``planned``/``recorded`` batch numbers (on the first watched
-    partition) and, per partition, the start and end offset of a batch in slot 0 or 1.
+    ``start``: per partition, the first offset of a watcher that started with no
+    position (``start_from``), kept until ``position`` is set. Batch mode adds
+    ``planned``/``recorded`` batch numbers (on the first watched partition) and, per
+    partition, the start and end offset of a batch in slot 0 or 1.
     """
 
     cursor_id: str
@@ -129,6 +145,10 @@ class CursorNames:
     @property
     def position(self) -> str:
         return self.cursor_id
+
+    @property
+    def start(self) -> str:
+        return f"{self.cursor_id}.start"
 
     @property
     def planned(self) -> str:
@@ -242,11 +262,88 @@ def resume_point(
     return ResumePoint(None, None, 0)
 
 
-def committable(offsets_in_order: list[tuple[int, bool]]) -> int | None:
-    """The last offset of the clean prefix of ``(offset, clean)`` pairs (None: the first one is not clean)."""
-    last = None
-    for offset, clean in offsets_in_order:
-        if not clean:
-            break
-        last = offset
-    return last
+@dataclass(frozen=True)
+class Outcome:
+    """How the watchers of a group resolved the event for one offset (Airflow's ``AdvanceOutcome``)."""
+
+    offset: int
+    acked: int
+    failed: int
+    rejected: int = 0
+
+
+@dataclass(frozen=True)
+class AdvanceDecision:
+    """What a reader does with a lane's resolved events.
+
+    ``dead_letter``: offsets to publish to the dead-letter stream, then store as passed;
+    ``last``: the offset to store (None: nothing new); ``stop``: why the reader must stop
+    at the offset after ``last`` (None: every event may be passed).
+    """
+
+    last: int | None
+    dead_letter: tuple[int, ...]
+    stop: str | None
+
+
+def decide_advance(outcomes: list[Outcome], *, can_dead_letter: bool) -> AdvanceDecision:
+    """Pass events in order while each was stored by every watcher or refused and dead-lettered.
+
+    Stops at the first event that a watcher failed to store (Airflow redelivers it), that
+    was refused with no dead-letter stream, or that no watcher was subscribed for.
+    """
+    last: int | None = None
+    dead_letter: list[int] = []
+    for outcome in outcomes:
+        stop = _stop_reason(outcome, can_dead_letter)
+        if stop is not None:
+            return AdvanceDecision(last, tuple(dead_letter), f"offset {outcome.offset}: {stop}")
+        if outcome.rejected:
+            dead_letter.append(outcome.offset)
+        last = outcome.offset
+    return AdvanceDecision(last, tuple(dead_letter), None)
+
+
+def _stop_reason(outcome: Outcome, can_dead_letter: bool) -> str | None:
+    if outcome.failed:
+        return "Airflow did not store its event (ack timeout or a watcher that fell behind)"
+    if outcome.rejected and not can_dead_letter:
+        return "a watcher refused it and there is no dlq_stream"
+    if not outcome.acked and not outcome.rejected:
+        return "no watcher was subscribed when it was read"
+    return None
+
+
+DEAD_LETTER_ERROR_BYTES = 4096  # the error text kept in a dead letter's header, at most
+_SERVER_HEADERS = ("subject", "reply")  # set by the server on every message; it sets them again
+
+
+def dead_letter_headers(message: Message, *, cursor_id: str, error: str) -> dict[str, bytes]:
+    """A refused message's own headers plus ``lb-dlq-*`` headers naming where it came from and why."""
+    headers = {name: data for name, data in message.headers.items() if name not in _SERVER_HEADERS}
+    headers.update(
+        {
+            "lb-dlq-stream": message.stream.encode(),
+            "lb-dlq-partition": str(message.partition).encode(),
+            "lb-dlq-offset": str(message.offset).encode(),
+            "lb-dlq-timestamp": str(message.timestamp).encode(),
+            "lb-dlq-cursor-id": cursor_id.encode(),
+            "lb-dlq-error": error.encode()[:DEAD_LETTER_ERROR_BYTES],
+        }
+    )
+    return headers
+
+
+def check_payload(payload: object, function: str) -> dict[str, Any] | None:
+    """``payload`` if it is None or a dict of JSON values (what an asset event can hold); else a clear error."""
+    if payload is None:
+        return None
+    if not isinstance(payload, dict):
+        raise InvalidArgumentError(
+            f"apply_function {function} must return a dict of JSON values or None, got {type(payload).__name__}"
+        )
+    try:
+        json.dumps(payload)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"apply_function {function} returned a dict that is not JSON: {exc}") from exc
+    return payload

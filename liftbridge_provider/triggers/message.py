@@ -21,12 +21,17 @@ from functools import cached_property
 from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
-from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedStreamProducer
+from airflow.triggers.shared_stream import (
+    AdvanceItem,
+    AdvanceOutcome,
+    SharedStreamProducer,
+    reject_shared_stream_event,
+)
 
 from liftbridge_provider.client import InvalidArgumentError, Message
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
-from liftbridge_provider.triggers.watchers import reader_for
-from liftbridge_provider.watching import VALUE_FORMATS, WatchSettings, message_payload
+from liftbridge_provider.triggers.watchers import WatcherError, reader_for, record_refusal
+from liftbridge_provider.watching import VALUE_FORMATS, WatchSettings, check_payload, message_payload
 
 PayloadFunction = Callable[[dict[str, Any]], "dict[str, Any] | None"]
 
@@ -63,7 +68,11 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
     :param start_from: with no stored position, ``earliest`` (default) or ``latest``.
     :param value_format: message mode: ``text`` (UTF-8, base64 when not UTF-8; default) or ``base64``.
     :param apply_function: message mode: dotted path to ``f(payload) -> payload | None``,
-        run in the triggerer; None skips the message.
+        run in the triggerer; None skips the message. A function that raises, or returns
+        something other than a dict of JSON values or None, refuses the message.
+    :param dlq_stream: message mode: stream that refused messages are published to (created
+        if missing) before the cursor passes them; without it a refused message stops the
+        watcher with its offset and error (default None).
     :param max_in_flight: message mode: events per partition not yet stored by Airflow (default 1).
     :param max_messages: batch mode: offsets that fire a batch (default 1000).
     :param max_wait: batch mode: seconds after which a non-empty batch fires (default 60).
@@ -85,6 +94,7 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
         max_messages: int = 1000,
         max_wait: float = 60.0,
         poll_interval: float = 2.0,
+        dlq_stream: str | None = None,
     ) -> None:
         super().__init__()
         self.settings = WatchSettings(
@@ -98,6 +108,7 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
             max_messages=max_messages,
             max_wait=max_wait,
             poll_interval=poll_interval,
+            dlq_stream=dlq_stream,
         )
         if value_format not in VALUE_FORMATS:
             raise InvalidArgumentError(f"value_format must be one of {', '.join(VALUE_FORMATS)}; got {value_format!r}")
@@ -127,6 +138,7 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
                 "max_messages": s.max_messages,
                 "max_wait": s.max_wait,
                 "poll_interval": s.poll_interval,
+                "dlq_stream": s.dlq_stream,
             },
         )
 
@@ -140,7 +152,15 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
         async for raw in shared_stream:
-            payload = self._payload(raw)
+            try:
+                payload = self._payload(raw)
+            except Exception as exc:
+                if not isinstance(raw, Message):
+                    raise
+                self._refuse(raw, exc)
+                reject_shared_stream_event()
+                self._stop_unless_dead_lettered(raw, exc)
+                continue
             if payload is not None:
                 yield TriggerEvent(payload)
 
@@ -149,7 +169,15 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
         reader = reader_for(self.settings)
         try:
             async for raw, broker_payload in reader.open_stream():
-                payload = self._payload(raw)
+                try:
+                    payload = self._payload(raw)
+                except Exception as exc:
+                    if not isinstance(raw, Message):
+                        raise
+                    self._refuse(raw, exc)
+                    await reader.advance([AdvanceItem(broker_payload, AdvanceOutcome(acked=0, failed=0, rejected=1))])
+                    self._stop_unless_dead_lettered(raw, exc)
+                    continue
                 if payload is not None:
                     yield TriggerEvent(payload)
                 await reader.advance([AdvanceItem(broker_payload, AdvanceOutcome(acked=1, failed=0))])
@@ -161,8 +189,22 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
             return dict(raw)  # a batch document
         payload = message_payload(raw, self.value_format)
         if self.apply_function is not None:
-            return self._function(payload)
+            return check_payload(self._function(payload), self.apply_function)
         return payload
+
+    def _refuse(self, message: Message, exc: Exception) -> None:
+        """Note the refusal for the reader, which dead-letters the message or stops before it."""
+        record_refusal(self.settings, message.partition, message.offset, f"{type(exc).__name__}: {exc}")
+
+    def _stop_unless_dead_lettered(self, message: Message, exc: Exception) -> None:
+        if self.settings.dlq_stream is not None:
+            return
+        raise WatcherError(
+            f"{message.stream}/{message.partition} offset {message.offset} was refused by apply_function "
+            f"{self.apply_function} ({type(exc).__name__}: {exc}); the watcher stops before it. Set dlq_stream to "
+            "publish such messages to a dead-letter stream and go on, or move the cursor past the offset "
+            "(docs/events.md, 'Refused messages')"
+        ) from exc
 
     @cached_property
     def _function(self) -> PayloadFunction:

@@ -3,16 +3,24 @@
 Airflow's triggerer runs one reader (a ``SharedStreamProducer``) per shared
 stream key and broadcasts what it yields to every watcher of the group. It
 calls :meth:`advance` once the events that watchers derived from a raw event
-are stored in the metadata database; only then do the cursors move. So after
-a crash a watcher resumes from its cursors and loses nothing; what Airflow
+are resolved: stored in the metadata database, failed (not stored), or refused
+by a watcher. Only stored events, and refused ones once dead-lettered, move the
+cursors (:func:`~liftbridge_provider.watching.decide_advance`); anything else
+stops the group, and the triggerer restarts it from the cursors. So after a
+crash a watcher resumes from its cursors and loses nothing; what Airflow
 stored but the cursor had not recorded yet is sent again (message mode: up to
 ``max_in_flight`` events per partition; batch mode: the one batch, identical).
+
+Every cursor write first checks that the cursor still holds what this reader
+last saw: a reader that finds it moved by another writer (a second triggerer
+running the same watchers) stops instead of overwriting it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
@@ -23,17 +31,22 @@ from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeError, Message
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.ranges import OffsetRange, check_partitions
+from liftbridge_provider.triggers.dead_letters import DeadLetters
+from liftbridge_provider.triggers.watcher_metrics import report_lag
 from liftbridge_provider.watching import (
     CursorNames,
+    Outcome,
     ResumePoint,
     WatchSettings,
     batch_document,
     batch_due,
-    committable,
+    decide_advance,
     resume_point,
 )
 
 log = logging.getLogger(__name__)
+
+LAG_INTERVAL = 15.0  # seconds between two lag reports of a reader
 
 # Readers alive in this process, by (connection, stream, cursor id): two readers
 # with different settings must not move the same cursors.
@@ -42,9 +55,17 @@ _ACTIVE_POSITIONS: dict[tuple[str, str, str], Hashable] = {}
 # Subscriptions opened by message readers in this process, by (stream, partition).
 SUBSCRIPTIONS_OPENED: collections.Counter[tuple[str, int]] = collections.Counter()
 
+# Why watchers refused messages, by group key and (partition, offset); read by the group's reader.
+_REFUSALS: dict[Hashable, dict[tuple[int, int], list[str]]] = collections.defaultdict(dict)
+
 
 class WatcherError(LiftbridgeError):
     """A watcher cannot go on; the triggerer restarts it from its cursors."""
+
+
+def record_refusal(settings: WatchSettings, partition: int, offset: int, error: str) -> None:
+    """Note why a watcher refused a message, for the reader that dead-letters it."""
+    _REFUSALS[settings.group_key()].setdefault((partition, offset), []).append(error)
 
 
 def reader_for(settings: WatchSettings) -> MessageReader | BatchReader:
@@ -53,13 +74,16 @@ def reader_for(settings: WatchSettings) -> MessageReader | BatchReader:
 
 
 class _Reader(SharedStreamProducer):
-    """What both readers share: the client, the watched partitions and the cursor registry."""
+    """What both readers share: the client, the watched partitions, fenced cursor writes and lag reports."""
 
     def __init__(self, settings: WatchSettings) -> None:
         self.settings = settings
         self.cursors = CursorNames(settings.cursor)
         self._client: AsyncLiftbridgeClient | None = None
         self._registered = False
+        self._seen: dict[tuple[str, int], int] = {}  # (cursor, partition) -> value this reader last read or wrote
+        self._committed: dict[int, int] = {}  # partition -> last offset passed (for the lag)
+        self._lag_task: asyncio.Task[None] | None = None
 
     async def _open(self) -> tuple[AsyncLiftbridgeClient, list[int]]:
         self._claim_position()
@@ -81,19 +105,75 @@ class _Reader(SharedStreamProducer):
         _ACTIVE_POSITIONS[position] = key
         self._registered = True
 
+    async def _read_cursor(self, client: AsyncLiftbridgeClient, cursor: str, partition: int) -> int:
+        """The cursor's value, remembered as what the next write of it expects to find."""
+        value = await client.fetch_cursor(cursor, self.settings.stream, partition)
+        self._seen[(cursor, partition)] = value
+        return value
+
+    async def _write_cursor(self, client: AsyncLiftbridgeClient, cursor: str, partition: int, value: int) -> None:
+        """Set the cursor unless another writer moved it since this reader last read or wrote it."""
+        await self._fence(client, cursor, partition)
+        await client.set_cursor(cursor, self.settings.stream, partition, value)
+        self._seen[(cursor, partition)] = value
+
+    async def _fence(self, client: AsyncLiftbridgeClient, cursor: str, partition: int) -> None:
+        """Raise WatcherError if the cursor no longer holds what this reader last read or wrote."""
+        expected = self._seen.get((cursor, partition))
+        if expected is None:
+            return
+        current = await client.fetch_cursor(cursor, self.settings.stream, partition)
+        if current != expected:
+            raise WatcherError(
+                f"cursor {cursor!r} of {self.settings.stream}/{partition} was moved by another writer from "
+                f"{expected} to {current} (another triggerer running a watcher with cursor_id "
+                f"{self.settings.cursor!r}?); this watcher stops rather than overwrite it"
+            )
+
     async def _first_offset(self, client: AsyncLiftbridgeClient, partition: int) -> int:
-        """After the stored position; for a new watcher, 0 (earliest) or after the newest offset (latest)."""
-        stream = self.settings.stream
-        stored = await client.fetch_cursor(self.cursors.position, stream, partition)
+        """After the stored position; with none, 0 (earliest) or the start recorded on the first run (latest)."""
+        stored = await self._read_cursor(client, self.cursors.position, partition)
         if stored >= 0:
             return stored + 1
         if self.settings.start_from == "earliest":
             return 0
-        newest = (await client.fetch_partition_metadata(stream, partition)).high_watermark
-        await client.set_cursor(self.cursors.position, stream, partition, newest)
-        return newest + 1
+        start = await self._read_cursor(client, self.cursors.start, partition)
+        if start < 0:
+            start = (await client.fetch_partition_metadata(self.settings.stream, partition)).high_watermark + 1
+            await self._write_cursor(client, self.cursors.start, partition, start)
+        return start
+
+    def _start_lag_reports(self, client: AsyncLiftbridgeClient, partitions: list[int]) -> None:
+        self._lag_task = asyncio.create_task(self._report_lag(client, partitions))
+
+    async def _report_lag(self, client: AsyncLiftbridgeClient, partitions: list[int]) -> None:
+        """Every LAG_INTERVAL s: offsets between each partition's last passed offset and its high watermark."""
+        stream = self.settings.stream
+        while True:
+            for partition in partitions:
+                try:
+                    info = await client.fetch_partition_metadata(stream, partition, settle=False)
+                except LiftbridgeError as exc:
+                    log.info("Liftbridge watcher could not read the lag of %s/%d: %s", stream, partition, exc)
+                    continue
+                lag = max(0, info.high_watermark - self._committed.get(partition, -1))
+                report_lag(self.settings, partition, lag)
+                log.info(
+                    "Liftbridge watcher %s/%d (cursor %s): %d offsets behind the high watermark %d",
+                    stream,
+                    partition,
+                    self.settings.cursor,
+                    lag,
+                    info.high_watermark,
+                )
+            await asyncio.sleep(LAG_INTERVAL)
 
     async def aclose(self) -> None:
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lag_task
+            self._lag_task = None
         if self._registered and _ACTIVE_POSITIONS.get(self.settings.position_key()) == self.settings.group_key():
             del _ACTIVE_POSITIONS[self.settings.position_key()]
         self._registered = False
@@ -105,11 +185,20 @@ class _Reader(SharedStreamProducer):
 class MessageReader(_Reader):
     """Message mode: one subscription per partition; raw events are :class:`Message` objects."""
 
+    def __init__(self, settings: WatchSettings) -> None:
+        super().__init__(settings)
+        self._in_flight: dict[tuple[int, int], Message] = {}  # sent, not yet advanced (for dead letters)
+        self._dead_letters: DeadLetters | None = None
+
     async def open_stream(self) -> AsyncIterator[tuple[Any, Any]]:
         client, partitions = await self._open()
+        if self.settings.dlq_stream is not None:
+            self._dead_letters = await DeadLetters.open(client.config, self.settings, partitions)
         self._windows = {p: asyncio.Semaphore(self.settings.max_in_flight) for p in partitions}
         arrivals: asyncio.Queue[tuple[Message, int] | BaseException] = asyncio.Queue()
         starts = {p: await self._first_offset(client, p) for p in partitions}
+        self._committed = {p: start - 1 for p, start in starts.items()}
+        self._start_lag_reports(client, partitions)
         readers = [asyncio.create_task(self._read(client, p, starts[p], arrivals)) for p in partitions]
         try:
             while True:
@@ -117,6 +206,7 @@ class MessageReader(_Reader):
                 if isinstance(item, BaseException):
                     raise item
                 message, partition = item
+                self._in_flight[(partition, message.offset)] = message
                 yield message, (partition, message.offset)
         finally:
             for reader in readers:
@@ -146,15 +236,35 @@ class MessageReader(_Reader):
         return partition
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
-        """Store the last offset of the clean prefix; a failed event fails the group (it is read again)."""
+        """Dead-letter refused messages, store the last offset that may be passed; stop the group before the rest."""
         partition = batch[0].broker_payload[0]
-        last = committable([(item.broker_payload[1], item.outcome.is_clean) for item in batch])
-        if last is not None and self._client is not None:
-            await self._client.set_cursor(self.cursors.position, self.settings.stream, partition, last)
+        outcomes = [
+            Outcome(item.broker_payload[1], item.outcome.acked, item.outcome.failed, item.outcome.rejected)
+            for item in batch
+        ]
+        refusals = _REFUSALS[self.settings.group_key()]
+        messages = [self._in_flight.pop((partition, outcome.offset), None) for outcome in outcomes]
         for _ in batch:
             self._windows[partition].release()
-        if last is None or last != batch[-1].broker_payload[1]:
-            raise WatcherError(f"{self.settings.stream}/{partition}: an event was not stored; reading it again")
+        decision = decide_advance(outcomes, can_dead_letter=self._dead_letters is not None)
+        for offset in decision.dead_letter:
+            errors = refusals.pop((partition, offset), ["refused by a watcher"])
+            message = next(m for m in messages if m is not None and m.offset == offset)
+            assert self._dead_letters is not None
+            await self._dead_letters.publish(message, "; ".join(errors))
+        client = self._client
+        if decision.last is not None and client is not None:
+            await self._write_cursor(client, self.cursors.position, partition, decision.last)
+            self._committed[partition] = decision.last
+        if decision.stop is not None:
+            raise WatcherError(f"{self.settings.stream}/{partition} {decision.stop}; reading it again")
+
+    async def aclose(self) -> None:
+        if self._dead_letters is not None:
+            await self._dead_letters.close()
+            self._dead_letters = None
+        self._in_flight.clear()
+        await super().aclose()
 
 
 class BatchReader(_Reader):
@@ -170,6 +280,8 @@ class BatchReader(_Reader):
         for partition in partitions:
             if partition not in starts:
                 starts[partition] = await self._first_offset(client, partition)
+        self._committed = {p: start - 1 for p, start in starts.items()}
+        self._start_lag_reports(client, partitions)
         batch = point.next_batch
         if point.resend is not None:
             log.info("Liftbridge watcher sends batch %d again (planned, not recorded)", point.next_batch - 1)
@@ -202,8 +314,8 @@ class BatchReader(_Reader):
 
     async def _resume_point(self, client: AsyncLiftbridgeClient, partitions: list[int]) -> ResumePoint:
         stream, first = self.settings.stream, partitions[0]
-        planned = await client.fetch_cursor(self.cursors.planned, stream, first)
-        recorded = await client.fetch_cursor(self.cursors.recorded, stream, first)
+        planned = await self._read_cursor(client, self.cursors.planned, first)
+        recorded = await self._read_cursor(client, self.cursors.recorded, first)
         slots = {}
         for batch in {planned, recorded} - {-1}:
             starts = {p: await client.fetch_cursor(self.cursors.slot_start(batch), stream, p) for p in partitions}
@@ -214,12 +326,16 @@ class BatchReader(_Reader):
     async def _plan(
         self, client: AsyncLiftbridgeClient, batch: int, starts: dict[int, int], ends: dict[int, int]
     ) -> None:
-        """Write the batch into its slot, then mark it planned (the single write that makes it count)."""
-        stream = self.settings.stream
+        """Write the batch into its slot, then mark it planned (the single write that makes it count).
+
+        The slot is written only while ``planned`` still holds what this reader last saw.
+        """
+        stream, first = self.settings.stream, self._partitions[0]
+        await self._fence(client, self.cursors.planned, first)
         for partition in self._partitions:
             await client.set_cursor(self.cursors.slot_start(batch), stream, partition, starts[partition])
             await client.set_cursor(self.cursors.slot_end(batch), stream, partition, ends[partition])
-        await client.set_cursor(self.cursors.planned, stream, self._partitions[0], batch)
+        await self._write_cursor(client, self.cursors.planned, first, batch)
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         """Record the batch once Airflow stored it; then move the per-partition positions."""
@@ -229,7 +345,8 @@ class BatchReader(_Reader):
                 raise WatcherError(f"batch {number} of {self.settings.stream} was not stored; sending it again")
             client, stream = self._client, self.settings.stream
             assert client is not None
-            await client.set_cursor(self.cursors.recorded, stream, self._partitions[0], number)
+            await self._write_cursor(client, self.cursors.recorded, self._partitions[0], number)
             for partition, last in last_offsets.items():
                 await client.set_cursor(self.cursors.position, stream, partition, last)
+                self._committed[partition] = last
         self._recorded.set()

@@ -15,10 +15,15 @@ from liftbridge_provider.client import InvalidArgumentError, Message
 from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
 from liftbridge_provider.triggers.watchers import WatcherError, reader_for
 from liftbridge_provider.watching import (
+    DEAD_LETTER_ERROR_BYTES,
+    AdvanceDecision,
+    Outcome,
     WatchSettings,
     batch_document,
     batch_due,
-    committable,
+    check_payload,
+    dead_letter_headers,
+    decide_advance,
     encode_bytes,
     message_payload,
     resume_point,
@@ -121,10 +126,58 @@ def test_resume_point_after_a_recorded_batch_and_when_new() -> None:
     assert (fresh.resend, fresh.next_starts, fresh.next_batch) == (None, None, 0)
 
 
-def test_committable_stops_at_the_first_unclean_event() -> None:
-    assert committable([(3, True), (4, True)]) == 4
-    assert committable([(3, True), (4, False), (5, True)]) == 3
-    assert committable([(3, False)]) is None
+def test_advance_passes_stored_and_dead_lettered_events_and_stops_at_the_rest() -> None:
+    stored = [Outcome(3, acked=2, failed=0), Outcome(4, acked=1, failed=0)]
+    assert decide_advance(stored, can_dead_letter=False) == AdvanceDecision(4, (), None)
+    # A watcher failed to store offset 4 (ack timeout): nothing past 3, whatever follows.
+    failed = decide_advance(
+        [stored[0], Outcome(4, acked=1, failed=1), Outcome(5, acked=2, failed=0)], can_dead_letter=True
+    )
+    assert (failed.last, failed.dead_letter) == (3, ())
+    assert failed.stop is not None
+    assert failed.stop.startswith("offset 4: Airflow did not store")
+    # Broadcast while no watcher was subscribed: all-zero counts are not a pass.
+    nobody = decide_advance([Outcome(3, acked=0, failed=0)], can_dead_letter=True)
+    assert nobody.last is None
+    assert nobody.stop == "offset 3: no watcher was subscribed when it was read"
+    # Refused: dead-lettered and passed with a dead-letter stream, a stop without one.
+    refused = [Outcome(3, acked=1, failed=0, rejected=1), Outcome(4, acked=0, failed=0, rejected=1), stored[1]]
+    assert decide_advance(refused, can_dead_letter=True) == AdvanceDecision(4, (3, 4), None)
+    without = decide_advance(refused, can_dead_letter=False)
+    assert (without.last, without.dead_letter) == (None, ())
+    assert without.stop == "offset 3: a watcher refused it and there is no dlq_stream"
+
+
+def test_dead_letter_headers_name_the_origin_and_keep_the_message_headers() -> None:
+    raw = api.Message(
+        offset=7,
+        stream="orders",
+        partition=2,
+        timestamp=123,
+        value=b"v",
+        headers={"subject": b"orders.2", "reply": b"", "trace": b"t1"},
+    )
+    headers = dead_letter_headers(Message(raw), cursor_id="c", error="ValueError: " + "x" * 5000)
+    assert headers["trace"] == b"t1"
+    assert "subject" not in headers
+    assert "reply" not in headers
+    assert (headers["lb-dlq-stream"], headers["lb-dlq-partition"], headers["lb-dlq-offset"]) == (b"orders", b"2", b"7")
+    assert (headers["lb-dlq-timestamp"], headers["lb-dlq-cursor-id"]) == (b"123", b"c")
+    assert len(headers["lb-dlq-error"]) == DEAD_LETTER_ERROR_BYTES
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (["a"], "must return a dict of JSON values or None, got list"),
+        ({"when": object()}, "returned a dict that is not JSON"),
+    ],
+)
+def test_apply_function_results_that_cannot_be_events_are_refused(payload: object, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        check_payload(payload, "m.f")
+    assert check_payload(None, "m.f") is None
+    assert check_payload({"a": [1]}, "m.f") == {"a": [1]}
 
 
 def test_asset_uris() -> None:

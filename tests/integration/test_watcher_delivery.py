@@ -1,0 +1,277 @@
+"""Watcher delivery under the failures Airflow's shared streams report (issue 12), against a real server.
+
+These tests drive Airflow's own ``SharedStreamManager`` (the triggerer's shared-stream
+core: ack mode, persist confirmations, ack timeouts, rejects) in this process, the way
+the triggerer's runner does, with the real watchers reading a real Liftbridge node. What
+Airflow "stores" is what the runner loop below confirms; withholding a confirmation is
+how Airflow reports an event it could not store. The real `airflow triggerer` process
+runs the same faults end to end in ``test_airflow_watchers.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.triggers.shared_stream import SharedStreamManager
+
+from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeClient
+from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+
+WAIT = 30.0  # seconds any wait below may take before the test fails
+
+
+@pytest.fixture
+def server(liftbridge_server: DevServer, monkeypatch: pytest.MonkeyPatch) -> DevServer:
+    connection = {"conn_type": "liftbridge", "host": ",".join(liftbridge_server.brokers)}
+    monkeypatch.setenv("AIRFLOW_CONN_LIFTBRIDGE_DEFAULT", json.dumps(connection))
+    return liftbridge_server
+
+
+@pytest.fixture
+def functions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A module of apply_functions on the import path; returns its name."""
+    name = f"watch_fns_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(
+        "def refuse_offset_3(payload):\n"
+        "    if payload['offset'] == 3:\n"
+        "        raise ValueError('cannot parse ' + payload['value'])\n"
+        "    return payload\n"
+        "def not_a_mapping(payload):\n"
+        "    return ['offset', payload['offset']] if payload['offset'] == 3 else payload\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def new_stream(client: LiftbridgeClient, partitions: int = 1) -> str:
+    name = f"deliver-{uuid.uuid4().hex[:8]}"
+    client.create_stream(name, name, partitions=partitions)
+    return name
+
+
+def publish(client: LiftbridgeClient, stream: str, values: list[str], partition: int = 0) -> None:
+    for value in values:
+        client.publish(stream, value.encode(), partition=partition)
+
+
+@dataclass
+class Watcher:
+    """One trigger run the way the triggerer's runner runs it: events bound, stored, then confirmed.
+
+    ``refuse(payload)`` True: Airflow could not store that event (no confirmation comes).
+    """
+
+    manager: SharedStreamManager
+    trigger: LiftbridgeMessageTrigger
+    trigger_id: int
+    refuse: Callable[[dict[str, Any]], bool] = lambda payload: False
+    hold: asyncio.Event | None = None  # while set to an unset event, confirmations wait
+    stored: list[dict[str, Any]] = field(default_factory=list)
+    error: BaseException | None = None
+    task: asyncio.Task[None] | None = None
+
+    def start(self) -> Watcher:
+        self.task = asyncio.create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        key = self.trigger.shared_stream_key()
+        raw_events = self.manager.subscribe(trigger_id=self.trigger_id, trigger=self.trigger, key=key)
+        events = self.trigger.filter_shared_stream(raw_events)
+        try:
+            async for event in events:
+                seq = self.manager.bind_pending_event(trigger_id=self.trigger_id, key=key)
+                if self.refuse(event.payload):
+                    continue
+                if self.hold is not None:
+                    await self.hold.wait()
+                self.stored.append(event.payload)
+                if seq is not None:
+                    self.manager.confirm_persisted([seq])
+        except Exception as exc:  # the triggerer marks the trigger failed
+            self.error = exc
+        finally:
+            await self.manager.unsubscribe(self.trigger_id, key)
+
+    async def stop(self) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+    def offsets(self) -> list[int]:
+        return [payload["offset"] for payload in self.stored]
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def cursor(server: DevServer, cursor_id: str, stream: str, partition: int = 0) -> int:
+    async with AsyncLiftbridgeClient(server.brokers) as client:
+        return await client.fetch_cursor(cursor_id, stream, partition)
+
+
+def test_start_from_latest_keeps_its_start_across_a_restart_before_the_first_message(server: DevServer) -> None:
+    """Defect 4 (issue 12): an empty partition's "latest" start was stored as -1 ("never set"), so a
+    watcher restarted before its first message recomputed "latest" and skipped what arrived meanwhile."""
+    with LiftbridgeClient(server.brokers) as client:
+        stream = new_stream(client)
+
+        async def scenario() -> list[int]:
+            trigger = LiftbridgeMessageTrigger(stream=stream, start_from="latest", cursor_id="latest")
+            first = Watcher(SharedStreamManager(), trigger, 1).start()
+            await asyncio.sleep(2)  # the watcher has started and chosen its start
+            await first.stop()
+            await asyncio.to_thread(publish, client, stream, ["while down 0", "while down 1"])
+            second = Watcher(SharedStreamManager(), trigger, 1).start()
+            await until(lambda: len(second.stored) >= 2, "the two messages published while it was down")
+            await second.stop()
+            return second.offsets()
+
+        assert asyncio.run(scenario()) == [0, 1]
+
+
+def test_poison_message_without_a_dead_letter_stream_fails_loudly_and_is_not_passed(
+    server: DevServer, functions: str
+) -> None:
+    """Defect 5 (issue 12): a message the apply_function refuses must neither be skipped silently
+    (the cursor moved past it when the failed trigger unsubscribed) nor pass without a word."""
+    with LiftbridgeClient(server.brokers) as client:
+        stream = new_stream(client)
+        publish(client, stream, [f"m{n}" for n in range(6)])
+
+        async def run_once() -> Watcher:
+            trigger = LiftbridgeMessageTrigger(
+                stream=stream, cursor_id="poison", apply_function=f"{functions}.refuse_offset_3"
+            )
+            watcher = Watcher(SharedStreamManager(), trigger, 1).start()
+            await until(lambda: watcher.task is not None and watcher.task.done(), "the watcher to fail")
+            return watcher
+
+        async def scenario() -> tuple[Watcher, Watcher, int]:
+            first = await run_once()
+            again = await run_once()  # the triggerer restarts a failed watcher: same message, same failure
+            return first, again, await cursor(server, "poison", stream)
+
+        first, again, position = asyncio.run(scenario())
+    assert first.offsets() == [0, 1, 2]
+    assert again.offsets() == []
+    for watcher in (first, again):
+        assert watcher.error is not None
+        assert f"{stream}/0 offset 3" in str(watcher.error), watcher.error
+        assert "cannot parse m3" in str(watcher.error), watcher.error
+        assert "dlq_stream" in str(watcher.error), "the error must say how to get past the message"
+    assert position == 2, "the cursor passed a message that no event was stored for"
+
+
+@pytest.mark.parametrize("function", ["refuse_offset_3", "not_a_mapping"])
+def test_poison_message_goes_to_the_dead_letter_stream_with_its_origin(
+    server: DevServer, functions: str, function: str
+) -> None:
+    """Defect 5 (issue 12): with ``dlq_stream``, a refused message is published there (created if
+    missing) with headers naming its origin and the error, before the cursor passes it."""
+    with LiftbridgeClient(server.brokers) as client:
+        stream = new_stream(client, partitions=2)
+        dlq = f"{stream}-dlq"
+        publish(client, stream, [f"m{n}" for n in range(6)], partition=1)
+
+        async def scenario() -> tuple[Watcher, int]:
+            trigger = LiftbridgeMessageTrigger(
+                stream=stream,
+                partitions=[1],
+                cursor_id="poison",
+                apply_function=f"{functions}.{function}",
+                dlq_stream=dlq,
+            )
+            watcher = Watcher(SharedStreamManager(), trigger, 1).start()
+            await until(lambda: len(watcher.stored) >= 5, "the five good messages")
+            await until(lambda: client.fetch_cursor("poison", stream, 1) == 5, "the cursor to pass the last one")
+            await watcher.stop()
+            return watcher, await cursor(server, "poison", stream, 1)
+
+        watcher, position = asyncio.run(scenario())
+        assert watcher.error is None, watcher.error
+        assert watcher.offsets() == [0, 1, 2, 4, 5]
+        assert position == 5
+        partitions = client.fetch_metadata([dlq]).stream(dlq).partitions
+        assert len(partitions) == 2, "the dead-letter stream gets the source's partition count"
+        (dead,) = list(client.read_range(dlq, 1, 0, client.fetch_partition_metadata(dlq, 1).high_watermark + 1))
+    assert dead.value == b"m3"
+    headers = dict(dead.headers)
+    assert headers["lb-dlq-stream"] == stream.encode()
+    assert headers["lb-dlq-partition"] == b"1"
+    assert headers["lb-dlq-offset"] == b"3"
+    assert headers["lb-dlq-cursor-id"] == b"poison"
+    expected = b"cannot parse m3" if function == "refuse_offset_3" else b"must return a dict"
+    assert expected in headers["lb-dlq-error"], headers["lb-dlq-error"]
+
+
+def test_event_airflow_could_not_store_is_never_committed_past(server: DevServer) -> None:
+    """Defect 1 (issue 12): of two watchers sharing a reader, one fails to store offset 2 (its ack
+    times out) while the other stores everything: the cursor must stay below 2 and a restarted
+    watcher gets offset 2 again."""
+    with LiftbridgeClient(server.brokers) as client:
+        stream = new_stream(client)
+        publish(client, stream, [f"m{n}" for n in range(6)])
+
+        def watchers(manager: SharedStreamManager, refuse: int | None) -> tuple[Watcher, Watcher]:
+            def make(trigger_id: int) -> LiftbridgeMessageTrigger:
+                return LiftbridgeMessageTrigger(stream=stream, cursor_id="failing", max_in_flight=3)
+
+            failing = Watcher(manager, make(1), 1, refuse=lambda p: p["offset"] == refuse)
+            return failing.start(), Watcher(manager, make(2), 2).start()
+
+        async def scenario() -> tuple[Watcher, int, Watcher]:
+            failing, other = watchers(SharedStreamManager(ack_timeout=1.0), refuse=2)
+            await until(lambda: failing.error is not None, "the ack timeout to fail the first watcher")
+            await until(lambda: other.task is not None and other.task.done(), "the group to end")
+            after_failure = await cursor(server, "failing", stream)
+            again, _ = watchers(SharedStreamManager(ack_timeout=30.0), refuse=None)
+            await until(lambda: 5 in again.offsets(), "the restarted watcher to reach offset 5")
+            return failing, after_failure, again
+
+        failing, after_failure, again = asyncio.run(scenario())
+    assert after_failure <= 1, f"the cursor moved to {after_failure}, past offset 2 that was never stored"
+    assert 2 not in failing.offsets()
+    assert again.offsets()[0] == after_failure + 1
+    assert sorted(set(failing.offsets()) | set(again.offsets())) == list(range(6))
+
+
+def test_a_stale_triggerer_does_not_move_the_cursor_back(server: DevServer) -> None:
+    """Defect 6 (issue 12): a triggerer that was frozen while another took over its watchers must not
+    overwrite the cursor the other one moved on; it stops and says so."""
+    with LiftbridgeClient(server.brokers) as client:
+        stream = new_stream(client)
+        publish(client, stream, [f"m{n}" for n in range(5)])
+
+        async def scenario() -> tuple[Watcher, Watcher, int]:
+            trigger = LiftbridgeMessageTrigger(stream=stream, cursor_id="fenced")
+            frozen = asyncio.Event()
+            stale = Watcher(SharedStreamManager(), trigger, 1, hold=frozen).start()
+            await asyncio.sleep(1.5)  # the stale watcher holds offset 0, not yet stored
+            current = Watcher(SharedStreamManager(), trigger, 1).start()
+            await until(lambda: client.fetch_cursor("fenced", stream, 0) == 4, "the new owner to reach offset 4")
+            frozen.set()  # the stale triggerer wakes up and stores its event
+            await until(lambda: stale.task is not None and stale.task.done(), "the stale watcher to stop")
+            await current.stop()
+            return stale, current, await cursor(server, "fenced", stream)
+
+        stale, current, position = asyncio.run(scenario())
+    assert current.offsets() == [0, 1, 2, 3, 4]
+    assert position == 4, f"the stale triggerer moved the cursor back to {position}"
+    assert stale.error is not None
+    assert "moved by another writer from -1 to 4" in str(stale.error), stale.error
