@@ -243,19 +243,22 @@ class MessageReader(_Reader):
             for item in batch
         ]
         refusals = _REFUSALS[self.settings.group_key()]
-        messages = [self._in_flight.pop((partition, outcome.offset), None) for outcome in outcomes]
-        for _ in batch:
-            self._windows[partition].release()
-        decision = decide_advance(outcomes, can_dead_letter=self._dead_letters is not None)
-        for offset in decision.dead_letter:
-            errors = refusals.pop((partition, offset), ["refused by a watcher"])
-            message = next(m for m in messages if m is not None and m.offset == offset)
-            assert self._dead_letters is not None
-            await self._dead_letters.publish(message, "; ".join(errors))
-        client = self._client
-        if decision.last is not None and client is not None:
-            await self._write_cursor(client, self.cursors.position, partition, decision.last)
-            self._committed[partition] = decision.last
+        messages = {offset: self._in_flight.pop((partition, offset), None) for offset in (o.offset for o in outcomes)}
+        try:
+            decision = decide_advance(outcomes, can_dead_letter=self._dead_letters is not None)
+            for offset in decision.dead_letter:
+                errors = refusals.pop((partition, offset), ["refused by a watcher"])
+                message = messages[offset]
+                assert self._dead_letters is not None
+                assert message is not None
+                await self._dead_letters.publish(message, "; ".join(errors))
+            client = self._client
+            if decision.last is not None and client is not None:
+                await self._write_cursor(client, self.cursors.position, partition, decision.last)
+                self._committed[partition] = decision.last
+        finally:  # only now may more events of the partition go out: at most max_in_flight are not stored
+            for _ in batch:
+                self._windows[partition].release()
         if decision.stop is not None:
             raise WatcherError(f"{self.settings.stream}/{partition} {decision.stop}; reading it again")
 

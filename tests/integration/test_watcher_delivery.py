@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ from airflow.triggers.shared_stream import SharedStreamManager
 from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+from liftbridge_provider.watching import CursorNames
 
 WAIT = 30.0  # seconds any wait below may take before the test fails
 
@@ -275,3 +278,101 @@ def test_a_stale_triggerer_does_not_move_the_cursor_back(server: DevServer) -> N
     assert position == 4, f"the stale triggerer moved the cursor back to {position}"
     assert stale.error is not None
     assert "moved by another writer from -1 to 4" in str(stale.error), stale.error
+
+
+def batch_trigger(stream: str, **options: Any) -> LiftbridgeMessageTrigger:
+    return LiftbridgeMessageTrigger(
+        stream=stream, mode="batch", cursor_id="batches", max_messages=5, max_wait=30, poll_interval=0.2, **options
+    )
+
+
+def test_a_stale_batch_triggerer_does_not_record_over_the_new_owner(server: DevServer) -> None:
+    """Defect 6 (issue 12), batch mode: a frozen triggerer that wakes up after another took over must
+    not move ``batch-recorded`` back (nor write batch slots) under the new owner."""
+    names = CursorNames("batches")
+    with LiftbridgeClient(server.brokers) as client:
+        stream = new_stream(client)
+        publish(client, stream, [f"m{n}" for n in range(5)])
+
+        async def scenario() -> tuple[Watcher, Watcher, int]:
+            frozen = asyncio.Event()
+            stale = Watcher(SharedStreamManager(), batch_trigger(stream), 1, hold=frozen).start()
+            await until(lambda: client.fetch_cursor(names.planned, stream, 0) == 0, "batch 0 to be planned")
+            current = Watcher(SharedStreamManager(), batch_trigger(stream), 1).start()
+            await until(lambda: len(current.stored) == 1, "the new owner to send batch 0 again")
+            await asyncio.to_thread(publish, client, stream, [f"m{n}" for n in range(5, 10)])
+            await until(lambda: client.fetch_cursor(names.recorded, stream, 0) == 1, "batch 1 to be recorded")
+            frozen.set()
+            await until(lambda: stale.task is not None and stale.task.done(), "the stale watcher to stop")
+            await current.stop()
+            return stale, current, await cursor(server, names.recorded, stream)
+
+        stale, current, recorded = asyncio.run(scenario())
+    assert [p["metadata"]["batch"] for p in current.stored] == [0, 1]
+    assert recorded == 1, f"the stale triggerer moved batch-recorded back to {recorded}"
+    assert stale.error is not None
+    assert "moved by another writer from -1 to 1" in str(stale.error), stale.error
+
+
+def test_batch_airflow_could_not_store_is_sent_again_identical(server: DevServer) -> None:
+    """Defect 3 (issue 12): a batch whose event Airflow failed to store must end the reader (not leave
+    it waiting for a record that never comes) and come again, identical, when the watcher restarts."""
+    names = CursorNames("batches")
+    with LiftbridgeClient(server.brokers) as client:
+        stream = new_stream(client)
+        publish(client, stream, [f"m{n}" for n in range(6)])
+
+        async def scenario() -> tuple[Watcher, Watcher, int]:
+            failing = Watcher(SharedStreamManager(ack_timeout=1.0), batch_trigger(stream), 1, refuse=lambda p: True)
+            failing.start()
+            await until(lambda: failing.task is not None and failing.task.done(), "the unstored batch to end it")
+            recorded = await cursor(server, names.recorded, stream)
+            again = Watcher(SharedStreamManager(), batch_trigger(stream), 1).start()
+            await until(lambda: len(again.stored) == 1, "the batch to come again")
+            await again.stop()
+            return failing, again, recorded
+
+        failing, again, recorded = asyncio.run(scenario())
+    assert failing.error is not None
+    assert recorded == -1
+    (batch,) = again.stored
+    assert batch["metadata"]["batch"] == 0
+    assert batch["ranges"] == [{"partition": 0, "start": 0, "end": 6}]
+
+
+def test_a_cursor_write_that_fails_ends_the_group_and_repeats_only_the_event_in_flight(
+    server: DevServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect 2 (issue 12): a SetCursor that fails (here: the server frozen past the request timeout)
+    must not stall the partition; the group ends and restarts from the cursor, repeating at most
+    ``max_in_flight`` events."""
+    connection = {"conn_type": "liftbridge", "host": ",".join(server.brokers), "extra": {"request_timeout": 2}}
+    monkeypatch.setenv("AIRFLOW_CONN_LIFTBRIDGE_DEFAULT", json.dumps(connection))
+    pid = server.nodes[0].process.pid
+    assert pid is not None
+    with LiftbridgeClient(server.brokers) as client:
+        stream = new_stream(client)
+        publish(client, stream, [f"m{n}" for n in range(6)])
+
+        async def scenario() -> tuple[Watcher, Watcher]:
+            trigger = LiftbridgeMessageTrigger(stream=stream, cursor_id="frozen-write")
+            release = asyncio.Event()
+            first = Watcher(SharedStreamManager(), trigger, 1, refuse=lambda p: False, hold=release).start()
+            await until(lambda: client.fetch_cursor("frozen-write", stream, 0) == -1, "the watcher to start")
+            await asyncio.sleep(1)  # it holds offset 0
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                release.set()  # stored; the cursor write now meets a frozen server
+                await until(lambda: first.task is not None and first.task.done(), "the failed write to end the group")
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            second = Watcher(SharedStreamManager(), trigger, 1).start()
+            await until(lambda: 5 in second.offsets(), "the restarted watcher to reach offset 5")
+            await second.stop()
+            return first, second
+
+        first, second = asyncio.run(scenario())
+    assert first.error is not None
+    both = first.offsets() + second.offsets()
+    assert sorted(set(both)) == list(range(6))
+    assert len(both) - len(set(both)) <= 1, f"more than the one event in flight came twice: {both}"
