@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import signal
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Any
 import pytest
 from airflow.triggers.shared_stream import SharedStreamManager
 
-from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeClient
+from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeClient, LiftbridgeError
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
 from liftbridge_provider.watching import CursorNames
@@ -80,6 +81,8 @@ class Watcher:
     hold: asyncio.Event | None = None  # while set to an unset event, confirmations wait
     stored: list[dict[str, Any]] = field(default_factory=list)
     error: BaseException | None = None
+    errors: list[BaseException] = field(default_factory=list)
+    restart: bool = False  # start the trigger again after a failure, as the triggerer does
     task: asyncio.Task[None] | None = None
 
     def start(self) -> Watcher:
@@ -87,6 +90,14 @@ class Watcher:
         return self
 
     async def _run(self) -> None:
+        await self._run_once()
+        while self.restart and self.error is not None:
+            self.errors.append(self.error)
+            self.error = None
+            await asyncio.sleep(1)
+            await self._run_once()
+
+    async def _run_once(self) -> None:
         key = self.trigger.shared_stream_key()
         raw_events = self.manager.subscribe(trigger_id=self.trigger_id, trigger=self.trigger, key=key)
         events = self.trigger.filter_shared_stream(raw_events)
@@ -376,3 +387,55 @@ def test_a_cursor_write_that_fails_ends_the_group_and_repeats_only_the_event_in_
     both = first.offsets() + second.offsets()
     assert sorted(set(both)) == list(range(6))
     assert len(both) - len(set(both)) <= 1, f"more than the one event in flight came twice: {both}"
+
+
+@pytest.mark.cluster
+def test_watcher_follows_a_new_leader_while_the_old_one_is_frozen(
+    liftbridge_cluster: DevServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect 7 (issue 12): a leader that vanished without a reset (SIGSTOP) must not leave the watcher
+    waiting forever while a new leader takes writes."""
+    connection = {"conn_type": "liftbridge", "host": ",".join(liftbridge_cluster.brokers)}
+    monkeypatch.setenv("AIRFLOW_CONN_LIFTBRIDGE_DEFAULT", json.dumps(connection))
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as client:
+        stream = f"deliver-{uuid.uuid4().hex[:8]}"
+        client.create_stream(stream, stream, replication_factor=3)
+        leader = client.fetch_partition_metadata(stream, 0).leader
+        assert leader is not None
+        publish(client, stream, ["before 0", "before 1"])
+
+        async def scenario() -> tuple[Watcher, float]:
+            trigger = LiftbridgeMessageTrigger(stream=stream, cursor_id="frozen-leader")
+            watcher = Watcher(SharedStreamManager(), trigger, 1, restart=True).start()
+            await until(lambda: len(watcher.stored) >= 2, "the first two messages")
+            pid = liftbridge_cluster.node(leader).process.pid
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                frozen_at = asyncio.get_running_loop().time()
+                await asyncio.to_thread(_publish_to_new_leader, client, stream, leader)
+                await until(lambda: {2, 3} <= set(watcher.offsets()), "the messages the new leader took", 120)
+                took = asyncio.get_running_loop().time() - frozen_at
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            await watcher.stop()
+            return watcher, took
+
+        watcher, took = asyncio.run(scenario())
+    offsets = watcher.offsets()
+    assert sorted(set(offsets)) == [0, 1, 2, 3]
+    assert len(offsets) - len(set(offsets)) <= 1, offsets
+    print(f"delivered from the new leader {took:.1f}s after the freeze; restarts: {watcher.errors}")
+
+
+def _publish_to_new_leader(client: LiftbridgeClient, stream: str, old: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        leader = None
+        with contextlib.suppress(LiftbridgeError):
+            leader = client.fetch_metadata([stream]).stream(stream).partitions[0].leader
+        if leader is not None and leader != old:
+            break
+        assert time.monotonic() < deadline, "no new leader within 60 s"
+        time.sleep(0.2)
+    client.publish_batch(stream, [b"after 2", b"after 3"], ack_policy="leader")
