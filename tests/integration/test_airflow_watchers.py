@@ -15,10 +15,12 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections import Counter
@@ -30,6 +32,7 @@ import pytest
 
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.triggers.watchers import CRASH_AT_ENV
 from liftbridge_provider.watching import CursorNames
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -68,6 +71,9 @@ def _env(home: Path, extra: dict[str, str]) -> dict[str, str]:
     }
 
 
+_LOG_NUMBERS = itertools.count()
+
+
 class Triggerer:
     """`airflow triggerer` in its own process group (it starts a trigger-runner child), logging to a file."""
 
@@ -77,7 +83,7 @@ class Triggerer:
         self.logs: list[Path] = []
 
     def start(self) -> None:
-        log = self.home / f"triggerer-{len(self.logs)}.log"
+        log = self.home / f"triggerer-{next(_LOG_NUMBERS)}.log"
         self.logs.append(log)
         with log.open("wb") as out:
             self.process = subprocess.Popen(
@@ -383,3 +389,302 @@ def test_batch_watcher_fires_for_auto_paused_partitions_without_resuming_them(
     triggerer.stop()
     assert payload["ranges"] == [{"partition": 0, "start": 0, "end": 6}, {"partition": 1, "start": 0, "end": 6}]
     assert still_paused == [True, True], "watching high watermarks must not resume a partition"
+
+
+class StatsdListener:
+    """A UDP socket on loopback that collects the StatsD lines Airflow sends."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.lines: list[str] = []
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(self.sock.getsockname()[1]),
+            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+        }
+
+    def received(self, prefix: str) -> list[str]:
+        """Values of the lines for the stat named ``prefix`` so far (e.g. ``['0|g']``)."""
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                break
+            self.lines.extend(data.decode(errors="replace").splitlines())
+        return [line.split(":", 1)[1] for line in self.lines if line.split(":", 1)[0] == prefix]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_refused_message_goes_to_the_dead_letter_stream_and_lag_reaches_zero(
+    home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
+) -> None:
+    """Defect 5 and lag (issue 12), with the real triggerer: a message the apply_function refuses is
+    dead-lettered with its origin, the watcher goes on, and the lag gauge and DLQ counter reach StatsD."""
+    statsd = StatsdListener()
+    env = _env(home, {**connection(liftbridge_server), **statsd.env})
+    with LiftbridgeClient(liftbridge_server.brokers) as client:
+        stream = new_stream(client, partitions=1)
+        (home / "plugins").mkdir()
+        (home / "plugins" / "poison_functions.py").write_text(
+            "def refuse_event_2(payload):\n"
+            "    if payload['value'] == 'event 2':\n"
+            "        raise ValueError('bad order ' + payload['value'])\n"
+            "    return payload\n"
+        )
+        register_dags(
+            home,
+            env,
+            f"""
+            from airflow.sdk import DAG, Asset, AssetWatcher, task
+            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+
+            orders = Asset(name="orders", uri="liftbridge://{liftbridge_server.brokers[0]}/{stream}", watchers=[
+                AssetWatcher(name="orders", trigger=LiftbridgeMessageTrigger(
+                    stream="{stream}", cursor_id="dlq-watch", apply_function="poison_functions.refuse_event_2",
+                    dlq_stream="{stream}-dlq")),
+            ])
+            with DAG("on_orders", schedule=[orders]):
+                task(lambda: None, task_id="noop")()
+            """,
+        )
+        publish(client, stream, 1, 0, 5)
+        triggerer = triggerer_factory(env)
+        triggerer.start()
+        wait_until(lambda: len(asset_payloads(home, "orders")) >= 4, "the four good events", triggerer)
+        wait_until(lambda: client.fetch_cursor("dlq-watch", stream, 0) == 4, "the cursor at offset 4", triggerer)
+        lag = f"airflow.liftbridge.watcher.lag.dlq-watch.{stream}.0"
+        wait_until(lambda: "0|g" in statsd.received(lag), f"a lag of 0 on {lag}", triggerer, timeout=60)
+        dead = list(client.read_range(f"{stream}-dlq", 0, 0, 1))
+        payloads = asset_payloads(home, "orders")
+        counted = statsd.received(f"airflow.liftbridge.watcher.dead_lettered.dlq-watch.{stream}.0")
+    triggerer.stop()
+    statsd.close()
+    assert sorted(offsets_of(payloads)) == [(0, 0), (0, 1), (0, 3), (0, 4)]
+    (message,) = dead
+    assert message.value == b"event 2"
+    assert dict(message.headers)["lb-dlq-offset"] == b"2"
+    assert b"ValueError: bad order event 2" in dict(message.headers)["lb-dlq-error"]
+    assert counted == ["1|c"]
+    assert f"published {stream}/0 offset 2 to dead-letter stream {stream}-dlq" in triggerer.log_text()
+
+
+def test_refused_message_without_a_dead_letter_stream_stops_the_watcher_loudly(
+    home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
+) -> None:
+    """Defect 5 (issue 12), with the real triggerer: without dlq_stream the watcher stops before the
+    refused message every time it is restarted, saying which offset and why; nothing passes it."""
+    env = _env(home, connection(liftbridge_server))
+    with LiftbridgeClient(liftbridge_server.brokers) as client:
+        stream = new_stream(client, partitions=1)
+        (home / "plugins").mkdir()
+        (home / "plugins" / "poison_functions.py").write_text(
+            "def refuse_event_2(payload):\n"
+            "    if payload['value'] == 'event 2':\n"
+            "        raise ValueError('bad order ' + payload['value'])\n"
+            "    return payload\n"
+        )
+        register_dags(
+            home,
+            env,
+            f"""
+            from airflow.sdk import DAG, Asset, AssetWatcher, task
+            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+
+            orders = Asset(name="orders", uri="liftbridge://{liftbridge_server.brokers[0]}/{stream}", watchers=[
+                AssetWatcher(name="orders", trigger=LiftbridgeMessageTrigger(
+                    stream="{stream}", cursor_id="no-dlq", apply_function="poison_functions.refuse_event_2")),
+            ])
+            with DAG("on_orders", schedule=[orders]):
+                task(lambda: None, task_id="noop")()
+            """,
+        )
+        publish(client, stream, 1, 0, 5)
+        triggerer = triggerer_factory(env)
+        triggerer.start()
+        refusal = f"{stream}/0 offset 2 was refused by apply_function"
+        wait_until(lambda: triggerer.log_text().count(refusal) >= 2, "the refusal, twice (a restart)", triggerer)
+        payloads = asset_payloads(home, "orders")
+        position = client.fetch_cursor("no-dlq", stream, 0)
+    triggerer.stop()
+    assert set(offsets_of(payloads)) == {(0, 0), (0, 1)}
+    assert position == 1
+    assert "ValueError: bad order event 2" in triggerer.log_text()
+
+
+def test_start_from_latest_survives_a_kill_before_the_first_message(
+    home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
+) -> None:
+    """Defect 4 (issue 12), with the real triggerer: messages published while a 'latest' watcher that
+    never saw a message was down are delivered after its restart."""
+    env = _env(home, connection(liftbridge_server))
+    with LiftbridgeClient(liftbridge_server.brokers) as client:
+        stream = new_stream(client, partitions=2)
+        publish(client, stream, 2, 0, 4)  # before the watcher existed: not wanted with 'latest'
+        register_dags(
+            home,
+            env,
+            f"""
+            from airflow.sdk import DAG, Asset, AssetWatcher, task
+            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+
+            fresh = Asset(name="fresh", uri="liftbridge://{liftbridge_server.brokers[0]}/{stream}", watchers=[
+                AssetWatcher(name="fresh", trigger=LiftbridgeMessageTrigger(stream="{stream}", start_from="latest")),
+            ])
+            with DAG("on_fresh", schedule=[fresh]):
+                task(lambda: None, task_id="noop")()
+            """,
+        )
+        first = triggerer_factory(env)
+        first.start()
+        wait_until(lambda: "Liftbridge watcher subscribed" in first.log_text(), "the watcher to subscribe", first)
+        first.kill()
+        sent = publish(client, stream, 2, 4, 6)  # while no triggerer runs
+        second = triggerer_factory(env)
+        second.start()
+        wait_until(lambda: len(asset_payloads(home, "fresh")) >= 6, "the six published while down", second)
+        time.sleep(3)
+        payloads = asset_payloads(home, "fresh")
+    second.stop()
+    assert {(p["partition"], p["value"]) for p in payloads} == sent
+    assert sorted(offsets_of(payloads)) == [(p, o) for p in (0, 1) for o in (2, 3, 4)]
+
+
+@pytest.mark.parametrize("step", ["planned", "stored", "recorded"])
+def test_batch_watcher_killed_at_each_step_sends_every_offset_once(
+    home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer], step: str
+) -> None:
+    """Issue 12: the triggerer SIGKILLed after a batch is planned, after Airflow stored it, and after it
+    was recorded: the next triggerer sends that batch again identical (or goes on after it), and the
+    batches cover every offset once."""
+    env = _env(home, connection(liftbridge_server))
+    with LiftbridgeClient(liftbridge_server.brokers) as client:
+        stream = new_stream(client, partitions=2)
+        register_dags(
+            home,
+            env,
+            f"""
+            from airflow.sdk import DAG, Asset, AssetWatcher, task
+            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+
+            batches = Asset(name="batches", uri="liftbridge://{liftbridge_server.brokers[0]}/{stream}", watchers=[
+                AssetWatcher(name="batches", trigger=LiftbridgeMessageTrigger(
+                    stream="{stream}", mode="batch", max_messages=6, max_wait=2, poll_interval=0.2)),
+            ])
+            with DAG("on_batches", schedule=[batches]):
+                task(lambda: None, task_id="noop")()
+            """,
+        )
+        publish(client, stream, 2, 0, 8)
+        crashing = triggerer_factory({**env, CRASH_AT_ENV: step})
+        crashing.start()
+        assert crashing.process is not None
+        crashing.process.wait(WAIT)
+        stored_at_crash = len(asset_payloads(home, "batches"))
+        publish(client, stream, 2, 8, 4)
+        restarted = triggerer_factory(env)
+        restarted.start()
+        wait_until(lambda: _covered(asset_payloads(home, "batches")) >= 12, "batches covering all 12", restarted)
+        time.sleep(3)
+        payloads = asset_payloads(home, "batches")
+        recorded = client.fetch_cursor(CursorNames("airflow-batch-watcher").recorded, stream, 0)
+    restarted.stop()
+    assert crashing.process.returncode == -signal.SIGKILL, "the triggerer must have died at the crash point"
+    assert stored_at_crash == (0 if step == "planned" else 1)
+    by_number: dict[int, dict[str, Any]] = {}
+    for payload in payloads:
+        number = payload["metadata"]["batch"]
+        assert by_number.setdefault(number, payload) == payload, "a batch sent again must be identical"
+    assert sorted(by_number) == list(range(len(by_number)))
+    assert recorded == len(by_number) - 1
+    for partition in (0, 1):
+        ranges = [r for n in sorted(by_number) for r in by_number[n]["ranges"] if r["partition"] == partition]
+        assert (ranges[0]["start"], ranges[-1]["end"]) == (0, 6)
+        assert all(a["end"] == b["start"] for a, b in itertools.pairwise(ranges)), ranges
+    repeats = len(payloads) - len(by_number)
+    assert repeats == (1 if step == "stored" else 0), [p["metadata"]["batch"] for p in payloads]
+
+
+class CursorSampler:
+    """Reads a cursor every 0.1 s on a thread and remembers every value it saw, in order."""
+
+    def __init__(self, server: DevServer, cursor_id: str, stream: str) -> None:
+        self.values: list[int] = []
+        self._stop = threading.Event()
+        self._args = (server, cursor_id, stream)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        server, cursor_id, stream = self._args
+        with LiftbridgeClient(server.brokers) as client:
+            while not self._stop.wait(0.1):
+                with contextlib.suppress(Exception):
+                    value = client.fetch_cursor(cursor_id, stream, 0)
+                    if not self.values or self.values[-1] != value:
+                        self.values.append(value)
+
+    def stop(self) -> list[int]:
+        self._stop.set()
+        self.thread.join(10)
+        return self.values
+
+
+def test_two_triggerers_a_frozen_owner_wakes_up_and_does_not_move_the_cursor_back(
+    home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
+) -> None:
+    """Defect 6 (issue 12), with two real triggerers: the one running the watcher is frozen (SIGSTOP) until
+    the other takes the watcher over and moves on; when it wakes, it must not write its stale position."""
+    env = _env(home, connection(liftbridge_server))
+    with LiftbridgeClient(liftbridge_server.brokers) as client:
+        stream = new_stream(client, partitions=1)
+        register_dags(
+            home,
+            env,
+            f"""
+            from airflow.sdk import DAG, Asset, AssetWatcher, task
+            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+
+            ha = Asset(name="ha", uri="liftbridge://{liftbridge_server.brokers[0]}/{stream}", watchers=[
+                AssetWatcher(name="ha", trigger=LiftbridgeMessageTrigger(stream="{stream}", cursor_id="ha")),
+            ])
+            with DAG("on_ha", schedule=[ha]):
+                task(lambda: None, task_id="noop")()
+            """,
+        )
+        sampler = CursorSampler(liftbridge_server, "ha", stream)
+        sent = publish(client, stream, 1, 0, 30)
+        triggerers = [triggerer_factory(env), triggerer_factory(env)]
+        for triggerer in triggerers:
+            triggerer.start()
+        either = triggerers[0]
+        wait_until(lambda: len(asset_payloads(home, "ha")) >= 3, "three events", either)
+        owners = [t for t in triggerers if "Liftbridge watcher subscribed" in t.log_text()]
+        assert len(owners) == 1, "each watcher runs in one triggerer"
+        (owner,) = owners
+        (other,) = [t for t in triggerers if t is not owner]
+        assert owner.process is not None
+        os.killpg(owner.process.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: "Liftbridge watcher subscribed" in other.log_text(), "the takeover", other)
+            wait_until(lambda: client.fetch_cursor("ha", stream, 0) >= 20, "the new owner to pass offset 20", other)
+        finally:
+            os.killpg(owner.process.pid, signal.SIGCONT)
+        wait_until(lambda: client.fetch_cursor("ha", stream, 0) == 29, "the cursor at the last offset", other)
+        time.sleep(5)  # the woken triggerer has had time to act on its stale state
+        payloads = asset_payloads(home, "ha")
+        seen = sampler.stop()
+    for triggerer in triggerers:
+        triggerer.stop()
+    assert seen == sorted(seen), f"the cursor moved back: {seen}"
+    assert {(p["partition"], p["value"]) for p in payloads} == sent
+    repeated = len(payloads) - len(sent)
+    assert repeated <= 2, f"{repeated} repeats: more than the event in flight at the freeze and after the wake"
+    print(f"cursor values seen: {seen}; repeats: {repeated}; fenced: {'moved by another writer' in owner.log_text()}")
