@@ -688,3 +688,65 @@ def test_two_triggerers_a_frozen_owner_wakes_up_and_does_not_move_the_cursor_bac
     repeated = len(payloads) - len(sent)
     assert repeated <= 2, f"{repeated} repeats: more than the event in flight at the freeze and after the wake"
     print(f"cursor values seen: {seen}; repeats: {repeated}; fenced: {'moved by another writer' in owner.log_text()}")
+
+
+@pytest.mark.cluster
+def test_watcher_rides_out_a_killed_cursors_leader_and_a_frozen_partition_leader(
+    home: Path, liftbridge_cluster: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
+) -> None:
+    """Issue 12, with the real triggerer on three nodes: the `__cursors` leader SIGKILLed while the watcher
+    stores its position (SetCursor fails or fails over), then the stream's leader frozen (SIGSTOP).
+    Every message arrives, the cursor never moves back, and only events in flight come twice."""
+    env = _env(home, connection(liftbridge_cluster))
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=20) as client:
+        stream = f"watch-{uuid.uuid4().hex[:8]}"
+        client.create_stream(stream, stream, replication_factor=3)
+        register_dags(
+            home,
+            env,
+            f"""
+            from airflow.sdk import DAG, Asset, AssetWatcher, task
+            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+
+            faults = Asset(name="faults", uri="liftbridge://{liftbridge_cluster.brokers[0]}/{stream}", watchers=[
+                AssetWatcher(name="faults", trigger=LiftbridgeMessageTrigger(
+                    stream="{stream}", cursor_id="faults", max_in_flight=2)),
+            ])
+            with DAG("on_faults", schedule=[faults]):
+                task(lambda: None, task_id="noop")()
+            """,
+        )
+        sampler = CursorSampler(liftbridge_cluster, "faults", stream)
+        values = [f"event {n}".encode() for n in range(30)]
+        client.publish_batch(stream, values[:10], ack_policy="all")
+        triggerer = triggerer_factory(env)
+        triggerer.start()
+        wait_until(lambda: len(asset_payloads(home, "faults")) >= 4, "four events", triggerer)
+
+        cursors_leader = liftbridge_cluster.partition_leaders("__cursors")[0]
+        assert cursors_leader is not None
+        liftbridge_cluster.kill(cursors_leader)
+        client.publish_batch(stream, values[10:20], ack_policy="leader")
+        wait_until(lambda: _values(home, "faults") >= set(values[:20]), "the first 20 after the kill", triggerer)
+        liftbridge_cluster.restart(cursors_leader)
+
+        leader = liftbridge_cluster.partition_leaders(stream)[0]
+        assert leader is not None
+        liftbridge_cluster.freeze(leader)
+        try:
+            client.publish_batch(stream, values[20:], ack_policy="leader")
+            wait_until(lambda: _values(home, "faults") == set(values), "all 30 with the leader frozen", triggerer)
+        finally:
+            liftbridge_cluster.thaw(leader)
+        time.sleep(3)
+        payloads = asset_payloads(home, "faults")
+        seen = sampler.stop()
+    triggerer.stop()
+    assert seen == sorted(seen), f"the cursor moved back: {seen}"
+    counts = Counter(p["offset"] for p in payloads)
+    assert sorted(counts) == list(range(30))
+    assert sum(counts.values()) - 30 <= 2 * 2, f"more repeats than two faults x max_in_flight: {counts}"
+
+
+def _values(home: Path, asset: str) -> set[bytes]:
+    return {p["value"].encode() for p in asset_payloads(home, asset)}
