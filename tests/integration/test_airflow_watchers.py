@@ -750,3 +750,60 @@ def test_watcher_rides_out_a_killed_cursors_leader_and_a_frozen_partition_leader
 
 def _values(home: Path, asset: str) -> set[bytes]:
     return {p["value"].encode() for p in asset_payloads(home, asset)}
+
+
+def test_event_one_watcher_fails_to_store_in_time_is_delivered_again_not_skipped(
+    home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
+) -> None:
+    """Defect 1 (issue 12), with the real triggerer: of two watchers sharing a reader, one takes longer
+    than the ack timeout on offset 2 (Airflow force-fails it: the event counts as not stored). The cursor
+    must not pass offset 2 on the other watcher's word; after the restart both assets hold every offset."""
+    env = _env(home, {**connection(liftbridge_server), "AIRFLOW__TRIGGERER__SHARED_STREAM_ACK_TIMEOUT": "2"})
+    with LiftbridgeClient(liftbridge_server.brokers) as client:
+        stream = new_stream(client, partitions=1)
+        (home / "plugins").mkdir()
+        marker = home / "slowed-once"
+        (home / "plugins" / "slow_functions.py").write_text(
+            "import pathlib, time\n"
+            "def slow_on_offset_2_once(payload):\n"
+            f"    marker = pathlib.Path({str(marker)!r})\n"
+            "    if payload['offset'] == 2 and not marker.exists():\n"
+            "        marker.touch()\n"
+            "        time.sleep(5)\n"
+            "    return payload\n"
+        )
+        register_dags(
+            home,
+            env,
+            f"""
+            from airflow.sdk import DAG, Asset, AssetWatcher, task
+            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+
+            uri = "liftbridge://{liftbridge_server.brokers[0]}/{stream}"
+            slow = Asset(name="slow", uri=uri, watchers=[AssetWatcher(name="slow", trigger=LiftbridgeMessageTrigger(
+                stream="{stream}", cursor_id="shared", apply_function="slow_functions.slow_on_offset_2_once"))])
+            fast = Asset(name="fast", uri=uri + "-fast", watchers=[AssetWatcher(name="fast",
+                trigger=LiftbridgeMessageTrigger(stream="{stream}", cursor_id="shared"))])
+            for asset in (slow, fast):
+                with DAG(f"on_{{asset.name}}", schedule=[asset]):
+                    task(lambda: None, task_id="noop")()
+            """,
+        )
+        sampler = CursorSampler(liftbridge_server, "shared", stream)
+        publish(client, stream, 1, 0, 6)
+        triggerer = triggerer_factory(env)
+        triggerer.start()
+        wait_until(marker.exists, "the slow watcher to reach offset 2", triggerer)
+        wait_until(lambda: len(set(offsets_of(asset_payloads(home, "slow")))) == 6, "all six for 'slow'", triggerer)
+        wait_until(lambda: len(set(offsets_of(asset_payloads(home, "fast")))) == 6, "all six for 'fast'", triggerer)
+        time.sleep(3)
+        seen = sampler.stop()
+        slow, fast = asset_payloads(home, "slow"), asset_payloads(home, "fast")
+    triggerer.stop()
+    assert "Ack timeout; force-failing subscriber" in triggerer.log_text(), "Airflow's ack timeout must have fired"
+    assert seen == sorted(seen), f"the cursor moved back: {seen}"
+    assert seen[-1] == 5
+    for payloads in (slow, fast):
+        counts = offsets_of(payloads)
+        assert sorted(counts) == [(0, o) for o in range(6)]
+        assert sum(counts.values()) - 6 <= 2, counts  # the events in flight when the group stopped

@@ -44,6 +44,9 @@ from liftbridge_provider.watching import (
         ({"max_wait": 0}, "max_wait must be a number of seconds > 0, got 0"),
         ({"poll_interval": float("nan")}, "poll_interval must be a number of seconds > 0"),
         ({"liftbridge_conn_id": ""}, "liftbridge_conn_id must be a connection id"),
+        ({"dlq_stream": "orders"}, "dlq_stream must be another stream than 'orders'"),
+        ({"dlq_stream": "dead letters"}, "invalid stream name 'dead letters'"),
+        ({"dlq_stream": "orders-dlq", "mode": "batch"}, "dlq_stream works on single messages"),
     ],
 )
 def test_bad_settings_are_named(kwargs: dict[str, Any], message: str) -> None:
@@ -141,8 +144,8 @@ def test_advance_passes_stored_and_dead_lettered_events_and_stops_at_the_rest() 
     assert nobody.last is None
     assert nobody.stop == "offset 3: no watcher was subscribed when it was read"
     # Refused: dead-lettered and passed with a dead-letter stream, a stop without one.
-    refused = [Outcome(3, acked=1, failed=0, rejected=1), Outcome(4, acked=0, failed=0, rejected=1), stored[1]]
-    assert decide_advance(refused, can_dead_letter=True) == AdvanceDecision(4, (3, 4), None)
+    refused = [Outcome(3, acked=1, failed=0, rejected=1), Outcome(4, acked=0, failed=0, rejected=1), Outcome(5, 1, 0)]
+    assert decide_advance(refused, can_dead_letter=True) == AdvanceDecision(5, (3, 4), None)
     without = decide_advance(refused, can_dead_letter=False)
     assert (without.last, without.dead_letter) == (None, ())
     assert without.stop == "offset 3: a watcher refused it and there is no dlq_stream"
