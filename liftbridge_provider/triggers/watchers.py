@@ -281,6 +281,7 @@ class MessageReader(_Reader):
             await self._dead_letters.close()
             self._dead_letters = None
         self._in_flight.clear()
+        _REFUSALS.pop(self.settings.group_key(), None)  # the next reader reads those messages again
         await super().aclose()
 
 
