@@ -726,7 +726,7 @@ def test_watcher_rides_out_a_killed_cursors_leader_and_a_frozen_partition_leader
         cursors_leader = liftbridge_cluster.partition_leaders("__cursors")[0]
         assert cursors_leader is not None
         liftbridge_cluster.kill(cursors_leader)
-        client.publish_batch(stream, values[10:20], ack_policy="leader")
+        _publish_once_led(client, liftbridge_cluster, stream, values[10:20], avoid=cursors_leader)
         wait_until(lambda: _values(home, "faults") >= set(values[:20]), "the first 20 after the kill", triggerer)
         liftbridge_cluster.restart(cursors_leader)
 
@@ -734,7 +734,7 @@ def test_watcher_rides_out_a_killed_cursors_leader_and_a_frozen_partition_leader
         assert leader is not None
         liftbridge_cluster.freeze(leader)
         try:
-            client.publish_batch(stream, values[20:], ack_policy="leader")
+            _publish_once_led(client, liftbridge_cluster, stream, values[20:], avoid=leader)
             wait_until(lambda: _values(home, "faults") == set(values), "all 30 with the leader frozen", triggerer)
         finally:
             liftbridge_cluster.thaw(leader)
@@ -746,6 +746,17 @@ def test_watcher_rides_out_a_killed_cursors_leader_and_a_frozen_partition_leader
     counts = Counter(p["offset"] for p in payloads)
     assert sorted(counts) == list(range(30))
     assert sum(counts.values()) - 30 <= 2 * 2, f"more repeats than two faults x max_in_flight: {counts}"
+
+
+def _publish_once_led(
+    client: LiftbridgeClient, cluster: DevServer, stream: str, values: list[bytes], *, avoid: str
+) -> None:
+    """Publish once the stream has a leader other than ``avoid`` (a killed or frozen node)."""
+    deadline = time.monotonic() + 60
+    while cluster.partition_leaders(stream).get(0) in (None, avoid):
+        assert time.monotonic() < deadline, f"{stream} got no leader but {avoid} within 60 s"
+        time.sleep(0.2)
+    client.publish_batch(stream, values, ack_policy="leader", ack_wait=20)
 
 
 def _values(home: Path, asset: str) -> set[bytes]:
