@@ -161,8 +161,12 @@ class _Reader(SharedStreamProducer):
         self._lag_task = asyncio.create_task(self._report_lag(client, partitions))
 
     async def _report_lag(self, client: AsyncLiftbridgeClient, partitions: list[int]) -> None:
-        """Every LAG_INTERVAL s: offsets between each partition's last passed offset and its high watermark."""
+        """Every LAG_INTERVAL s: offsets between each partition's last passed offset and its high watermark.
+
+        Sent to the metrics every time; logged at INFO when it changed, else at DEBUG.
+        """
         stream = self.settings.stream
+        reported: dict[int, int] = {}
         while True:
             for partition in partitions:
                 try:
@@ -172,7 +176,10 @@ class _Reader(SharedStreamProducer):
                     continue
                 lag = max(0, info.high_watermark - self._committed.get(partition, -1))
                 report_lag(self.settings, partition, lag)
-                log.info(
+                changed = reported.get(partition) != lag
+                reported[partition] = lag
+                log.log(
+                    logging.INFO if changed else logging.DEBUG,
                     "Liftbridge watcher %s/%d (cursor %s): %d offsets behind the high watermark %d",
                     stream,
                     partition,
