@@ -3,6 +3,9 @@
 - UNAVAILABLE: try the next broker (any-broker calls) or refresh metadata and
   find the leader again (leader-directed calls).
 - INTERNAL "no known metadata leader": an election is running; back off.
+- INTERNAL "nats: no responders available for request": the broker forwarded the
+  request to a metadata leader that is gone (nobody received it, so nothing was
+  applied) and the next one is not listening yet; back off.
 - FAILED_PRECONDITION "not leader" on leader-directed calls: refresh metadata,
   back off, retry.
 - Anything else is final and raised as its typed error.
@@ -38,6 +41,10 @@ MIN_ATTEMPT = 4.0  # seconds: FetchMetadata may poll peers for 3 s on the server
 _TLS_FAILURES = ("handshake failed", "certificate_verify_failed", "hostname verification", "tsi_")
 
 
+# The server's words for a metadata leader that is being replaced (INTERNAL): nothing was applied.
+_LEADER_CHANGING = ("no known metadata leader", "no responders available for request")
+
+
 class Action(enum.Enum):
     NEXT_BROKER = "next broker"  # nothing to wait for: another broker may answer
     REFRESH = "refresh metadata, back off, retry"
@@ -56,7 +63,7 @@ def classify(exc: grpc.RpcError, *, leader_directed: bool, attempt_expired: bool
         if any(marker in details for marker in _TLS_FAILURES):
             return Action.FAIL  # a TLS mismatch does not heal by retrying
         return Action.REFRESH if leader_directed else Action.NEXT_BROKER
-    if code == grpc.StatusCode.INTERNAL and "no known metadata leader" in details:
+    if code == grpc.StatusCode.INTERNAL and any(marker in details for marker in _LEADER_CHANGING):
         return Action.BACK_OFF
     if leader_directed and code == grpc.StatusCode.FAILED_PRECONDITION and "leader" in details:
         return Action.REFRESH

@@ -29,6 +29,7 @@ from liftbridge_provider.client import (
     StartPosition,
 )
 from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.devserver.cluster import METADATA_LEADER_LINE
 
 pytestmark = pytest.mark.cluster
 
@@ -364,3 +365,47 @@ def test_paused_partition_commits_what_its_new_leader_holds(liftbridge_cluster: 
         assert info.high_watermark == last, f"offsets 0-{last} still invisible after {calls} calls, {took:.1f}s: {info}"
         read = client.read_range(name, 0, 0, last + 1, timeout=10, resume=True)
         assert [m.offset for m in read] == list(range(last + 1))
+
+
+def metadata_leader(cluster: DevServer) -> str:
+    """The node that most recently logged becoming metadata leader."""
+    newest: tuple[str, str] | None = None
+    for node in cluster.nodes:
+        lines = [line for line in node.process.log_path.read_text(errors="replace").splitlines()]
+        stamps = [line[:40] for line in lines if METADATA_LEADER_LINE in line]
+        if stamps and (newest is None or stamps[-1] > newest[0]):
+            newest = (stamps[-1], node.server_id)
+    assert newest is not None, "no node logged becoming metadata leader"
+    return newest[1]
+
+
+@pytest.mark.parametrize("call", ["set_stream_readonly", "pause_stream", "create_stream"])
+def test_metadata_request_while_the_metadata_leader_is_replaced_is_retried(
+    liftbridge_cluster: DevServer, call: str
+) -> None:
+    """Chaos seed 65 (issue 11): a request the server forwards to the metadata leader, sent while that
+    leader had just died, failed with INTERNAL "nats: no responders available for request" and the
+    client gave up; nothing had been applied, so it must back off and retry within its deadline."""
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as setup:
+        setup.create_stream("noresp", "noresp", replication_factor=3)
+    leader = metadata_leader(liftbridge_cluster)
+    survivor = next(n for n in liftbridge_cluster.nodes if n.server_id != leader)
+    with LiftbridgeClient([survivor.address], request_timeout=30) as client:
+        client.fetch_metadata()  # connected before the kill
+        liftbridge_cluster.kill(leader)
+        if call == "set_stream_readonly":
+            client.set_stream_readonly("noresp")
+        elif call == "pause_stream":
+            client.pause_stream("noresp")
+        else:
+            client.create_stream("noresp2", "noresp2")
+
+        def applied() -> bool:  # the survivor's metadata follows the new leader's log a moment later
+            info = client.fetch_metadata(["noresp", "noresp2"])
+            if call == "create_stream":
+                return "noresp2" in info.streams
+            partition = info.stream("noresp").partitions[0]
+            return partition.readonly if call == "set_stream_readonly" else partition.paused
+
+        wait_until(applied, 15, f"{call} to be applied")
+    liftbridge_cluster.restart(leader)
