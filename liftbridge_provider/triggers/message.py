@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from airflow.triggers.shared_stream import (
@@ -34,6 +34,13 @@ from liftbridge_provider.triggers.watchers import WatcherError, reader_for, reco
 from liftbridge_provider.watching import VALUE_FORMATS, WatchSettings, check_payload, message_payload
 
 PayloadFunction = Callable[[dict[str, Any]], "dict[str, Any] | None"]
+
+
+class Refusal(NamedTuple):
+    """A message the watcher refused, and why."""
+
+    message: Message
+    error: Exception
 
 
 def import_function(dotted_path: str) -> PayloadFunction:
@@ -152,16 +159,11 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
         async for raw in shared_stream:
-            try:
-                payload = self._payload(raw)
-            except Exception as exc:
-                if not isinstance(raw, Message):
-                    raise
-                self._refuse(raw, exc)
+            payload = self._event_payload(raw)
+            if isinstance(payload, Refusal):
                 reject_shared_stream_event()
-                self._stop_unless_dead_lettered(raw, exc)
-                continue
-            if payload is not None:
+                self._stop_unless_dead_lettered(payload)
+            elif payload is not None:
                 yield TriggerEvent(payload)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -169,20 +171,26 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
         reader = reader_for(self.settings)
         try:
             async for raw, broker_payload in reader.open_stream():
-                try:
-                    payload = self._payload(raw)
-                except Exception as exc:
-                    if not isinstance(raw, Message):
-                        raise
-                    self._refuse(raw, exc)
+                payload = self._event_payload(raw)
+                if isinstance(payload, Refusal):
                     await reader.advance([AdvanceItem(broker_payload, AdvanceOutcome(acked=0, failed=0, rejected=1))])
-                    self._stop_unless_dead_lettered(raw, exc)
+                    self._stop_unless_dead_lettered(payload)
                     continue
                 if payload is not None:
                     yield TriggerEvent(payload)
                 await reader.advance([AdvanceItem(broker_payload, AdvanceOutcome(acked=1, failed=0))])
         finally:
             await reader.aclose()
+
+    def _event_payload(self, raw: Any) -> dict[str, Any] | Refusal | None:
+        """The event payload of a raw event; a message it cannot be made of is refused (noted for the reader)."""
+        try:
+            return self._payload(raw)
+        except Exception as exc:
+            if not isinstance(raw, Message):
+                raise
+            record_refusal(self.settings, raw.partition, raw.offset, f"{type(exc).__name__}: {exc}")
+            return Refusal(raw, exc)
 
     def _payload(self, raw: Any) -> dict[str, Any] | None:
         if not isinstance(raw, Message):
@@ -192,13 +200,10 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
             return check_payload(self._function(payload), self.apply_function)
         return payload
 
-    def _refuse(self, message: Message, exc: Exception) -> None:
-        """Note the refusal for the reader, which dead-letters the message or stops before it."""
-        record_refusal(self.settings, message.partition, message.offset, f"{type(exc).__name__}: {exc}")
-
-    def _stop_unless_dead_lettered(self, message: Message, exc: Exception) -> None:
+    def _stop_unless_dead_lettered(self, refusal: Refusal) -> None:
         if self.settings.dlq_stream is not None:
             return
+        message, exc = refusal
         raise WatcherError(
             f"{message.stream}/{message.partition} offset {message.offset} was refused by apply_function "
             f"{self.apply_function} ({type(exc).__name__}: {exc}); the watcher stops before it. Set dlq_stream to "

@@ -249,20 +249,7 @@ def test_killed_triggerer_resumes_from_the_cursor_and_loses_nothing(
     env = _env(home, connection(liftbridge_server))
     with LiftbridgeClient(liftbridge_server.brokers) as client:
         stream = new_stream(client, partitions=3)
-        register_dags(
-            home,
-            env,
-            f"""
-            from airflow.sdk import DAG, Asset, AssetWatcher, task
-            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
-
-            events = Asset(name="events", uri="liftbridge://{liftbridge_server.brokers[0]}/{stream}", watchers=[
-                AssetWatcher(name="events", trigger=LiftbridgeMessageTrigger(stream="{stream}", max_in_flight=2)),
-            ])
-            with DAG("on_events", schedule=[events]):
-                task(lambda: None, task_id="noop")()
-            """,
-        )
+        register_watcher(home, env, liftbridge_server, stream, asset="events", options="max_in_flight=2")
         sent = publish(client, stream, 3, 0, 60)
         first = triggerer_factory(env)
         first.start()
@@ -365,20 +352,13 @@ def test_batch_watcher_fires_for_auto_paused_partitions_without_resuming_them(
         while not all(p.paused for p in client.fetch_metadata([stream]).stream(stream).partitions.values()):
             assert time.monotonic() < deadline, "the partitions did not auto-pause within 30 s"
             time.sleep(0.2)
-        register_dags(
+        register_watcher(
             home,
             env,
-            f"""
-            from airflow.sdk import DAG, Asset, AssetWatcher, task
-            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
-
-            batches = Asset(name="paused", uri="liftbridge://{liftbridge_server.brokers[0]}/{stream}", watchers=[
-                AssetWatcher(name="paused", trigger=LiftbridgeMessageTrigger(
-                    stream="{stream}", mode="batch", max_messages=10, max_wait=2, poll_interval=0.2)),
-            ])
-            with DAG("on_paused", schedule=[batches]):
-                task(lambda: None, task_id="noop")()
-            """,
+            liftbridge_server,
+            stream,
+            asset="paused",
+            options='mode="batch", max_messages=10, max_wait=2, poll_interval=0.2',
         )
         triggerer = triggerer_factory(env)
         triggerer.start()
@@ -423,6 +403,45 @@ class StatsdListener:
         self.sock.close()
 
 
+def register_watcher(
+    home: Path, env: dict[str, str], server: DevServer, stream: str, *, asset: str, options: str
+) -> None:
+    """A DAG scheduled on asset ``asset``, watched by one LiftbridgeMessageTrigger on ``stream`` with ``options``."""
+    register_dags(
+        home,
+        env,
+        f"""
+        from airflow.sdk import DAG, Asset, AssetWatcher, task
+        from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+
+        watched = Asset(name="{asset}", uri="liftbridge://{server.brokers[0]}/{stream}", watchers=[
+            AssetWatcher(name="{asset}", trigger=LiftbridgeMessageTrigger(stream="{stream}", {options})),
+        ])
+        with DAG("on_{asset}", schedule=[watched]):
+            task(lambda: None, task_id="noop")()
+        """,
+    )
+
+
+def register_refusing_watcher(home: Path, env: dict[str, str], server: DevServer, stream: str, options: str) -> None:
+    """Asset "orders" watching ``stream`` with an apply_function that refuses the message "event 2" (a ValueError)."""
+    (home / "plugins").mkdir()
+    (home / "plugins" / "poison_functions.py").write_text(
+        "def refuse_event_2(payload):\n"
+        "    if payload['value'] == 'event 2':\n"
+        "        raise ValueError('bad order ' + payload['value'])\n"
+        "    return payload\n"
+    )
+    register_watcher(
+        home,
+        env,
+        server,
+        stream,
+        asset="orders",
+        options=f'apply_function="poison_functions.refuse_event_2", {options}',
+    )
+
+
 def test_refused_message_goes_to_the_dead_letter_stream_and_lag_reaches_zero(
     home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
 ) -> None:
@@ -432,28 +451,8 @@ def test_refused_message_goes_to_the_dead_letter_stream_and_lag_reaches_zero(
     env = _env(home, {**connection(liftbridge_server), **statsd.env})
     with LiftbridgeClient(liftbridge_server.brokers) as client:
         stream = new_stream(client, partitions=1)
-        (home / "plugins").mkdir()
-        (home / "plugins" / "poison_functions.py").write_text(
-            "def refuse_event_2(payload):\n"
-            "    if payload['value'] == 'event 2':\n"
-            "        raise ValueError('bad order ' + payload['value'])\n"
-            "    return payload\n"
-        )
-        register_dags(
-            home,
-            env,
-            f"""
-            from airflow.sdk import DAG, Asset, AssetWatcher, task
-            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
-
-            orders = Asset(name="orders", uri="liftbridge://{liftbridge_server.brokers[0]}/{stream}", watchers=[
-                AssetWatcher(name="orders", trigger=LiftbridgeMessageTrigger(
-                    stream="{stream}", cursor_id="dlq-watch", apply_function="poison_functions.refuse_event_2",
-                    dlq_stream="{stream}-dlq")),
-            ])
-            with DAG("on_orders", schedule=[orders]):
-                task(lambda: None, task_id="noop")()
-            """,
+        register_refusing_watcher(
+            home, env, liftbridge_server, stream, f'cursor_id="dlq-watch", dlq_stream="{stream}-dlq"'
         )
         publish(client, stream, 1, 0, 5)
         triggerer = triggerer_factory(env)
@@ -484,28 +483,7 @@ def test_refused_message_without_a_dead_letter_stream_stops_the_watcher_loudly(
     env = _env(home, connection(liftbridge_server))
     with LiftbridgeClient(liftbridge_server.brokers) as client:
         stream = new_stream(client, partitions=1)
-        (home / "plugins").mkdir()
-        (home / "plugins" / "poison_functions.py").write_text(
-            "def refuse_event_2(payload):\n"
-            "    if payload['value'] == 'event 2':\n"
-            "        raise ValueError('bad order ' + payload['value'])\n"
-            "    return payload\n"
-        )
-        register_dags(
-            home,
-            env,
-            f"""
-            from airflow.sdk import DAG, Asset, AssetWatcher, task
-            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
-
-            orders = Asset(name="orders", uri="liftbridge://{liftbridge_server.brokers[0]}/{stream}", watchers=[
-                AssetWatcher(name="orders", trigger=LiftbridgeMessageTrigger(
-                    stream="{stream}", cursor_id="no-dlq", apply_function="poison_functions.refuse_event_2")),
-            ])
-            with DAG("on_orders", schedule=[orders]):
-                task(lambda: None, task_id="noop")()
-            """,
-        )
+        register_refusing_watcher(home, env, liftbridge_server, stream, 'cursor_id="no-dlq"')
         publish(client, stream, 1, 0, 5)
         triggerer = triggerer_factory(env)
         triggerer.start()
@@ -528,20 +506,7 @@ def test_start_from_latest_survives_a_kill_before_the_first_message(
     with LiftbridgeClient(liftbridge_server.brokers) as client:
         stream = new_stream(client, partitions=2)
         publish(client, stream, 2, 0, 4)  # before the watcher existed: not wanted with 'latest'
-        register_dags(
-            home,
-            env,
-            f"""
-            from airflow.sdk import DAG, Asset, AssetWatcher, task
-            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
-
-            fresh = Asset(name="fresh", uri="liftbridge://{liftbridge_server.brokers[0]}/{stream}", watchers=[
-                AssetWatcher(name="fresh", trigger=LiftbridgeMessageTrigger(stream="{stream}", start_from="latest")),
-            ])
-            with DAG("on_fresh", schedule=[fresh]):
-                task(lambda: None, task_id="noop")()
-            """,
-        )
+        register_watcher(home, env, liftbridge_server, stream, asset="fresh", options='start_from="latest"')
         first = triggerer_factory(env)
         first.start()
         wait_until(lambda: "Liftbridge watcher subscribed" in first.log_text(), "the watcher to subscribe", first)
@@ -567,20 +532,13 @@ def test_batch_watcher_killed_at_each_step_sends_every_offset_once(
     env = _env(home, connection(liftbridge_server))
     with LiftbridgeClient(liftbridge_server.brokers) as client:
         stream = new_stream(client, partitions=2)
-        register_dags(
+        register_watcher(
             home,
             env,
-            f"""
-            from airflow.sdk import DAG, Asset, AssetWatcher, task
-            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
-
-            batches = Asset(name="batches", uri="liftbridge://{liftbridge_server.brokers[0]}/{stream}", watchers=[
-                AssetWatcher(name="batches", trigger=LiftbridgeMessageTrigger(
-                    stream="{stream}", mode="batch", max_messages=6, max_wait=2, poll_interval=0.2)),
-            ])
-            with DAG("on_batches", schedule=[batches]):
-                task(lambda: None, task_id="noop")()
-            """,
+            liftbridge_server,
+            stream,
+            asset="batches",
+            options='mode="batch", max_messages=6, max_wait=2, poll_interval=0.2',
         )
         publish(client, stream, 2, 0, 8)
         crashing = triggerer_factory({**env, CRASH_AT_ENV: step})
@@ -645,20 +603,7 @@ def test_two_triggerers_a_frozen_owner_wakes_up_and_does_not_move_the_cursor_bac
     env = _env(home, connection(liftbridge_server))
     with LiftbridgeClient(liftbridge_server.brokers) as client:
         stream = new_stream(client, partitions=1)
-        register_dags(
-            home,
-            env,
-            f"""
-            from airflow.sdk import DAG, Asset, AssetWatcher, task
-            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
-
-            ha = Asset(name="ha", uri="liftbridge://{liftbridge_server.brokers[0]}/{stream}", watchers=[
-                AssetWatcher(name="ha", trigger=LiftbridgeMessageTrigger(stream="{stream}", cursor_id="ha")),
-            ])
-            with DAG("on_ha", schedule=[ha]):
-                task(lambda: None, task_id="noop")()
-            """,
-        )
+        register_watcher(home, env, liftbridge_server, stream, asset="ha", options='cursor_id="ha"')
         sampler = CursorSampler(liftbridge_server, "ha", stream)
         sent = publish(client, stream, 1, 0, 30)
         triggerers = [triggerer_factory(env), triggerer_factory(env)]
@@ -701,20 +646,8 @@ def test_watcher_rides_out_a_killed_cursors_leader_and_a_frozen_partition_leader
     with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=20) as client:
         stream = f"watch-{uuid.uuid4().hex[:8]}"
         client.create_stream(stream, stream, replication_factor=3)
-        register_dags(
-            home,
-            env,
-            f"""
-            from airflow.sdk import DAG, Asset, AssetWatcher, task
-            from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
-
-            faults = Asset(name="faults", uri="liftbridge://{liftbridge_cluster.brokers[0]}/{stream}", watchers=[
-                AssetWatcher(name="faults", trigger=LiftbridgeMessageTrigger(
-                    stream="{stream}", cursor_id="faults", max_in_flight=2)),
-            ])
-            with DAG("on_faults", schedule=[faults]):
-                task(lambda: None, task_id="noop")()
-            """,
+        register_watcher(
+            home, env, liftbridge_cluster, stream, asset="faults", options='cursor_id="faults", max_in_flight=2'
         )
         sampler = CursorSampler(liftbridge_cluster, "faults", stream)
         values = [f"event {n}".encode() for n in range(30)]
