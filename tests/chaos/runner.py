@@ -186,11 +186,25 @@ def _do_step(
         f"     oracle: {len(findings)} finding(s); {removed} acked offset(s) removed so far"
         + (f" ({_causes(verdict.removed)})" if removed else ""),
     )
-    for note in verdict.notes:
+    for note in verdict.notes + _crashes(world):
         _say(log, f"     note {note}")
     for finding in findings:
         _say(log, f"     FINDING {finding}")
     return findings
+
+
+def _crashes(world: World) -> list[str]:
+    """Notes for the servers that died on their own since the last step (a server defect, not a finding)."""
+    world.impaired  # noqa: B018 - notices crashes that no call has run into yet
+    notes = []
+    for server_id in world.crashed:
+        process = world.cluster.node(server_id).process
+        lines = process.log_path.read_text(errors="replace").splitlines()
+        fatal = [line for line in lines if line.startswith(("fatal error", "panic:", "[signal"))][:2]
+        cause = " ".join(fatal) or "see its log"
+        notes.append(f"SERVER CRASH {server_id} (exit {process.exit_code}): {cause}; restarted like a killed node")
+    world.crashed.clear()
+    return notes
 
 
 def _drain(world: World, index: int, log: list[str], step_seconds: dict[str, list[float]]) -> list[Finding]:

@@ -43,13 +43,22 @@ class World:
     snapshots: dict[tuple[str, int], Snapshot] = field(default_factory=dict)
     cursors: dict[tuple[str, int], int] = field(default_factory=dict)
     killed: list[str] = field(default_factory=list)
+    crashed: list[str] = field(default_factory=list)  # nodes that died on their own (not yet reported)
     readonly: set[tuple[str, int]] = field(default_factory=set)
     reused: list[str] = field(default_factory=list)  # offsets acked twice, not yet reported
     calm_since: float = field(default_factory=time.monotonic)
 
     @property
     def impaired(self) -> str | None:
-        """Why the cluster is not healthy now (a node down or frozen, or settling), or None."""
+        """Why the cluster is not healthy now (a node down or frozen, or settling), or None.
+
+        A node whose server died on its own (a server crash) counts as killed from then on: it is
+        restarted like one, and the crash is reported as a note.
+        """
+        for node in self.cluster.nodes:
+            if node.server_id not in self.killed and not node.process.running:
+                self.killed.append(node.server_id)
+                self.crashed.append(node.server_id)
         if self.killed:
             return f"{', '.join(self.killed)} killed"
         if self.cluster.frozen:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -268,3 +269,25 @@ def test_the_timer_tells_on_time_late_and_hung_calls_apart() -> None:
     assert not failed.late
     assert [o.name for o in timer.late] == ["late one", "hung one"]
     assert set(timer.seconds_by_kind) == {"fast", "late", "hung", "failed"}
+
+
+def test_a_server_that_died_on_its_own_makes_the_cluster_impaired_and_is_restarted_like_a_killed_one() -> None:
+    """CI seed 1 (2026-11-23): a Liftbridge node died of SIGBUS in its index write (a server defect) and the
+    harness judged the calls that then failed as failures on a healthy cluster."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from tests.chaos.world import Timeouts, World  # noqa: PLC0415
+
+    def node(server_id: str, running: bool) -> SimpleNamespace:
+        return SimpleNamespace(server_id=server_id, process=SimpleNamespace(running=running))
+
+    cluster = SimpleNamespace(nodes=[node("n1", False), node("n2", True)], frozen=[])
+    required = [f.name for f in dataclasses.fields(World) if f.default is f.default_factory is dataclasses.MISSING]
+    fields: dict[str, Any] = dict.fromkeys(required)
+    fields.update(cluster=cluster, timeouts=Timeouts(), seed=1)
+    world = World(**fields)
+    world.calm_since = time.monotonic() - 60
+    assert world.impaired == "n1 killed"
+    assert (world.killed, world.crashed) == (["n1"], ["n1"])
+    assert world.impaired == "n1 killed"
+    assert world.crashed == ["n1"], "a crash is noticed once"
