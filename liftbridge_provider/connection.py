@@ -4,8 +4,10 @@ The Airflow hook and the Spark ingest job read the same connection fields:
 ``host`` lists the brokers (``a:9292,b:9292`` or ``a,b``), ``port`` is the
 default port (9292), and the extras are ``tls_ca_cert``, ``tls_client_cert``,
 ``tls_private_key``, ``tls_server_name``, ``request_timeout``,
-``max_conns_per_broker``, ``keep_alive_time``, ``resubscribe_wait`` and
-``read_isr_replica``. :func:`config_from_connection_json` reads the JSON form of
+``max_conns_per_broker``, ``keep_alive_time``, ``resubscribe_wait``,
+``read_isr_replica``, and for publishing straight to NATS ``nats_servers``,
+``nats_user``, ``nats_password``, ``nats_token``, ``nats_credentials`` and
+``nats_tls_ca_cert``. :func:`config_from_connection_json` reads the JSON form of
 an Airflow connection (``{"conn_type": "liftbridge", "host": ..., "port": ...,
 "extra": {...}}``), as ``AIRFLOW_CONN_*`` variables and ``airflow connections
 export --format json`` write it, so a job outside Airflow gets the whole
@@ -18,8 +20,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from liftbridge_provider.client import ClientConfig, InvalidArgumentError, TLSConfig
-from liftbridge_provider.client.options import DEFAULT_PORT, format_address, parse_broker
+from liftbridge_provider.client import ClientConfig, InvalidArgumentError, NatsConfig, TLSConfig
+from liftbridge_provider.client.options import DEFAULT_PORT, format_address, parse_broker, split_nats_servers
 
 # Connection extras: field -> (ClientConfig field, type). Shown as form fields (see get_provider_info).
 NUMBER_FIELDS: dict[str, type] = {
@@ -29,7 +31,9 @@ NUMBER_FIELDS: dict[str, type] = {
     "resubscribe_wait": float,
 }
 TLS_FIELDS = ("tls_ca_cert", "tls_client_cert", "tls_private_key", "tls_server_name")
-KNOWN_EXTRAS = {*NUMBER_FIELDS, *TLS_FIELDS, "read_isr_replica"}
+# NATS, for publish_batch's fast path: nats_servers turns it on; the others authenticate.
+NATS_FIELDS = ("nats_servers", "nats_user", "nats_password", "nats_token", "nats_credentials", "nats_tls_ca_cert")
+KNOWN_EXTRAS = {*NUMBER_FIELDS, *TLS_FIELDS, *NATS_FIELDS, "read_isr_replica"}
 # Keys of an Airflow connection in JSON form; login, password, schema and description are not used.
 CONNECTION_KEYS = {"conn_type", "host", "port", "extra", "login", "password", "schema", "description"}
 
@@ -75,7 +79,28 @@ def config_from_connection(host: str | None, port: int | None, extra: Mapping[st
             key=tls["tls_private_key"],
             server_name=tls["tls_server_name"],
         )
+    nats = nats_from_extras(extra)
+    if nats is not None:
+        options["nats"] = nats
     return ClientConfig(brokers=brokers_from(host, port), **options)
+
+
+def nats_from_extras(extra: Mapping[str, Any]) -> NatsConfig | None:
+    """The NATS settings of a connection, or None without ``nats_servers``; the others alone are refused."""
+    given = {name: extra.get(name) for name in NATS_FIELDS if extra.get(name) not in (None, "")}
+    if "nats_servers" not in given:
+        if given:
+            raise InvalidArgumentError(f"connection extras {sorted(given)} need nats_servers (the NATS URLs) too")
+        return None
+    ca = given.get("nats_tls_ca_cert")
+    return NatsConfig(
+        servers=split_nats_servers(given["nats_servers"]),
+        user=given.get("nats_user"),
+        password=given.get("nats_password"),
+        token=given.get("nats_token"),
+        credentials=given.get("nats_credentials"),
+        tls=TLSConfig(ca=ca) if ca else None,
+    )
 
 
 def _json_object(text: str | bytes, what: str) -> dict[str, Any]:

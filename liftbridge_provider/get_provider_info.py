@@ -7,6 +7,7 @@ from typing import Any
 from liftbridge_provider import __version__
 
 _SECONDS = {"type": ["number", "null"], "minimum": 0}
+_SECRET = {"type": ["string", "null"], "format": "password"}
 
 
 def _field(label: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -51,6 +52,27 @@ CONNECTION_FIELDS: dict[str, Any] = {
         "Read from ISR replicas",
         "Subscribe to any in-sync replica instead of the partition leader.",
         {"type": ["boolean", "null"], "default": False},
+    ),
+    "nats_servers": _field(
+        "NATS servers",
+        "The cluster's NATS URLs (nats://host:4222, comma separated). Set: batches are published straight to "
+        "the streams' NATS subjects, several times faster. Empty: over gRPC.",
+        {"type": ["string", "null"]},
+    ),
+    "nats_user": _field("NATS user", "NATS user name (with the NATS password).", {"type": ["string", "null"]}),
+    "nats_password": _field(
+        "NATS password", "NATS password. Kept secret.", {"type": ["string", "null"], "format": "password"}
+    ),
+    "nats_token": _field(
+        "NATS token", "NATS authentication token. Kept secret.", {"type": ["string", "null"], "format": "password"}
+    ),
+    "nats_credentials": _field(
+        "NATS credentials file", "Path of a NATS .creds file (JWT and NKey seed).", {"type": ["string", "null"]}
+    ),
+    "nats_tls_ca_cert": _field(
+        "NATS TLS CA certificate",
+        "Path to, or PEM text of, the CA that signs the NATS servers' certificates (TLS to NATS).",
+        {"type": ["string", "null"], "format": "multiline"},
     ),
 }
 

@@ -35,9 +35,9 @@ from liftbridge_provider.client.errors import (
 )
 from liftbridge_provider.client.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
-from liftbridge_provider.client.options import ClientConfig, TLSConfig
+from liftbridge_provider.client.options import ClientConfig, NatsConfig, TLSConfig
 from liftbridge_provider.client.partitioners import Partitioner, partition_by_key, partition_by_round_robin
-from liftbridge_provider.client.publisher import BatchPublishError, BatchResult, PublishFailure
+from liftbridge_provider.client.publish_window import BatchPublishError, BatchResult, PublishFailure
 from liftbridge_provider.client.requests import ALL_BROKERS
 from liftbridge_provider.client.subscription import Subscription
 
@@ -64,6 +64,7 @@ __all__ = [
     "Message",
     "MessageTooLargeError",
     "Metadata",
+    "NatsConfig",
     "NoMetadataLeaderError",
     "NoSuchPartitionError",
     "NoSuchStreamError",

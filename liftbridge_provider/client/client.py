@@ -22,12 +22,15 @@ from liftbridge_provider.client.errors import (
     LiftbridgeError,
     LiftbridgeTimeoutError,
     MessageTooLargeError,
+    ReadonlyPartitionError,
 )
 from liftbridge_provider.client.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, StreamInfo
+from liftbridge_provider.client.nats_publisher import NatsBatchPublisher, partition_subject
 from liftbridge_provider.client.options import ClientConfig, check_seconds, check_timeout
 from liftbridge_provider.client.partitioners import Partitioner, PartitionerName, resolve_partitioner
-from liftbridge_provider.client.publisher import BatchPublisher, BatchResult, PublishFailure
+from liftbridge_provider.client.publish_window import BatchResult, PublishFailure
+from liftbridge_provider.client.publisher import BatchPublisher
 from liftbridge_provider.client.reading import SubscriptionState
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
@@ -304,18 +307,63 @@ class LiftbridgeClient:
         else:
             if not requests:
                 return BatchResult([])
-            publisher = BatchPublisher(
-                self._router,
-                requests,
-                window=window,
-                ack_wait=ack_wait if ack_wait is not None else self.config.ack_wait,
-                deadline=deadline,
-            )
-            result = publisher.run()
+            wait = ack_wait if ack_wait is not None else self.config.ack_wait
+            if self.config.nats is not None:
+                result = self._publish_over_nats(stream, requests, window=window, ack_wait=wait, deadline=deadline)
+            else:
+                publisher = BatchPublisher(self._router, requests, window=window, ack_wait=wait, deadline=deadline)
+                result = publisher.run()
             result.failures = [_sized(failure, requests) for failure in result.failures]
         if raise_on_error:
             result.raise_for_failures()
         return result
+
+    def _publish_over_nats(
+        self,
+        stream: str,
+        requests: Sequence[api.PublishRequest],
+        *,
+        window: int,
+        ack_wait: float,
+        deadline: Deadline | None,
+    ) -> BatchResult:
+        """The NATS fast path: fresh metadata names each partition's subject; readonly partitions are refused
+        and paused ones resumed before anything is sent, as the server's own publish does."""
+        assert self.config.nats is not None
+        budget = deadline.remaining() if deadline is not None else None
+        info = self._router.metadata.refresh([stream], timeout=budget).stream(stream)
+        used = sorted({request.partition for request in requests})
+        blocked = {partition: self._ready_for_nats(info.partition(partition), deadline) for partition in used}
+        refused = {
+            index: error for index, request in enumerate(requests) if (error := blocked[request.partition]) is not None
+        }
+        subjects = {partition: partition_subject(info.subject, partition) for partition in used}
+        publisher = NatsBatchPublisher(
+            self.config.nats, requests, subjects, window=window, ack_wait=ack_wait, deadline=deadline, refused=refused
+        )
+        return publisher.run()
+
+    def _ready_for_nats(self, info: PartitionInfo, deadline: Deadline | None) -> LiftbridgeError | None:
+        """None when messages may go to the partition's subject; else why not (nothing is sent to it)."""
+        stream, partition = info.stream, info.id
+        if info.readonly:
+            return ReadonlyPartitionError(
+                "the partition is readonly: publishes are refused; nothing was sent", stream=stream, partition=partition
+            )
+        if not info.paused:
+            return None
+        # A paused partition does not listen on its subject; a resume subscription wakes it, as a gRPC publish would.
+        budget = self._router.deadline(deadline.remaining() if deadline is not None else None)
+        resume = plans.resume_rpc(stream, partition)
+        snapshot = self._router.metadata.snapshot
+        try:
+            self._router.run(
+                plans.leader_call(self.config, snapshot, resume, budget, stream=stream, partition=partition)
+            )
+        except LiftbridgeError as exc:
+            message = f"could not resume the paused partition: {exc.message}; nothing was sent"
+            return type(exc)(message, stream=stream, partition=partition, code=exc.code)
+        return None
 
     def _batch_requests(
         self,

@@ -40,6 +40,7 @@ __all__ = [
     "decode_message",
     "encode_ack",
     "encode_message",
+    "wrap_publish",
 ]
 
 BytesLike: TypeAlias = bytes | bytearray | memoryview
@@ -111,6 +112,11 @@ def encode_message(
         offset=_check_expected_offset(expected_offset),
     )
     return _encode(MessageType.PUBLISH, msg.SerializeToString(deterministic=True), with_crc)
+
+
+def wrap_publish(message: api.Message) -> bytes:
+    """A publish envelope (no CRC) around a ``message`` whose fields the caller has already checked."""
+    return _encode(MessageType.PUBLISH, message.SerializeToString(), False)
 
 
 def encode_ack(ack: api.Ack, *, with_crc: bool = False) -> bytes:

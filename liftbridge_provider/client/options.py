@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+import ssl
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from liftbridge_provider.client.errors import InvalidArgumentError
 
 DEFAULT_PORT = 9292
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+NATS_DEFAULT_PORT = 4222
 # HTTP/2 keepalive pings on channels with calls in flight. The server (grpc-go defaults) answers pings
 # more frequent than every 5 minutes without data of its own with GOAWAY "too_many_pings"; subscriptions
 # are reopened every liveness_interval, which sends data, so a minute is safe and finds a dead peer
@@ -102,6 +106,95 @@ class TLSConfig:
         )
 
 
+_NATS_URL = re.compile(r"^(?:(?P<scheme>nats|tls)://)?(?P<hostport>[^\s/@]+)$")
+
+
+def split_nats_servers(servers: object) -> tuple[str, ...]:
+    """Normalise ``"a:4222,b"`` or ``["nats://a:4222", "tls://b:4443"]`` into NATS URLs (default port 4222)."""
+    if not isinstance(servers, str | Sequence) or isinstance(servers, bytes | bytearray):
+        raise InvalidArgumentError(f"nats servers must be 'nats://host:port' text or a list of them, got {servers!r}")
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    urls = []
+    for item in items:
+        text = item.strip() if isinstance(item, str) else item
+        if text == "":
+            continue
+        match = _NATS_URL.match(text) if isinstance(text, str) else None
+        if match is None:
+            raise InvalidArgumentError(
+                f"invalid NATS server {item!r}: expected [nats://|tls://]host[:port], without credentials in it"
+            )
+        hostport = match.group("hostport")
+        host, port = parse_broker(hostport if ":" in hostport.strip("[]") else f"{hostport}:{NATS_DEFAULT_PORT}")
+        urls.append(f"{match.group('scheme') or 'nats'}://{format_address(host, port)}")
+    if not urls:
+        raise InvalidArgumentError(f"at least one NATS server is needed, got {servers!r}")
+    return tuple(urls)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NatsConfig:
+    """The NATS servers the Liftbridge cluster uses, for publishing straight to stream subjects.
+
+    :param servers: NATS URLs, ``nats://host:port`` (or ``tls://``; default port 4222).
+    :param user: user name, with ``password``.
+    :param password: password (never logged).
+    :param token: authentication token (never logged).
+    :param credentials: path of a ``.creds`` file (JWT and NKey seed).
+    :param tls: TLS settings (the CA, and a client certificate for mutual TLS); None for plaintext,
+        unless a ``tls://`` URL asks for the system's trust store.
+    :param connect_timeout: seconds to connect to one server (default 5).
+    """
+
+    servers: tuple[str, ...]
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    credentials: str | None = None
+    tls: TLSConfig | None = None
+    connect_timeout: float = 5.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "servers", split_nats_servers(self.servers))
+        for name in ("user", "password", "token", "credentials"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise InvalidArgumentError(f"nats {name} must be non-empty text or None, got {type(value).__name__}")
+        if (self.user is None) != (self.password is None):
+            raise InvalidArgumentError("NATS user and password go together: give both or neither")
+        if self.credentials is not None and not Path(self.credentials).expanduser().is_file():
+            raise InvalidArgumentError(f"NATS credentials file {self.credentials!r} is not a readable file")
+        if self.tls is not None and not isinstance(self.tls, TLSConfig):
+            raise InvalidArgumentError(f"nats tls must be a TLSConfig or None, got {self.tls!r}")
+        check_seconds("nats connect_timeout", self.connect_timeout)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context for the NATS connection; None for plaintext."""
+        if self.tls is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        ca = _pem(self.tls.ca, "CA")
+        if ca is not None:
+            context.load_verify_locations(cadata=ca.decode())
+        if self.tls.cert is not None:
+            with _pem_files(self.tls.cert, self.tls.key) as (cert_path, key_path):
+                context.load_cert_chain(cert_path, key_path)
+        return context
+
+
+@contextmanager
+def _pem_files(cert: str | bytes | Path, key: str | bytes | Path | None) -> Iterator[tuple[str, str]]:
+    """The client certificate and key as files (``ssl`` loads a chain only from files)."""
+    with tempfile.TemporaryDirectory(prefix="lb-nats-tls-") as folder:
+        paths = []
+        for name, value in (("cert.pem", cert), ("key.pem", key)):
+            path = Path(folder) / name
+            path.write_bytes(_pem(value, name) or b"")
+            path.chmod(0o600)
+            paths.append(str(path))
+        yield paths[0], paths[1]
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClientConfig:
     """Everything a :class:`~liftbridge_provider.client.LiftbridgeClient` needs to connect.
@@ -123,6 +216,8 @@ class ClientConfig:
     :param address_resolver: maps advertised ``(host, port)`` to the address to dial.
     :param max_message_bytes: gRPC send/receive size limit (default 64 MiB).
     :param grpc_options: extra gRPC channel arguments.
+    :param nats: the cluster's NATS servers: ``publish_batch`` then publishes straight to
+        the streams' NATS subjects (the fast path); None keeps it on gRPC PublishAsync.
     """
 
     brokers: tuple[str, ...]
@@ -137,6 +232,7 @@ class ClientConfig:
     address_resolver: AddressResolver | None = None
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     grpc_options: tuple[tuple[str, Any], ...] = ()
+    nats: NatsConfig | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "brokers", split_brokers(self.brokers))
@@ -155,6 +251,8 @@ class ClientConfig:
                 f"address_resolver must be a callable (host, port) -> 'host:port', got {self.address_resolver!r}"
             )
         object.__setattr__(self, "grpc_options", _grpc_options(self.grpc_options))
+        if self.nats is not None and not isinstance(self.nats, NatsConfig):
+            raise InvalidArgumentError(f"nats must be a NatsConfig or None, got {self.nats!r}")
 
     @classmethod
     def of(cls, brokers: str | Sequence[str] | ClientConfig, **options: Any) -> ClientConfig:

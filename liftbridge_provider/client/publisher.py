@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -44,6 +42,8 @@ from liftbridge_provider.client.errors import (
     is_too_large,
 )
 from liftbridge_provider.client.messages import Ack
+from liftbridge_provider.client.private_loop import run_in_private_loop
+from liftbridge_provider.client.publish_window import BatchResult, PublishFailure
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
 
@@ -73,53 +73,6 @@ _ASYNC_ERRORS: dict[int, tuple[type[LiftbridgeError], bool]] = {
     # The server publishes a denied message anyway (a server quirk), so it may be stored.
     api.PublishAsyncError.PERMISSION_DENIED: (PermissionDeniedError, True),
 }
-
-
-@dataclass(frozen=True)
-class PublishFailure:
-    """Message ``index`` of a batch was not acknowledged, because of ``error``."""
-
-    index: int
-    error: LiftbridgeError
-
-    @property
-    def may_be_stored(self) -> bool:
-        return self.error.may_be_stored
-
-
-@dataclass
-class BatchResult:
-    """Outcome of ``publish_batch``: one entry per input message, in input order.
-
-    ``acks[i]`` is the Ack of message i, or None when it failed or the ack
-    policy is NONE. ``failures`` lists the failed messages by index.
-    """
-
-    acks: list[Ack | None]
-    failures: list[PublishFailure] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def raise_for_failures(self) -> None:
-        if self.failures:
-            raise BatchPublishError(self)
-
-
-class BatchPublishError(LiftbridgeError):
-    """Some messages of a batch failed; ``result`` holds the acks of the others and every failure."""
-
-    def __init__(self, result: BatchResult) -> None:
-        shown = "; ".join(f"#{f.index}: {f.error}" for f in result.failures[:5])
-        more = f" (and {len(result.failures) - 5} more)" if len(result.failures) > 5 else ""
-        first = result.failures[0].error
-        super().__init__(
-            f"{len(result.failures)} of {len(result.acks)} messages failed: {shown}{more}",
-            stream=first.stream,
-            code=first.code,
-        )
-        self.result = result
 
 
 def async_error(response: api.PublishResponse, stream: str, partition: int) -> LiftbridgeError:
@@ -160,15 +113,6 @@ class _StreamEnded(grpc.RpcError):
         return f"the PublishAsync stream to {self.address} ended early"
 
 
-def _run_loop(coroutine: Coroutine[Any, Any, BatchResult]) -> BatchResult:
-    """Run ``coroutine`` in a new event loop: uvloop's when installed (about 20% less CPU per message)."""
-    try:
-        import uvloop  # noqa: PLC0415 - optional speed-up
-    except ImportError:
-        return asyncio.run(coroutine)
-    return uvloop.run(coroutine)
-
-
 class BatchPublisher:
     """Sends one batch; not reusable. See the module docstring for the guarantees.
 
@@ -205,21 +149,7 @@ class BatchPublisher:
 
     def run(self) -> BatchResult:
         """Publish the batch (blocking) and return the result."""
-        outcome: list[BatchResult] = []
-        errors: list[BaseException] = []
-
-        def main() -> None:
-            try:
-                outcome.append(_run_loop(self._run()))
-            except BaseException as exc:  # handed to the calling thread below
-                errors.append(exc)
-
-        worker = threading.Thread(target=main, name="liftbridge-publish-batch", daemon=True)
-        worker.start()
-        worker.join()
-        if errors:
-            raise errors[0]
-        return outcome[0]
+        return run_in_private_loop(self._run(), name="liftbridge-publish-batch")
 
     async def _run(self) -> BatchResult:
         self._space = asyncio.Event()

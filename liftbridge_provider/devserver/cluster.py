@@ -101,6 +101,29 @@ class DevServer:
     def brokers(self) -> list[str]:
         return [node.address for node in self.nodes]
 
+    @property
+    def nats_servers(self) -> list[str]:
+        """The NATS URLs the cluster uses: its shared nats-server, or each node's embedded NATS."""
+        if self.nats_port is not None:
+            return [f"nats://{config.LOOPBACK}:{self.nats_port}"]
+        return [f"nats://{config.LOOPBACK}:{node.nats_port}" for node in self.nodes if node.nats_port is not None]
+
+    def kill_nats(self) -> None:
+        """SIGKILL the shared nats-server (a cluster's; single nodes embed theirs)."""
+        self._shared_nats().kill()
+
+    def restart_nats(self, timeout: float = 30.0) -> None:
+        """Start the shared nats-server again on its port, after :meth:`kill_nats`; wait until it is ready."""
+        process = self._shared_nats()
+        mark = process.log_size()
+        process.start()
+        process.wait_for(lambda: process.log_contains("Server is ready", mark), timeout, "NATS readiness")
+
+    def _shared_nats(self) -> ServerProcess:
+        if self.nats is None:
+            raise DevServerError("this dev server has no shared nats-server: a single node embeds its NATS")
+        return self.nats
+
     def node(self, server_id: str) -> Node:
         """The node with this server id (``n1``, ``n2``, ...)."""
         for node in self.nodes:

@@ -22,6 +22,7 @@ from liftbridge_provider.client import (
     PermissionDeniedError,
     UnavailableError,
 )
+from liftbridge_provider.client.nats_publisher import probe_nats
 from liftbridge_provider.client.requests import CURSORS_STREAM
 
 # The pure connection -> ClientConfig mapping lives in liftbridge_provider.connection (no Airflow import);
@@ -78,7 +79,9 @@ class LiftbridgeHook(BaseHook):
     ``tls_ca_cert``, ``tls_client_cert``, ``tls_private_key`` (paths or PEM; the
     key is secret), ``tls_server_name``, ``request_timeout`` (s, default 10),
     ``max_conns_per_broker`` (default 2), ``keep_alive_time`` (s, default 30),
-    ``resubscribe_wait`` (s, default 30), ``read_isr_replica`` (default false).
+    ``resubscribe_wait`` (s, default 30), ``read_isr_replica`` (default false),
+    and ``nats_servers`` (with ``nats_user``/``nats_password``, ``nats_token``,
+    ``nats_credentials``, ``nats_tls_ca_cert``) to publish batches straight to NATS.
 
     :param liftbridge_conn_id: the connection id (default ``liftbridge_default``).
     """
@@ -131,6 +134,12 @@ class LiftbridgeHook(BaseHook):
             return False, f"Liftbridge error: {exc}"
         brokers = ", ".join(sorted(b.address for b in metadata.brokers.values()))
         found = f"Connected: {len(metadata.brokers)} broker(s) ({brokers}), {len(metadata.streams)} stream(s)"
+        if config.nats is not None:
+            try:
+                max_payload = probe_nats(config.nats)
+            except LiftbridgeError as exc:
+                return False, f"{found}, but NATS (nats_servers) failed: {exc.message}"
+            found += f"; NATS {', '.join(config.nats.servers)} (max_payload {max_payload} bytes)"
         return True, found + thin_cursors_warning(metadata)
 
 

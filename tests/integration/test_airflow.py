@@ -235,9 +235,12 @@ def test_admin_operators(airflow_home: Path, liftbridge_server: DevServer, clien
     assert stream not in client.fetch_metadata().streams
 
 
+@pytest.mark.parametrize("transport", ["grpc", "nats"])
 def test_publish_sources_and_failures(
-    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path, transport: str
 ) -> None:
+    """The publish operator over gRPC, and over NATS when the connection names NATS servers: the same results."""
+    nats = {"nats_servers": ",".join(liftbridge_server.nats_servers)} if transport == "nats" else {}
     stream = stream_name()
     client.create_stream(stream, stream, partitions=2)
     jsonl = tmp_path / "records.jsonl"
@@ -264,7 +267,7 @@ def test_publish_sources_and_failures(
         )
         LiftbridgePublishOperator(task_id="rejected", stream={readonly!r}, messages=[b"1", b"2", b"3"])
     """
-    run = run_dag(airflow_home, body, connection_env(liftbridge_server))
+    run = run_dag(airflow_home, body, connection_env(liftbridge_server, **nats))
     assert {k: v for k, v in run.states.items() if k != "rejected"} == dict.fromkeys(
         ["upstream", "iterable", "xcom", "callable", "jsonl"], "success"
     ), run.output[-4000:]
@@ -383,6 +386,13 @@ def test_connection_test_success_and_failures(
     ok, message = check(wrong_port)
     assert not ok
     assert "Cannot reach any broker at 127.0.0.1:1" in message
+    nats_url = liftbridge_server.nats_servers[0]
+    ok, message = check(connection_env(liftbridge_server, nats_servers=nats_url))
+    assert ok, message
+    assert f"NATS {nats_url} (max_payload 1048576 bytes)" in message
+    ok, message = check(connection_env(liftbridge_server, nats_servers="127.0.0.1:1"))
+    assert not ok
+    assert "but NATS (nats_servers) failed: cannot connect to NATS ['nats://127.0.0.1:1']" in message
 
     ca = write_ca(tmp_path)
     server_cert = write_server_cert(tmp_path, ca)

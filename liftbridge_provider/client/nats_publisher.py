@@ -1,0 +1,399 @@
+"""Batch publishing straight to the streams' NATS subjects: the fast path of ``publish_batch``.
+
+A Liftbridge partition listens on a NATS subject (the stream's subject for
+partition 0, ``<subject>.<n>`` for partition n). A message wrapped in the
+Liftbridge envelope, carrying an ack inbox and a correlation id, is acked by
+the partition's leader on that inbox, exactly as the server's own PublishAsync
+does it. This module keeps a window of such messages in flight on one
+nats-py connection and matches the acks by correlation id; the
+:class:`~liftbridge_provider.client.publish_window.PublishWindow` decides the
+rest, as for every publisher.
+
+Guarantees, as for the gRPC path:
+
+- every message is checked before the first is sent; a message over the NATS
+  server's ``max_payload`` (announced on connect) is refused before anything is
+  sent, naming its size and the limit;
+- nothing is re-sent behind the caller's back: when the connection breaks, the
+  messages awaiting an ack fail with ``may_be_stored=True`` and the messages
+  not yet sent go on over a new connection;
+- an ack that does not come within ``ack_wait`` fails its message
+  (AckTimeoutError, ``may_be_stored``), and the batch ends by its deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import nats
+import nats.errors
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client.envelope import decode_ack, wrap_publish
+from liftbridge_provider.client.errors import (
+    AckTimeoutError,
+    EncryptionError,
+    EnvelopeError,
+    IncorrectOffsetError,
+    LiftbridgeError,
+    MessageTooLargeError,
+    PermissionDeniedError,
+    UnavailableError,
+)
+from liftbridge_provider.client.messages import Ack
+from liftbridge_provider.client.options import NatsConfig
+from liftbridge_provider.client.private_loop import run_in_private_loop
+from liftbridge_provider.client.publish_window import BatchResult, ErrorFor, PublishWindow
+from liftbridge_provider.client.retry import Deadline, backoff_delay
+
+log = logging.getLogger(__name__)
+MAX_CONNECT_ATTEMPTS = 10  # broken connections in a row, with no ack in between, before giving up
+FLUSH_TIMEOUT = 5.0  # seconds for the server to confirm the ack subscription before the first publish
+CLOSE_TIMEOUT = 2.0  # seconds to close a connection at the end
+_ENVELOPE_SLACK = 16  # bytes: envelope header and the inbox field's tag and length, over the request's own size
+
+_ACK_ERRORS: dict[int, tuple[type[LiftbridgeError], str]] = {
+    api.Ack.INCORRECT_OFFSET: (IncorrectOffsetError, "incorrect expected offset"),
+    api.Ack.TOO_LARGE: (MessageTooLargeError, "message exceeds max replication size"),
+    api.Ack.ENCRYPTION: (EncryptionError, "encryption failed on partition"),
+}
+
+
+def partition_subject(stream_subject: str, partition: int) -> str:
+    """The NATS subject partition ``partition`` of a stream on ``stream_subject`` listens on."""
+    return stream_subject if partition == 0 else f"{stream_subject}.{partition}"
+
+
+def ack_error(ack: api.Ack, stream: str, partition: int) -> LiftbridgeError | None:
+    """The typed error an ack carries (the message was not stored), or None for a plain ack."""
+    if ack.ackError == api.Ack.OK:
+        return None
+    kind, text = _ACK_ERRORS.get(ack.ackError, (LiftbridgeError, f"ack error {ack.ackError}"))
+    return kind(text, stream=stream, partition=partition)
+
+
+def publish_envelope(request: api.PublishRequest, inbox: str) -> bytes:
+    """The NATS payload of one validated publish request: the envelope the server's PublishAsync would send."""
+    message = api.Message(
+        key=request.key,
+        value=request.value,
+        headers=request.headers,
+        ackInbox=inbox,
+        correlationId=request.correlationId,
+        ackPolicy=request.ackPolicy,
+        offset=request.expectedOffset,
+    )
+    return wrap_publish(message)
+
+
+def probe_nats(config: NatsConfig) -> int:
+    """Connect to NATS and close again; the server's ``max_payload`` (bytes). Raises a typed error naming why not."""
+
+    async def probe() -> int:
+        try:
+            client = await asyncio.wait_for(_connect(config), config.connect_timeout * len(config.servers))
+        except nats.errors.Error as exc:
+            kind = PermissionDeniedError if _refused(exc) else UnavailableError
+            raise kind(f"cannot connect to NATS {list(config.servers)}: {exc!r}") from exc
+        except (OSError, TimeoutError) as exc:
+            raise UnavailableError(f"cannot connect to NATS {list(config.servers)}: {exc!r}") from exc
+        try:
+            return client.max_payload
+        finally:
+            await asyncio.wait_for(client.close(), CLOSE_TIMEOUT)
+
+    return run_in_private_loop(probe(), name="liftbridge-nats-probe")
+
+
+def _refused(exc: Exception) -> bool:
+    """NATS refused the credentials (trying again cannot help)."""
+    return "authorization" in str(exc).lower()
+
+
+async def _connect(config: NatsConfig, **callbacks: Any) -> NatsClient:
+    """One connection that never reconnects by itself: a lost connection is the publisher's to report."""
+    return await nats.connect(
+        servers=list(config.servers),
+        user=config.user,
+        password=config.password,
+        token=config.token,
+        user_credentials=config.credentials,
+        tls=config.ssl_context(),
+        connect_timeout=config.connect_timeout,
+        allow_reconnect=False,
+        max_reconnect_attempts=1,
+        name="liftbridge-provider",
+        **callbacks,
+    )
+
+
+class _ConnectionBroken(Exception):
+    """The NATS connection failed or was lost; ``final`` when trying again cannot help."""
+
+    def __init__(self, reason: str, *, final: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.final = final
+
+
+class NatsBatchPublisher:
+    """Sends one batch over NATS; not reusable.
+
+    :param config: the NATS servers and credentials.
+    :param requests: validated publish requests, correlation id = index.
+    :param subjects: NATS subject of each partition the requests go to.
+    :param refused: errors of messages refused before sending (e.g. readonly partitions).
+    """
+
+    def __init__(
+        self,
+        config: NatsConfig,
+        requests: Sequence[api.PublishRequest],
+        subjects: Mapping[int, str],
+        *,
+        window: int,
+        ack_wait: float,
+        deadline: Deadline | None,
+        refused: Mapping[int, LiftbridgeError] | None = None,
+    ) -> None:
+        self._config = config
+        self._requests = requests
+        self._subjects = subjects
+        self._deadline = deadline
+        self._expects_ack = requests[0].ackPolicy != api.NONE
+        self._window = PublishWindow(len(requests), window=window, ack_wait=ack_wait, expects_ack=self._expects_ack)
+        for index, error in (refused or {}).items():
+            self._window.refuse(index, error)
+        self._ack_wait = ack_wait
+        self._stream = requests[0].stream
+        self._wakeup: asyncio.Event | None = None
+        self._lost: str | None = None  # why the current connection ended
+        self._closed = asyncio.Event()  # set when nats-py has closed the current connection
+        self._sizes_checked = False
+
+    def run(self) -> BatchResult:
+        """Publish the batch (blocking) and return the result."""
+        return run_in_private_loop(self._run(), name="liftbridge-publish-nats")
+
+    async def _run(self) -> BatchResult:
+        self._wakeup = asyncio.Event()
+        attempt = 0
+        while not self._window.done:
+            acked_before = self._window.acked
+            try:
+                await self._publish_over_one_connection()
+            except _ConnectionBroken as broken:
+                lost = self._window.lose_in_flight(self._lost_error(broken.reason))
+                attempt = 0 if self._window.acked > acked_before else attempt + 1
+                log.warning("NATS connection broke (%s); %d awaiting an ack failed", broken.reason, lost)
+                if broken.final or attempt >= MAX_CONNECT_ATTEMPTS or self._deadline_passed():
+                    self._window.fail_unsent(self._not_sent_error(broken))
+                    break
+                await asyncio.sleep(self._bounded(backoff_delay(attempt)))
+        return self._window.result()
+
+    async def _publish_over_one_connection(self) -> None:
+        client = await self._connect()
+        try:
+            if not self._sizes_checked:
+                self._check_sizes(client.max_payload)
+            inbox = client.new_inbox()
+            if self._expects_ack:
+                await client.subscribe(inbox, cb=self._on_ack)
+                await self._confirm(client)  # the SUB reached the server before any message it acks
+            await self._send_all(client, inbox)
+            if not self._expects_ack:
+                await self._confirm(client)
+        finally:
+            await self._close(client)
+
+    async def _send_all(self, client: NatsClient, inbox: str) -> None:
+        """Send while the window has room; between sends, wait for acks, expiries, the deadline or a loss."""
+        assert self._wakeup is not None
+        window = self._window
+        while not window.done:
+            now = time.monotonic()
+            if window.expire(now, self._ack_timeout_error):
+                log.debug("acks overdue after %gs", self._ack_wait)
+            if self._deadline_passed():
+                self._fail_at_deadline()
+                return
+            if self._lost is not None:
+                raise _ConnectionBroken(self._lost)
+            index = window.take(now)
+            if index is not None:
+                await self._publish(client, index, inbox)
+                continue
+            await self._sleep(self._next_wake(now))
+
+    async def _publish(self, client: NatsClient, index: int, inbox: str) -> None:
+        request = self._requests[index]
+        try:
+            await client.publish(self._subjects[request.partition], publish_envelope(request, inbox))
+        except (nats.errors.Error, OSError) as exc:
+            raise _ConnectionBroken(f"publish failed: {exc!r}") from exc
+
+    async def _on_ack(self, msg: Msg) -> None:
+        try:
+            ack = decode_ack(msg.data)
+        except EnvelopeError as exc:
+            log.warning("ignoring a malformed ack on %s: %s", msg.subject, exc)
+            return
+        index = int(ack.correlationId) if ack.correlationId.isdigit() else -1
+        if not 0 <= index < len(self._requests):
+            log.warning("ignoring an ack with unknown correlation id %r", ack.correlationId)
+            return
+        partition = self._requests[index].partition
+        error = ack_error(ack, self._stream, partition)
+        if error is None:
+            counted = self._window.on_ack(index, Ack(ack, partition))
+        else:
+            counted = self._window.on_error(index, error)
+        if counted and self._wakeup is not None:
+            self._wakeup.set()
+
+    # -- connections -------------------------------------------------------------------
+
+    async def _connect(self) -> NatsClient:
+        self._lost = None
+        self._closed = asyncio.Event()
+        config = self._config
+        try:
+            return await asyncio.wait_for(
+                _connect(
+                    config,
+                    error_cb=self._on_nats_error,
+                    disconnected_cb=self._on_disconnect,
+                    closed_cb=self._on_closed,
+                ),
+                self._bounded(config.connect_timeout * len(config.servers)),
+            )
+        except nats.errors.Error as exc:
+            final = _refused(exc)
+            raise _ConnectionBroken(f"could not connect to NATS {list(config.servers)}: {exc!r}", final=final) from exc
+        except (OSError, TimeoutError) as exc:
+            raise _ConnectionBroken(f"could not connect to NATS {list(config.servers)}: {exc!r}") from exc
+
+    async def _confirm(self, client: NatsClient) -> None:
+        """A round trip to the NATS server: what was written before has reached it."""
+        try:
+            await client.flush(timeout=max(int(self._bounded(FLUSH_TIMEOUT)), 1))
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            raise _ConnectionBroken(f"NATS flush failed: {exc!r}") from exc
+
+    async def _on_nats_error(self, exc: Exception) -> None:
+        if isinstance(exc, nats.errors.Error) and _refused(exc):
+            self._lost = f"NATS refused this client: {exc}"
+        log.debug("NATS error: %r", exc)
+
+    async def _on_disconnect(self) -> None:
+        if self._lost is None:
+            self._lost = "the NATS connection was lost"
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    async def _on_closed(self) -> None:
+        await self._on_disconnect()
+        self._closed.set()
+
+    async def _close(self, client: NatsClient) -> None:
+        """Close the connection and wait until nats-py has stopped its tasks (also when it closed by itself)."""
+        try:
+            if not client.is_closed:
+                await asyncio.wait_for(client.close(), CLOSE_TIMEOUT)
+            await asyncio.wait_for(self._closed.wait(), CLOSE_TIMEOUT)
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            log.debug("closing the NATS connection: %r", exc)
+
+    # -- checks and errors ---------------------------------------------------------------
+
+    def _check_sizes(self, max_payload: int) -> None:
+        """Refuse, before anything is sent, each message over the NATS server's ``max_payload``.
+
+        The others go on, as on the gRPC path (where the server refuses such a message alone).
+        """
+        for index, request in enumerate(self._requests):
+            if request.ByteSize() + _ENVELOPE_SLACK + 64 <= max_payload:  # an inbox is under 64 bytes
+                continue
+            size = len(publish_envelope(request, "_INBOX." + "x" * 40))
+            if size > max_payload:
+                too_large = MessageTooLargeError(
+                    f"message #{index} is {size} bytes as a NATS message, over the NATS server's max_payload "
+                    f"({max_payload} bytes); it was not sent",
+                    stream=request.stream,
+                    partition=request.partition,
+                )
+                too_large.size = size
+                self._window.refuse(index, too_large)
+        self._sizes_checked = True
+
+    def _ack_timeout_error(self, index: int) -> LiftbridgeError:
+        return AckTimeoutError(
+            f"no ack within {self._ack_wait:g}s",
+            stream=self._stream,
+            partition=self._requests[index].partition,
+            may_be_stored=True,
+        )
+
+    def _lost_error(self, reason: str) -> ErrorFor:
+        def error_for(index: int) -> LiftbridgeError:
+            return UnavailableError(
+                f"NATS connection lost before the ack ({reason}); the message may or may not have been stored",
+                stream=self._stream,
+                partition=self._requests[index].partition,
+                may_be_stored=True,
+            )
+
+        return error_for
+
+    def _not_sent_error(self, broken: _ConnectionBroken) -> ErrorFor:
+        kind = PermissionDeniedError if broken.final else UnavailableError
+        error = kind(f"not sent: {broken.reason}", stream=self._stream)
+        return lambda _index: error
+
+    def _fail_at_deadline(self) -> None:
+        """The batch deadline passed: messages awaiting an ack may be stored; unsent ones were not sent."""
+        timeout = self._deadline.timeout if self._deadline is not None else 0.0
+
+        def in_flight(index: int) -> LiftbridgeError:
+            return AckTimeoutError(
+                f"no ack before the batch deadline ({timeout:g}s)",
+                stream=self._stream,
+                partition=self._requests[index].partition,
+                may_be_stored=True,
+            )
+
+        self._window.lose_in_flight(in_flight)
+        unsent = AckTimeoutError(f"not sent: the batch deadline ({timeout:g}s) passed first", stream=self._stream)
+        self._window.fail_unsent(lambda _index: unsent)
+
+    # -- time ----------------------------------------------------------------------------
+
+    def _deadline_passed(self) -> bool:
+        return self._deadline is not None and self._deadline.expired
+
+    def _bounded(self, seconds: float) -> float:
+        """``seconds``, or less when the batch deadline comes first."""
+        if self._deadline is None:
+            return seconds
+        return max(min(seconds, self._deadline.remaining()), 0.001)
+
+    def _next_wake(self, now: float) -> float:
+        expiry = self._window.next_expiry(now)
+        return self._bounded(self._ack_wait if expiry is None else expiry)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Until an ack or a loss sets the wake-up event, or ``seconds`` pass."""
+        assert self._wakeup is not None
+        self._wakeup.clear()
+        timer = asyncio.get_running_loop().call_later(seconds, self._wakeup.set)
+        try:
+            await self._wakeup.wait()
+        finally:
+            timer.cancel()

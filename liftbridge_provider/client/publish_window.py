@@ -1,0 +1,205 @@
+"""The window of a pipelined batch publish, without I/O.
+
+A batch of ``size`` messages is published with at most ``window`` of them
+awaiting their ack. :class:`PublishWindow` decides which message goes next and
+records how each one ended (acked, refused, timed out, lost with its
+connection, not sent); the publishers drive it from their own transport (NATS
+today), calling it with the current ``time.monotonic()``. It never sends,
+sleeps or reads a clock itself, so the rules are tested as plain logic.
+
+Rules:
+
+- an ack that arrives after its message timed out still counts; one after an
+  error does not;
+- a message whose connection broke before its ack may be stored
+  (``may_be_stored``); it is reported, never re-sent;
+- with ack policy NONE a message is resolved when it is sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from liftbridge_provider.client.errors import AckTimeoutError, LiftbridgeError
+from liftbridge_provider.client.messages import Ack
+
+ErrorFor = Callable[[int], LiftbridgeError]
+"""Builds the error of message ``index`` (the publisher knows its stream and partition)."""
+
+
+@dataclass(frozen=True)
+class PublishFailure:
+    """Message ``index`` of a batch was not acknowledged, because of ``error``."""
+
+    index: int
+    error: LiftbridgeError
+
+    @property
+    def may_be_stored(self) -> bool:
+        return self.error.may_be_stored
+
+
+@dataclass
+class BatchResult:
+    """Outcome of ``publish_batch``: one entry per input message, in input order.
+
+    ``acks[i]`` is the Ack of message i, or None when it failed or the ack
+    policy is NONE. ``failures`` lists the failed messages by index.
+    """
+
+    acks: list[Ack | None]
+    failures: list[PublishFailure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def raise_for_failures(self) -> None:
+        if self.failures:
+            raise BatchPublishError(self)
+
+
+class BatchPublishError(LiftbridgeError):
+    """Some messages of a batch failed; ``result`` holds the acks of the others and every failure."""
+
+    def __init__(self, result: BatchResult) -> None:
+        shown = "; ".join(f"#{f.index}: {f.error}" for f in result.failures[:5])
+        more = f" (and {len(result.failures) - 5} more)" if len(result.failures) > 5 else ""
+        first = result.failures[0].error
+        super().__init__(
+            f"{len(result.failures)} of {len(result.acks)} messages failed: {shown}{more}",
+            stream=first.stream,
+            code=first.code,
+        )
+        self.result = result
+
+
+class PublishWindow:
+    """Bookkeeping of one batch: what to send next, what awaits an ack, how each message ended.
+
+    :param size: messages in the batch, indexed 0..size-1.
+    :param window: most messages awaiting an ack at once (>= 1).
+    :param ack_wait: seconds a sent message may wait for its ack.
+    :param expects_ack: False for ack policy NONE (a sent message is done).
+    """
+
+    def __init__(self, size: int, *, window: int, ack_wait: float, expects_ack: bool) -> None:
+        self.size = size
+        self._window = window
+        self._ack_wait = ack_wait
+        self._expects_ack = expects_ack
+        self._next = 0
+        self._in_flight: dict[int, float] = {}  # index -> monotonic time sent, oldest first
+        self._acks: list[Ack | None] = [None] * size
+        self._failures: dict[int, LiftbridgeError] = {}
+        self.acked = 0  # acks counted so far (a driver resets its retry count when this moves)
+
+    # -- state -------------------------------------------------------------------
+
+    @property
+    def all_sent(self) -> bool:
+        self._skip_refused()
+        return self._next >= self.size
+
+    @property
+    def done(self) -> bool:
+        """Every message resolved: acked, failed, or sent with ack policy NONE."""
+        return self.all_sent and not self._in_flight
+
+    @property
+    def has_room(self) -> bool:
+        return not self.all_sent and len(self._in_flight) < self._window
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    @property
+    def unsent(self) -> int:
+        return self.size - self._next
+
+    def is_waiting(self, index: int) -> bool:
+        return index in self._in_flight
+
+    def next_expiry(self, now: float) -> float | None:
+        """Seconds until the oldest message awaiting its ack times out (0 if overdue); None if none waits."""
+        for sent in self._in_flight.values():
+            return max(sent + self._ack_wait - now, 0.0)
+        return None
+
+    # -- events ------------------------------------------------------------------
+
+    def take(self, now: float) -> int | None:
+        """The index of the next message to send, marked as sent at ``now``; None when the window is full."""
+        if not self.has_room:  # (skips refused messages)
+            return None
+        index, self._next = self._next, self._next + 1
+        if self._expects_ack:
+            self._in_flight[index] = now
+        return index
+
+    def on_ack(self, index: int, ack: Ack) -> bool:
+        """Message ``index`` was acked; False when the ack is not counted (unknown index, or after an error)."""
+        if not 0 <= index < self._next:
+            return False
+        waiting = self._in_flight.pop(index, None) is not None
+        if not waiting and not isinstance(self._failures.get(index), AckTimeoutError):
+            return False
+        self._failures.pop(index, None)
+        self._acks[index] = ack
+        self.acked += 1
+        return True
+
+    def on_error(self, index: int, error: LiftbridgeError) -> bool:
+        """The server refused message ``index``; False for an unknown index or one already resolved."""
+        if self._in_flight.pop(index, None) is None:
+            return False
+        self._failures[index] = error
+        return True
+
+    def expire(self, now: float, error_for: ErrorFor) -> int:
+        """Fail the messages whose ack is overdue at ``now``; how many."""
+        cutoff = now - self._ack_wait
+        expired = []
+        for index, sent in self._in_flight.items():
+            if sent > cutoff:
+                break  # sent in order: the rest are younger
+            expired.append(index)
+        for index in expired:
+            del self._in_flight[index]
+            self._failures[index] = error_for(index)
+        return len(expired)
+
+    def lose_in_flight(self, error_for: ErrorFor) -> int:
+        """The connection broke: every message awaiting an ack is failed (it may be stored); how many."""
+        lost = list(self._in_flight)
+        for index in lost:
+            self._failures[index] = error_for(index)
+        self._in_flight.clear()
+        return len(lost)
+
+    def fail_unsent(self, error_for: ErrorFor) -> int:
+        """Fail every message not sent yet (nothing of them reached the server); how many."""
+        count = 0
+        for index in range(self._next, self.size):
+            if index not in self._failures:  # refused ones keep their own error
+                self._failures[index] = error_for(index)
+                count += 1
+        self._next = self.size
+        return count
+
+    def refuse(self, index: int, error: LiftbridgeError) -> None:
+        """Fail message ``index`` before it is sent (e.g. its partition is readonly); it is skipped by :meth:`take`."""
+        if index < self._next:
+            raise ValueError(f"message #{index} was already taken")
+        self._failures[index] = error
+
+    def _skip_refused(self) -> None:
+        while self._next < self.size and self._next in self._failures:
+            self._next += 1
+
+    def result(self) -> BatchResult:
+        """The outcome so far; complete once :attr:`done`."""
+        failures = [PublishFailure(i, e) for i, e in sorted(self._failures.items())]
+        return BatchResult(self._acks, failures)

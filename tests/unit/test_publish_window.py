@@ -1,0 +1,181 @@
+"""PublishWindow (the I/O-free bookkeeping of a batch publish) and the NATS settings, as pure logic."""
+
+from __future__ import annotations
+
+import pytest
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client import (
+    AckTimeoutError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    NatsConfig,
+    ReadonlyPartitionError,
+    UnavailableError,
+)
+from liftbridge_provider.client.envelope import decode_message
+from liftbridge_provider.client.messages import Ack
+from liftbridge_provider.client.nats_publisher import ack_error, partition_subject, publish_envelope
+from liftbridge_provider.client.options import split_nats_servers
+from liftbridge_provider.client.publish_window import PublishWindow
+from liftbridge_provider.connection import config_from_connection
+
+
+def ack(offset: int) -> Ack:
+    return Ack(api.Ack(offset=offset), 0)
+
+
+def timeout_error(index: int) -> LiftbridgeError:
+    return AckTimeoutError(f"#{index} timed out", may_be_stored=True)
+
+
+def take_all(window: PublishWindow, now: float) -> list[int]:
+    taken = []
+    while (index := window.take(now)) is not None:
+        taken.append(index)
+    return taken
+
+
+def test_window_holds_at_most_its_size_in_flight_and_refills_on_acks() -> None:
+    window = PublishWindow(5, window=2, ack_wait=1.0, expects_ack=True)
+    assert take_all(window, 0.0) == [0, 1]
+    assert window.on_ack(0, ack(10))
+    assert take_all(window, 0.1) == [2]
+    for index, offset in ((1, 11), (2, 12)):
+        window.on_ack(index, ack(offset))
+    assert take_all(window, 0.2) == [3, 4]
+    window.on_ack(3, ack(13))
+    window.on_ack(4, ack(14))
+    assert window.done
+    result = window.result()
+    assert result.ok
+    assert [a.offset for a in result.acks if a] == [10, 11, 12, 13, 14]
+
+
+def test_overdue_acks_expire_oldest_first_and_a_late_ack_still_counts() -> None:
+    window = PublishWindow(3, window=3, ack_wait=1.0, expects_ack=True)
+    window.take(0.0)
+    window.take(0.5)
+    window.take(0.9)
+    assert window.next_expiry(0.6) == pytest.approx(0.4)
+    assert window.expire(1.6, timeout_error) == 2  # sent at 0.0 and 0.5
+    assert window.next_expiry(1.6) == pytest.approx(0.3)
+    assert window.on_ack(1, ack(1)), "an ack after its timeout still counts"
+    assert window.on_ack(2, ack(2))
+    assert window.done
+    result = window.result()
+    assert [(f.index, type(f.error)) for f in result.failures] == [(0, AckTimeoutError)]
+    assert result.acks[1] is not None
+
+
+def test_an_ack_after_a_refusal_or_for_an_unknown_index_is_not_counted() -> None:
+    window = PublishWindow(2, window=2, ack_wait=1.0, expects_ack=True)
+    take_all(window, 0.0)
+    assert window.on_error(0, ReadonlyPartitionError("readonly"))
+    assert not window.on_ack(0, ack(0)), "the server said no: a stray ack does not undo it"
+    assert not window.on_ack(7, ack(7))
+    assert not window.on_ack(-1, ack(7))
+    assert not window.on_error(0, ReadonlyPartitionError("again"))
+    assert window.acked == 0
+
+
+def test_a_lost_connection_fails_what_awaits_an_ack_and_the_rest_can_go_on() -> None:
+    window = PublishWindow(4, window=2, ack_wait=5.0, expects_ack=True)
+    take_all(window, 0.0)
+    lost = window.lose_in_flight(lambda i: UnavailableError(f"#{i} lost", may_be_stored=True))
+    assert lost == 2
+    assert take_all(window, 1.0) == [2, 3], "messages not yet sent go over the next connection"
+    window.on_ack(2, ack(0))
+    window.on_ack(3, ack(1))
+    result = window.result()
+    assert [(f.index, f.may_be_stored) for f in result.failures] == [(0, True), (1, True)]
+
+
+def test_refused_messages_are_skipped_and_keep_their_own_error() -> None:
+    window = PublishWindow(4, window=4, ack_wait=1.0, expects_ack=True)
+    window.refuse(1, ReadonlyPartitionError("readonly"))
+    window.refuse(3, ReadonlyPartitionError("readonly"))
+    assert take_all(window, 0.0) == [0, 2]
+    window.on_ack(0, ack(0))
+    window.on_ack(2, ack(1))
+    assert window.done
+    with pytest.raises(ValueError, match="already taken"):
+        window.refuse(0, ReadonlyPartitionError("late"))
+
+
+def test_fail_unsent_spares_refused_ones_and_no_ack_policy_resolves_on_send() -> None:
+    window = PublishWindow(4, window=10, ack_wait=1.0, expects_ack=False)
+    window.refuse(2, ReadonlyPartitionError("readonly"))
+    assert window.take(0.0) == 0
+    assert window.in_flight == 0, "ack policy NONE: nothing awaits an ack"
+    assert window.fail_unsent(lambda i: AckTimeoutError("not sent")) == 2  # 1 and 3
+    result = window.result()
+    assert [(f.index, type(f.error)) for f in result.failures] == [
+        (1, AckTimeoutError),
+        (2, ReadonlyPartitionError),
+        (3, AckTimeoutError),
+    ]
+    assert window.done
+
+
+def test_partition_subjects_and_ack_errors_follow_the_server() -> None:
+    assert partition_subject("orders", 0) == "orders"
+    assert partition_subject("orders", 3) == "orders.3"
+    assert ack_error(api.Ack(), "s", 0) is None
+    error = ack_error(api.Ack(ackError=api.Ack.INCORRECT_OFFSET), "s", 1)
+    assert error is not None
+    assert type(error).__name__ == "IncorrectOffsetError"
+    assert (error.stream, error.partition, error.may_be_stored) == ("s", 1, False)
+
+
+def test_the_envelope_carries_every_field_of_the_request() -> None:
+    request = api.PublishRequest(
+        stream="s", partition=2, key=b"k", value=b"v", ackPolicy=api.ALL, expectedOffset=7, correlationId="42"
+    )
+    request.headers["h"] = b"1"
+    message = decode_message(publish_envelope(request, "_INBOX.x"))
+    assert (message.key, message.value, message.headers["h"]) == (b"k", b"v", b"1")
+    assert (message.ackInbox, message.correlationId, message.ackPolicy, message.offset) == (
+        "_INBOX.x",
+        "42",
+        api.ALL,
+        7,
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "urls"),
+    [
+        ("127.0.0.1", ("nats://127.0.0.1:4222",)),
+        ("a:1, tls://b:4443", ("nats://a:1", "tls://b:4443")),
+        (["nats://[::1]:5"], ("nats://[::1]:5",)),
+    ],
+)
+def test_nats_servers_are_normalised(given: object, urls: tuple[str, ...]) -> None:
+    assert split_nats_servers(given) == urls
+
+
+@pytest.mark.parametrize("bad", ["", "nats://user:secret@host:4222", "http://x", "a:99999", 4222, b"a:1"])
+def test_bad_nats_servers_are_refused_by_name(bad: object) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"NATS server|nats servers|invalid broker address"):
+        split_nats_servers(bad)
+
+
+def test_nats_credentials_are_checked_and_never_shown() -> None:
+    with pytest.raises(InvalidArgumentError, match="user and password go together"):
+        NatsConfig(servers=("a",), user="u")
+    with pytest.raises(InvalidArgumentError, match="not a readable file"):
+        NatsConfig(servers=("a",), credentials="/no/such.creds")
+    config = NatsConfig(servers=("a",), user="u", password="hunter2", token="t0ken")
+    assert "hunter2" not in repr(config)
+    assert "t0ken" not in repr(config)
+
+
+def test_connection_extras_turn_on_nats_and_refuse_settings_without_servers() -> None:
+    config = config_from_connection("lb:9292", None, {"nats_servers": "n1:4222,n2", "nats_token": "x"})
+    assert config.nats is not None
+    assert config.nats.servers == ("nats://n1:4222", "nats://n2:4222")
+    assert config.nats.token == "x"
+    assert config_from_connection("lb", None, {"nats_servers": ""}).nats is None
+    with pytest.raises(InvalidArgumentError, match="need nats_servers"):
+        config_from_connection("lb", None, {"nats_user": "u", "nats_password": "p"})
