@@ -55,6 +55,7 @@ from liftbridge_provider.client.retry import Deadline, backoff_delay
 log = logging.getLogger(__name__)
 MAX_CONNECT_ATTEMPTS = 10  # broken connections in a row, with no ack in between, before giving up
 FLUSH_TIMEOUT = 5.0  # seconds for the server to confirm the ack subscription before the first publish
+SEND_CHUNK = 256  # messages sent in a row before acks, the deadline and the connection are looked at again
 CLOSE_TIMEOUT = 2.0  # seconds to close a connection at the end
 _ENVELOPE_SLACK = 16  # bytes: envelope header and the inbox field's tag and length, over the request's own size
 
@@ -83,12 +84,13 @@ def publish_envelope(request: api.PublishRequest, inbox: str) -> bytes:
     message = api.Message(
         key=request.key,
         value=request.value,
-        headers=request.headers,
         ackInbox=inbox,
         correlationId=request.correlationId,
         ackPolicy=request.ackPolicy,
         offset=request.expectedOffset,
     )
+    if request.headers:  # (copying an empty map still costs a Python-level update)
+        message.headers.update(request.headers)
     return wrap_publish(message)
 
 
@@ -219,18 +221,20 @@ class NatsBatchPublisher:
         window = self._window
         while not window.done:
             now = time.monotonic()
-            if window.expire(now, self._ack_timeout_error):
-                log.debug("acks overdue after %gs", self._ack_wait)
+            window.expire(now, self._ack_timeout_error)
             if self._deadline_passed():
                 self._fail_at_deadline()
                 return
             if self._lost is not None:
                 raise _ConnectionBroken(self._lost)
-            index = window.take(now)
-            if index is not None:
+            sent = 0
+            while sent < SEND_CHUNK and (index := window.take(now)) is not None:
                 await self._publish(client, index, inbox)
-                continue
-            await self._sleep(self._next_wake(now))
+                sent += 1
+            if sent == SEND_CHUNK:
+                await asyncio.sleep(0)  # let acks in, then check the clock again
+            elif not window.done:
+                await self._sleep(self._next_wake(now))  # the window is full, or every message is sent
 
     async def _publish(self, client: NatsClient, index: int, inbox: str) -> None:
         request = self._requests[index]

@@ -164,20 +164,23 @@ def test_readonly_partition_is_refused_and_a_paused_one_resumed(
     assert stored(grpc_client, over_nats, 1) == []
 
 
-def test_batch_deadline_ends_the_batch_and_names_each_message(nats_client: LiftbridgeClient) -> None:
+@pytest.mark.parametrize("policy", [AckPolicy.LEADER, AckPolicy.NONE])
+def test_batch_deadline_ends_the_batch_and_names_each_message(nats_client: LiftbridgeClient, policy: AckPolicy) -> None:
     name = new_stream(nats_client)
     batch = [b"y" * 256] * 300_000
     started = time.monotonic()
-    result = nats_client.publish_batch(name, batch, timeout=0.5, raise_on_error=False)
+    result = nats_client.publish_batch(name, batch, timeout=0.5, ack_policy=policy, raise_on_error=False)
     elapsed = time.monotonic() - started
     assert elapsed < 1.5, f"a 0.5 s batch took {elapsed:.2f} s"
-    assert result.failures, "300,000 messages cannot all be acked in 0.5 s here"
+    assert result.failures, "300,000 messages cannot all be sent and acked in 0.5 s here"
     assert all(isinstance(f.error, AckTimeoutError) for f in result.failures)
     unsent = [f for f in result.failures if not f.may_be_stored]
     assert unsent
     assert "not sent" in str(unsent[-1].error)
-    acked = sum(a is not None for a in result.acks)
-    assert acked + len(result.failures) == len(batch)
+    assert unsent[-1].index == len(batch) - 1
+    if policy == AckPolicy.LEADER:
+        acked = sum(a is not None for a in result.acks)
+        assert acked + len(result.failures) == len(batch)
     time.sleep(1.0)
     assert nats_client.fetch_partition_metadata(name, 0).high_watermark + 1 <= len(batch) - len(unsent)
 
