@@ -130,6 +130,7 @@ async def _connect(config: NatsConfig, **callbacks: Any) -> NatsClient:
         connect_timeout=config.connect_timeout,
         allow_reconnect=False,
         max_reconnect_attempts=1,
+        skip_subject_validation=True,  # subjects come from the streams' metadata, which the server checked
         name="liftbridge-provider",
         **callbacks,
     )
