@@ -1,6 +1,7 @@
 # Two commands set up a fresh machine and run things:
 #   make demo   - install what is missing, then run the main job
 #   make test   - install what is missing (also a headless browser), then lint and run the whole test suite
+#   make bench  - install what is missing (also the go-liftbridge reference), then run the benchmarks
 # Both are idempotent; the pieces below are reused by them.
 
 SHELL := /bin/bash
@@ -10,8 +11,10 @@ PY := $(VENV)/bin/python
 TOOLS_BIN := .tools/bin
 EXTRAS ?= dev,airflow,spark
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
+SPARK_BENCH_ARGS ?=
 
-.PHONY: setup venv tools browser proto lint test chaos demo clean
+.PHONY: setup venv tools golbbench browser proto lint test chaos bench demo clean
 
 setup: venv tools proto
 
@@ -32,6 +35,11 @@ $(VENV)/.installed: pyproject.toml setup.py
 # The pinned Liftbridge and NATS servers, built with `go install` into .tools/bin.
 tools:
 	@tools/install-servers.sh
+
+# The go-liftbridge reference program of `make bench` (tools/golbbench, pinned in its go.mod), built into
+# .tools/bin. Not part of setup: the tests do not need it.
+golbbench:
+	@tools/install-golbbench.sh
 
 # Headless Chromium and chromedriver (Debian packages) for the Airflow UI test.
 browser:
@@ -60,6 +68,13 @@ WALL ?= 240
 chaos: setup
 	CHAOS_KEEP_GOING=$(KEEP_GOING) $(VENV)/bin/pytest tests/chaos -rfE --chaos-steps $(STEPS) --chaos-wall-clock $(WALL) \
 		$(if $(SEED),--chaos-seed $(SEED),--chaos-seeds $(SEEDS) --chaos-base-seed $(BASE)) $(PYTEST_ARGS)
+
+# The benchmarks (bench/README.md): the client next to go-liftbridge and gufo-liftbridge, with a chart of that
+# run in docs/benchmarks-client.png, then the Spark source. Numbers only, no assertions on time; about
+# 8.5 minutes on 2 CPUs. Options go through BENCH_ARGS (bench_client.py) and SPARK_BENCH_ARGS (bench_spark.py).
+bench: setup golbbench
+	$(PY) bench/bench_client.py --chart docs/benchmarks-client.png $(BENCH_ARGS)
+	$(PY) bench/bench_spark.py $(SPARK_BENCH_ARGS)
 
 demo: setup
 	$(PY) tools/demo.py
