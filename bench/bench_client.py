@@ -1,28 +1,41 @@
-"""Throughput of the Python Liftbridge client against a real single-node server, next to gufo-liftbridge.
+"""Throughput of the Python Liftbridge client against a real single-node server, next to go-liftbridge and gufo.
 
-    .venv/bin/python bench/bench_client.py [--messages 100000] [--repeat 3] [--no-gufo]
+    .venv/bin/python bench/bench_client.py [--messages 100000] [--repeat 3] [--no-gufo] [--no-go]
+                                           [--chart docs/benchmarks-client.png]
 
 Starts one Liftbridge node on 127.0.0.1 (``liftbridge_provider.devserver``),
 then measures, each publish test on a fresh single-partition stream:
 
-- ``publish`` in a loop (one unary call per message, waits for each ack): the baseline;
-- ``publish_batch`` at several windows (pipelined over PublishAsync);
+- ``publish`` in a loop (one unary call per message, waits for each ack): the sync loop;
+- ``publish_batch`` at several windows over gRPC (pipelined over PublishAsync), and at
+  ``--nats-window`` (default 1024) over NATS (a second client configured with the server's
+  NATS URL: envelopes straight to the partition's subject; its NATS connect is timed, as it
+  is part of every call);
 - gufo-liftbridge ``publish_bulk`` with as many messages (in a subprocess, see ``_gufo_worker.py``),
   timed to its last ack (it returns seconds later, when the server closes the stream; printed apart);
 - ``read_range`` of the messages of one publish_batch stream (``--read-window``, default the largest
-  window), and gufo ``subscribe`` reading the same range.
+  window), and gufo ``subscribe`` reading the same range;
+- the go-liftbridge reference (``golbbench``, tools/golbbench, built by ``make golbbench``;
+  subprocesses, connect not timed): ``PublishAsync`` with ``--go-window`` (default 1024) acks
+  outstanding, ``Publish`` in a loop (sync, as many messages as the sync loop) and ``Subscribe``
+  reading the same range as read_range.
+
+"vs go" divides msgs/s by go-liftbridge's: publish tests by go PublishAsync, the sync
+loop by go's sync Publish loop, reads by go Subscribe. The sync loops' ack latencies
+(p50/p99/max, computed the same way) are printed side by side.
 
 gufo-liftbridge 0.2.0 must be installed in the same interpreter (``pip install
-gufo-liftbridge==0.2.0``); without it the gufo tests are skipped.
+gufo-liftbridge==0.2.0``); without it the gufo tests are skipped. Without the golbbench
+binary the go tests are skipped, with a notice.
 
 Payload values are random, ``--size`` bytes (default 256); MB/s counts
 payload bytes (1 MB = 10^6 bytes). Ack policy LEADER. CPU seconds come from
-``time.process_time()`` (client, all threads) and /proc/<pid>/stat (server);
-"machine %" is (client + server CPU) / (wall seconds x CPUs). With
-``--repeat N`` (default 3) every test runs N times (interleaved) and the table
+``time.process_time()`` (client, all threads; the Go process's own rusage for go tests)
+and /proc/<pid>/stat (server); "machine %" is (client + server CPU) / (wall seconds x CPUs).
+With ``--repeat N`` (default 3) every test runs N times (interleaved) and the table
 shows the run with the median msgs/s (``--pick best`` shows the fastest
-instead) and the min..max msgs/s of all runs. About 2.5 minutes with the
-defaults on 2 CPUs.
+instead) and the min..max msgs/s of all runs. ``--chart PATH`` writes a PNG bar chart of
+the shown runs. About 3 minutes with the defaults on 2 CPUs.
 
 This is a benchmark, not a test: it prints numbers and asserts nothing about time.
 It reports (and exits 1 on) wrong results: failed acks, missing messages.
@@ -45,7 +58,11 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from liftbridge_provider.client import LiftbridgeClient, LiftbridgeError
+from _chart import Bar, write_chart
+from _golbbench import find_golbbench, go_liftbridge_version, run_golbbench
+from _machine import cpu_model, load_average, machine_line
+
+from liftbridge_provider.client import ClientConfig, LiftbridgeClient, LiftbridgeError, NatsConfig
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.binaries import liftbridge_binary, liftbridge_version
 
@@ -55,10 +72,33 @@ SYNC = "publish (sync loop)"
 GUFO_PUBLISH = "gufo publish_bulk"
 READ = "read_range"
 GUFO_READ = "gufo subscribe"
+GO_SYNC = "go Publish (sync loop)"
+GO_READ = "go Subscribe"
+NAME_WIDTH = 26
 
 
 def batch_name(window: int) -> str:
     return f"publish_batch w={window}"
+
+
+def nats_batch_name(window: int) -> str:
+    return f"publish_batch NATS w={window}"
+
+
+def go_async_name(window: int) -> str:
+    return f"go PublishAsync w={window}"
+
+
+def is_go(name: str) -> bool:
+    return name.startswith("go ")
+
+
+def is_read(name: str) -> bool:
+    return name in (READ, GUFO_READ, GO_READ)
+
+
+def is_sync(name: str) -> bool:
+    return name in (SYNC, GO_SYNC)
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -80,7 +120,7 @@ class Run:
     server_cpu: float
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    latencies: list[float] = field(default_factory=list)  # seconds per message (sync loop only)
+    latency_ms: tuple[float, float, float] | None = None  # p50, p99, max of the sync loops
 
     @property
     def rate(self) -> float:
@@ -110,12 +150,21 @@ class Meter:
 
 
 class Bench:
-    def __init__(self, server: DevServer, client: LiftbridgeClient, args: argparse.Namespace) -> None:
+    def __init__(
+        self,
+        server: DevServer,
+        client: LiftbridgeClient,
+        nats_client: LiftbridgeClient,
+        golbbench: Path | None,
+        args: argparse.Namespace,
+    ) -> None:
         pid = server.nodes[0].process.pid
         assert pid is not None, "the server has no pid"
         self.server_pid = pid
         self.broker = server.brokers[0]
         self.client = client
+        self.nats_client = nats_client
+        self.golbbench = golbbench
         self.args = args
         self.value = os.urandom(args.size)
         self.streams = 0
@@ -155,19 +204,22 @@ class Bench:
                 publish(stream, value, partition=0, ack_policy="leader")
                 latencies[i] = clock() - sent
         run = Run(SYNC, count, count * len(value), meter.seconds, meter.client_cpu, meter.server_cpu)
-        run.latencies = latencies
+        q = statistics.quantiles(latencies, n=100, method="inclusive")  # as golbbench: never above the max
+        run.latency_ms = (q[49] * 1e3, q[98] * 1e3, max(latencies) * 1e3)
         self.check_stored(run, stream, count)
         self.client.delete_stream(stream)
         return run
 
-    def batch(self, window: int, keep: bool) -> tuple[Run, str]:
+    def batch(self, window: int, keep: bool, over_nats: bool = False) -> tuple[Run, str]:
         count = self.args.messages
-        stream = self.fresh_stream(f"w{window}")
+        stream = self.fresh_stream(f"{'nats-' if over_nats else ''}w{window}")
+        client = self.nats_client if over_nats else self.client
+        name = nats_batch_name(window) if over_nats else batch_name(window)
         values = [self.value] * count
         meter = Meter(self.server_pid)
         with meter.measure():
-            result = self.client.publish_batch(stream, values, window=window, ack_policy="leader", raise_on_error=False)
-        run = Run(batch_name(window), count, count * len(self.value), meter.seconds, meter.client_cpu, meter.server_cpu)
+            result = client.publish_batch(stream, values, window=window, ack_policy="leader", raise_on_error=False)
+        run = Run(name, count, count * len(self.value), meter.seconds, meter.client_cpu, meter.server_cpu)
         if result.failures:
             first = result.failures[0]
             run.problems.append(f"{len(result.failures)} failures, first #{first.index}: {first.error}")
@@ -226,6 +278,38 @@ class Bench:
             self.client.delete_stream(target)
         return run
 
+    def go(self, command: str, stream: str | None = None) -> Run | None:
+        """go-liftbridge ``publish-sync``/``publish-async`` (fresh stream) or ``subscribe`` (``stream``); None
+        if golbbench printed no result."""
+        assert self.golbbench is not None
+        args = self.args
+        target = self.fresh_stream(f"go-{command}") if stream is None else stream
+        options: dict[str, object] = {"brokers": self.broker, "stream": target, "server-pid": self.server_pid}
+        if command == "publish-sync":
+            name, count = GO_SYNC, args.sync_messages
+            options.update(messages=count, size=args.size)
+        elif command == "publish-async":
+            name, count = go_async_name(args.go_window), args.messages
+            options.update(messages=count, size=args.size, window=args.go_window)
+        else:
+            name, count = GO_READ, args.messages
+            options.update(partition=0, count=count)
+        outcome = run_golbbench(self.golbbench, command, options)
+        data = outcome.data
+        if data is not None:
+            run = Run(name, data["messages"], data["bytes"], data["seconds"], data["client_cpu"], data["server_cpu"])
+            if outcome.problem is not None:
+                run.problems.append(outcome.problem)
+            elif data["messages"] != count:
+                run.problems.append(f"{data['messages']} messages, expected {count}")
+            if "p50_us" in data:
+                run.latency_ms = (data["p50_us"] / 1e3, data["p99_us"] / 1e3, data["max_us"] / 1e3)
+            if stream is None:
+                self.check_stored(run, target, count)
+        if stream is None:
+            self.client.delete_stream(target)
+        return run if data is not None else None
+
 
 # -- reporting ----------------------------------------------------------------------
 
@@ -242,61 +326,129 @@ def ratio(run: Run, reference: Run | None) -> str:
     return f"{run.rate / reference.rate:.2f}x"
 
 
-def print_table(chosen: dict[str, Run], all_runs: dict[str, list[Run]], repeat: int) -> None:
+def display_order(chosen: dict[str, Run], args: argparse.Namespace) -> list[str]:
+    """Tests grouped: sync loops, then publishing, then reading; the go reference first in each group."""
+    names = [GO_SYNC, SYNC, go_async_name(args.go_window)]
+    names += [batch_name(w) for w in args.window_list] + [nats_batch_name(args.nats_window), GUFO_PUBLISH]
+    names += [GO_READ, READ, GUFO_READ]
+    return [name for name in names if name in chosen] + [name for name in chosen if name not in names]
+
+
+def go_reference(name: str, chosen: dict[str, Run], args: argparse.Namespace) -> Run | None:
+    """The go-liftbridge run a test is compared with (None for the go runs themselves)."""
+    if is_go(name):
+        return None
+    if is_sync(name):
+        return chosen.get(GO_SYNC)
+    if is_read(name):
+        return chosen.get(GO_READ)
+    return chosen.get(go_async_name(args.go_window))
+
+
+def print_table(chosen: dict[str, Run], all_runs: dict[str, list[Run]], args: argparse.Namespace) -> None:
     cpus = os.cpu_count() or 1
     sync = chosen.get(SYNC)
     gufo_publish, gufo_read = chosen.get(GUFO_PUBLISH), chosen.get(GUFO_READ)
     header = (
-        f"{'test':<22} {'messages':>9} {'seconds':>8} {'msgs/s':>9} {'MB/s':>7} {'vs sync':>8} {'vs gufo':>8}"
-        f" {'client CPU s':>12} {'server CPU s':>12} {'machine %':>9}"
+        f"{'test':<{NAME_WIDTH}} {'messages':>9} {'seconds':>8} {'msgs/s':>9} {'MB/s':>7} {'vs go':>6}"
+        f" {'vs sync':>8} {'vs gufo':>8} {'client CPU s':>12} {'server CPU s':>12} {'machine %':>9}"
     )
-    if repeat > 1:
+    if args.repeat > 1:
         header += f"  {'msgs/s min..max':>17}"
     print(header)
     print("-" * len(header))
-    for name, run in chosen.items():
-        is_read = name in (READ, GUFO_READ)
-        versus_sync = "" if is_read or name == SYNC else ratio(run, sync)
-        versus_gufo = ratio(run, gufo_read if is_read else gufo_publish) if not name.startswith("gufo") else ""
+    for name in display_order(chosen, args):
+        run = chosen[name]
+        other = is_go(name) or name.startswith("gufo")
+        versus_go = "ref" if is_go(name) else ratio(run, go_reference(name, chosen, args))
+        versus_sync = "" if is_read(name) or is_sync(name) or is_go(name) else ratio(run, sync)
+        versus_gufo = "" if other or is_sync(name) else ratio(run, gufo_read if is_read(name) else gufo_publish)
         busy = 100 * (run.client_cpu + run.server_cpu) / (run.seconds * cpus) if run.seconds > 0 else 0.0
         line = (
-            f"{name:<22} {run.messages:>9} {run.seconds:>8.2f} {run.rate:>9.0f} {run.mb_per_s:>7.2f}"
-            f" {versus_sync:>8} {versus_gufo:>8} {run.client_cpu:>12.2f} {run.server_cpu:>12.2f} {busy:>8.0f}%"
+            f"{name:<{NAME_WIDTH}} {run.messages:>9} {run.seconds:>8.2f} {run.rate:>9.0f} {run.mb_per_s:>7.2f}"
+            f" {versus_go:>6} {versus_sync:>8} {versus_gufo:>8} {run.client_cpu:>12.2f} {run.server_cpu:>12.2f}"
+            f" {busy:>8.0f}%"
         )
-        if repeat > 1:
+        if args.repeat > 1:
             rates = [r.rate for r in all_runs[name]]
             spread = f"{min(rates):.0f}..{max(rates):.0f}"
             line += f"  {spread:>17}"
         print(line)
 
 
-def print_summary(chosen: dict[str, Run], windows: list[int]) -> None:
-    sync = chosen.get(SYNC)
-    if sync is not None and sync.latencies:
-        q = statistics.quantiles(sync.latencies, n=100)
-        print(
-            f"sync publish ack latency: p50 {q[49] * 1e3:.3f} ms, p99 {q[98] * 1e3:.3f} ms, "
-            f"max {max(sync.latencies) * 1e3:.3f} ms ({len(sync.latencies)} messages)"
-        )
-    batches = [chosen[batch_name(w)] for w in windows if batch_name(w) in chosen]
+def print_latencies(chosen: dict[str, Run]) -> None:
+    loops = [run for name in (SYNC, GO_SYNC) if (run := chosen.get(name)) is not None and run.latency_ms]
+    if not loops:
+        return
+    print(f"{'sync publish ack latency':<{NAME_WIDTH}} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'messages':>9}")
+    for run in loops:
+        assert run.latency_ms is not None
+        p50, p99, worst = run.latency_ms
+        print(f"{run.name:<{NAME_WIDTH}} {p50:>8.3f} {p99:>8.3f} {worst:>8.3f} {run.messages:>9}")
+
+
+def print_summary(chosen: dict[str, Run], args: argparse.Namespace) -> None:
+    batches = [chosen[batch_name(w)] for w in args.window_list if batch_name(w) in chosen]
     gufo_publish, gufo_read, read = chosen.get(GUFO_PUBLISH), chosen.get(GUFO_READ), chosen.get(READ)
+    go_async, go_read = chosen.get(go_async_name(args.go_window)), chosen.get(GO_READ)
+    over_nats = chosen.get(nats_batch_name(args.nats_window))
     if batches:
         best = max(batches, key=lambda r: r.rate)
+        window = best.name.split("=")[1]
+        line = f"best publish_batch window over gRPC: {window} ({best.rate:.0f} msgs/s)"
+        if go_async is not None:
+            line += f"; / go PublishAsync {best.rate / go_async.rate:.2f}"
         if gufo_publish is not None:
-            print(
-                f"ratio publish_batch(best window: {best.name.split('=')[1]}) / gufo publish_bulk: "
-                f"{best.rate / gufo_publish.rate:.2f} ({best.rate:.0f} vs {gufo_publish.rate:.0f} msgs/s)"
-            )
-        else:
-            print(f"best publish_batch window: {best.name.split('=')[1]} ({best.rate:.0f} msgs/s); gufo not measured")
+            line += f"; / gufo publish_bulk {best.rate / gufo_publish.rate:.2f}"
+        print(line)
+    if over_nats is not None:
+        line = f"publish_batch over NATS: {over_nats.rate:.0f} msgs/s"
+        if batches:
+            line += f", {over_nats.rate / max(b.rate for b in batches):.2f}x the best gRPC window"
+        if go_async is not None:
+            line += f", {over_nats.rate / go_async.rate:.2f}x go PublishAsync"
+        print(line + " (its NATS connect is timed: every call opens one)")
     for run in chosen.values():
         for note in run.notes:
             print(f"{run.name}: {note}")
     if read is not None:
         versus = ""
+        if go_read is not None:
+            versus += f"; go Subscribe {go_read.rate:.0f} msgs/s, ratio {read.rate / go_read.rate:.2f}"
         if gufo_read is not None:
-            versus = f"; gufo subscribe {gufo_read.rate:.0f} msgs/s, ratio {read.rate / gufo_read.rate:.2f}"
+            versus += f"; gufo subscribe {gufo_read.rate:.0f} msgs/s, ratio {read.rate / gufo_read.rate:.2f}"
         print(f"read_range msgs/s: {read.rate:.0f} ({read.mb_per_s:.2f} MB/s){versus}")
+
+
+def chart(path: Path, chosen: dict[str, Run], args: argparse.Namespace, loads: tuple[float, float]) -> None:
+    bars = []
+    previous_group = ""
+    for name in display_order(chosen, args):
+        run = chosen[name]
+        group = "sync" if is_sync(name) else "read" if is_read(name) else "publish"
+        kind = "go" if is_go(name) else "gufo" if name.startswith("gufo") else "python"
+        reference = go_reference(name, chosen, args)
+        note = "go reference" if is_go(name) else f"{ratio(run, reference)} go" if reference is not None else ""
+        bars.append(Bar(name, run.rate, kind, note, group_start=group != previous_group))
+        previous_group = group
+    title = (
+        f"Liftbridge client msgs/s: {cpu_model()}, {os.cpu_count()} CPUs, "
+        f"1-min load average {loads[0]:.2f} at start / {loads[1]:.2f} at end"
+    )
+    subtitle = (
+        f"{server_version()} single node on 127.0.0.1, same run; {args.size}-byte values, ack LEADER, one partition; "
+        f"{args.messages} messages per test ({args.sync_messages} for sync loops); "
+        f"{args.pick} of {args.repeat} run(s); {time.strftime('%Y-%m-%d')}"
+    )
+    write_chart(path, bars, title, subtitle)
+    print(f"chart written to {path}")
+
+
+def server_version() -> str:
+    try:
+        return f"Liftbridge {liftbridge_version(liftbridge_binary())}"
+    except Exception as exc:  # only for the header line
+        return f"Liftbridge unknown ({exc})"
 
 
 def versions() -> str:
@@ -306,22 +458,11 @@ def versions() -> str:
         except metadata.PackageNotFoundError:
             return "not installed"
 
-    try:
-        server = liftbridge_version(liftbridge_binary())
-    except Exception as exc:  # only for the header line
-        server = f"unknown ({exc})"
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return (
-        f"Liftbridge {server}, single node on 127.0.0.1 | {os.cpu_count()} CPUs ({cpu}) | "
+        f"{server_version()}, single node on 127.0.0.1 | "
         f"Python {platform.python_version()}, grpcio {version('grpcio')}, protobuf {version('protobuf')}, "
-        f"gufo-liftbridge {version('gufo-liftbridge')}"
+        f"nats-py {version('nats-py')} | gufo-liftbridge {version('gufo-liftbridge')} | "
+        f"go-liftbridge {go_liftbridge_version()} (golbbench)"
     )
 
 
@@ -330,18 +471,26 @@ def versions() -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=100_000, help="messages per batch/gufo/read test (100000)")
-    parser.add_argument("--sync-messages", type=int, default=3_000, help="messages of the sync publish loop (3000)")
-    parser.add_argument("--windows", default="64,256,1024,4096", help="publish_batch windows (64,256,1024,4096)")
+    parser.add_argument("--messages", type=int, default=100_000, help="messages per batch/gufo/go/read test (100000)")
+    parser.add_argument("--sync-messages", type=int, default=3_000, help="messages of the sync publish loops (3000)")
+    parser.add_argument(
+        "--windows", default="64,256,1024,4096", help="publish_batch windows over gRPC (64,256,1024,4096)"
+    )
+    parser.add_argument("--nats-window", type=int, default=1024, help="publish_batch window over NATS (1024)")
+    parser.add_argument("--go-window", type=int, default=1024, help="go PublishAsync acks outstanding (1024)")
     parser.add_argument("--size", type=int, default=256, help="value size in bytes (256)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of every test, interleaved (3)")
     parser.add_argument("--pick", choices=["median", "best"], default="median", help="run shown per test (median)")
     parser.add_argument("--read-window", type=int, default=None, help="window whose stream read_range reads (largest)")
     parser.add_argument("--no-gufo", action="store_true", help="skip the gufo-liftbridge measurements")
+    parser.add_argument("--no-go", action="store_true", help="skip the go-liftbridge (golbbench) measurements")
+    parser.add_argument("--chart", type=Path, default=None, metavar="PATH", help="write a PNG bar chart of the run")
     args = parser.parse_args(argv)
     args.window_list = [int(w) for w in args.windows.split(",") if w.strip()]
     if not args.window_list or min(args.window_list) < 1 or args.messages < 1 or args.sync_messages < 2:
         parser.error("windows must be >= 1, --messages >= 1, --sync-messages >= 2")
+    if min(args.nats_window, args.go_window) < 1:
+        parser.error("--nats-window and --go-window must be >= 1")
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
     if args.read_window is None:
@@ -353,6 +502,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run_all(bench: Bench, args: argparse.Namespace, progress: Callable[[Run], None]) -> dict[str, list[Run]]:
     runs: dict[str, list[Run]] = defaultdict(list)
+    go = bench.golbbench is not None
 
     def record(run: Run | None) -> None:
         if run is not None:
@@ -360,16 +510,23 @@ def run_all(bench: Bench, args: argparse.Namespace, progress: Callable[[Run], No
             progress(run)
 
     for _ in range(args.repeat):
+        if go:
+            record(bench.go("publish-sync"))
         record(bench.sync_loop())
+        if go:
+            record(bench.go("publish-async"))
         read_stream = None
         for window in args.window_list:
             run, stream = bench.batch(window, keep=window == args.read_window)
             record(run)
             if window == args.read_window:
                 read_stream = stream
+        record(bench.batch(args.nats_window, keep=False, over_nats=True)[0])
         if not args.no_gufo:
             record(bench.gufo("publish"))
         assert read_stream is not None
+        if go:
+            record(bench.go("subscribe", read_stream))
         record(bench.read_range(read_stream))
         if not args.no_gufo:
             record(bench.gufo("subscribe", read_stream))
@@ -385,30 +542,48 @@ def main(argv: list[str] | None = None) -> int:
         except metadata.PackageNotFoundError:
             print("gufo-liftbridge is not installed (pip install gufo-liftbridge==0.2.0): skipping its tests")
             args.no_gufo = True
+    golbbench = None if args.no_go else find_golbbench()
     print(versions())
+    print(machine_line())
+    load_at_start = load_average()[0]
     print(
         f"{args.size}-byte values, ack policy LEADER, one partition; "
-        f"{args.messages} messages per batch/gufo/read test, "
-        f"{args.sync_messages} for the sync loop; {args.repeat} run(s) per test, showing the "
+        f"{args.messages} messages per batch/gufo/go/read test, "
+        f"{args.sync_messages} for the sync loops; {args.repeat} run(s) per test, showing the "
         f"{'median' if args.pick == 'median' else 'best'} msgs/s"
     )
     started = time.perf_counter()
 
     def progress(run: Run) -> None:
         note = f"  !! {'; '.join(run.problems)}" if run.problems else ""
-        print(f"  .. {run.name:<22} {run.seconds:7.2f} s {run.rate:9.0f} msgs/s{note}", file=sys.stderr, flush=True)
+        print(
+            f"  .. {run.name:<{NAME_WIDTH}} {run.seconds:7.2f} s {run.rate:9.0f} msgs/s{note}",
+            file=sys.stderr,
+            flush=True,
+        )
 
-    with start_single() as server, LiftbridgeClient(server.brokers) as client:
-        runs = run_all(Bench(server, client, args), args, progress)
+    with start_single() as server:
+        nats = NatsConfig(servers=tuple(server.nats_servers))
+        with (
+            LiftbridgeClient(server.brokers) as client,
+            LiftbridgeClient(ClientConfig(brokers=tuple(server.brokers), nats=nats)) as nats_client,
+        ):
+            runs = run_all(Bench(server, client, nats_client, golbbench, args), args, progress)
+    load_at_end = load_average()[0]
     chosen = {name: pick(group, args.pick) for name, group in runs.items()}
     print()
-    print_table(chosen, runs, args.repeat)
+    print_table(chosen, runs, args)
     print()
-    print_summary(chosen, args.window_list)
+    print_latencies(chosen)
+    print()
+    print_summary(chosen, args)
+    print(f"1-minute load average: {load_at_start:.2f} at start, {load_at_end:.2f} at end")
     problems = [f"{r.name}: {p}" for group in runs.values() for r in group for p in r.problems]
-    expected_tests = 1 + len(args.window_list) + 1 + (0 if args.no_gufo else 2)
+    expected_tests = 1 + len(args.window_list) + 1 + 1 + (0 if args.no_gufo else 2) + (0 if golbbench is None else 3)
     if len(runs) < expected_tests:
         problems.append(f"only {len(runs)} of {expected_tests} tests produced a result (see stderr)")
+    if args.chart is not None and chosen:
+        chart(args.chart, chosen, args, (load_at_start, load_at_end))
     for problem in problems:
         print(f"PROBLEM {problem}")
     print(f"total wall time {time.perf_counter() - started:.0f} s (including server start-up)")
