@@ -1,14 +1,18 @@
 """Throughput and per-task memory of the ``liftbridge`` Spark source against a real single-node server.
 
     .venv/bin/python bench/bench_spark.py [--messages 1000000] [--partitions 4] [--size 256]
-                                          [--memory-messages 100000,1000000] [--memory-runs 3] [--runs 2]
+                                          [--memory-messages 100000,1000000] [--memory-runs 3] [--runs 2] [--no-go]
 
 Starts one Liftbridge node on 127.0.0.1 (``liftbridge_provider.devserver``), publishes
 ``--messages`` values of ``--size`` random bytes (keys ``k<i>``) round-robin over
 ``--partitions`` partitions with ``publish_batch`` (ack policy LEADER, window 1024, chunks
 of 100,000), then measures in this one process, side by side:
 
-- ``read_range`` in one thread, partition after partition: the baseline;
+- go-liftbridge ``Subscribe`` (``golbbench subscribe``, tools/golbbench, built by ``make golbbench``)
+  over the same offsets, one partition after another in a subprocess each, the Go-measured seconds
+  summed (process start and connect not counted): the anchor of the "vs go" column; skipped with
+  a notice when the binary is missing;
+- ``read_range`` in one thread, partition after partition: the baseline ("vs read_range");
 - ``read_slice`` in one thread over the same ranges (the source's task code without Spark:
   read_range plus building Arrow batches);
 - ``spark.read.format("liftbridge")`` (startingOffsets earliest, endingOffsets latest) written
@@ -52,6 +56,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from _golbbench import find_golbbench, go_liftbridge_version, run_golbbench
+from _machine import machine_line
 from pyspark.sql import SparkSession
 
 from liftbridge_provider.client import LiftbridgeClient, LiftbridgeError, PublishMessage
@@ -62,6 +68,8 @@ from liftbridge_provider.spark.planning import Slice
 from liftbridge_provider.spark.source import arrow_schema, read_slice
 
 WORKER = Path(__file__).with_name("_spark_memory_worker.py")
+GO_ANCHOR = "go Subscribe (1 partition at a time)"
+BASELINE = "read_range (1 thread, baseline)"
 CHUNK = 100_000  # messages per publish_batch call: bounds the memory of the publisher
 
 
@@ -150,12 +158,37 @@ def high_watermarks(client: LiftbridgeClient, stream: str, partitions: int) -> l
 
 
 class Bench:
-    def __init__(self, client: LiftbridgeClient, brokers: str, stream: str, args: argparse.Namespace) -> None:
+    def __init__(
+        self, client: LiftbridgeClient, brokers: str, stream: str, golbbench: Path | None, args: argparse.Namespace
+    ) -> None:
         self.client = client
         self.brokers = brokers
         self.stream = stream
+        self.golbbench = golbbench
         self.args = args
         self.ends = [hw + 1 for hw in high_watermarks(client, stream, args.partitions)]
+
+    def go_subscribe(self, test: Test) -> None:
+        """golbbench subscribe per partition, one after another; the seconds are the sum of Go's own timings."""
+        assert self.golbbench is not None
+        rows = 0
+        seconds = 0.0
+        meter = Meter()
+        with meter.measure():
+            for partition, end in enumerate(self.ends):
+                if end == 0:
+                    continue
+                options = {"brokers": self.brokers, "stream": self.stream, "partition": partition, "count": end}
+                outcome = run_golbbench(self.golbbench, "subscribe", options)
+                if outcome.problem is not None:
+                    test.problems.append(f"run {len(test.runs) + 1}, partition {partition}: {outcome.problem}")
+                if outcome.data is not None:
+                    rows += outcome.data["messages"]
+                    seconds += outcome.data["seconds"]
+        if seconds > 0:  # else (every partition failed, a problem is listed) the loop's wall-clock time stays
+            meter.seconds = seconds  # machine % stays that of the whole loop, subprocess start-ups included
+        test.rows = rows
+        test.runs.append(meter)
 
     def read_range(self, test: Test) -> None:
         rows = 0
@@ -286,23 +319,16 @@ def versions() -> str:
         java = java.splitlines()[0] if java else "?"
     except OSError:
         java = "not found"
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return (
-        f"Liftbridge {server}, single node on 127.0.0.1 | {os.cpu_count()} CPUs ({cpu}) | "
+        f"Liftbridge {server}, single node on 127.0.0.1 | "
         f"Python {platform.python_version()}, pyspark {version('pyspark')}, pyarrow {version('pyarrow')}, "
-        f"grpcio {version('grpcio')} | {java}"
+        f"grpcio {version('grpcio')} | {java} | go-liftbridge {go_liftbridge_version()} (golbbench)"
     )
 
 
-def print_table(tests: list[Test], baseline: Test, size: int, runs: int) -> None:
+def print_table(tests: list[Test], baseline: Test, go: Test | None, size: int, runs: int) -> None:
     base_rate = baseline.rows / baseline.best.seconds
+    go_rate = go.rows / go.best.seconds if go is not None and go.rows and go.best.seconds > 0 else None
     header = [
         "test",
         "input partitions",
@@ -311,6 +337,7 @@ def print_table(tests: list[Test], baseline: Test, size: int, runs: int) -> None
         "rows/s",
         "MB/s",
         "vs read_range",
+        "vs go",
         "machine %",
         "all runs s",
     ]
@@ -327,6 +354,7 @@ def print_table(tests: list[Test], baseline: Test, size: int, runs: int) -> None
                 f"{rate:,.0f}",
                 f"{test.rows * size / best.seconds / 1e6:.1f}",
                 f"{rate / base_rate:.2f}x",
+                "ref" if test is go else f"{rate / go_rate:.2f}x" if go_rate else "",
                 f"{best.machine * 100:.0f}%",
                 " / ".join(f"{m.seconds:.2f}" for m in test.runs),
             ]
@@ -377,6 +405,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--memory-runs", type=int, default=3, help="fresh worker runs per memory-test size (3)")
     parser.add_argument("--runs", type=int, default=2, help="runs of every throughput test; the best is shown (2)")
+    parser.add_argument("--no-go", action="store_true", help="skip the go-liftbridge (golbbench) anchor")
     parser.add_argument(
         "--time-limit",
         type=float,
@@ -397,10 +426,16 @@ def progress(text: str) -> None:
 
 
 def run_throughput(
-    client: LiftbridgeClient, spark: SparkBench, brokers: str, stream: str, args: argparse.Namespace
+    client: LiftbridgeClient,
+    spark: SparkBench,
+    brokers: str,
+    stream: str,
+    args: argparse.Namespace,
+    *,
+    golbbench: Path | None,
 ) -> tuple[list[Test], str]:
     """Every throughput test, ``args.runs`` times interleaved; returns the tests and a note on Spark."""
-    bench = Bench(client, brokers, stream, args)
+    bench = Bench(client, brokers, stream, golbbench, args)
     spark.brokers, spark.stream = brokers, stream
     max_records = max(1, args.messages // 8)
     default_planning: dict[str, str] = {}
@@ -409,13 +444,15 @@ def run_throughput(
     split_count = spark.input_partitions(split_planning)
     split = f"maxRecordsPerPartition={max_records}"
     steps: list[tuple[Test, Callable[[Test], None]]] = [
-        (Test("read_range (1 thread, baseline)", args.partitions), bench.read_range),
+        (Test(BASELINE, args.partitions), bench.read_range),
         (Test("read_slice (1 thread, no Spark)", args.partitions), bench.read_slice),
         (Test("Spark -> noop, default planning", default_count), lambda t: spark.noop(t, default_planning)),
         (Test(f"Spark -> noop, {split}", split_count), lambda t: spark.noop(t, split_planning)),
         (Test("Spark -> Parquet, default planning", default_count), lambda t: spark.parquet(t, default_planning)),
         (Test(f"Spark -> Parquet, {split}", split_count), lambda t: spark.parquet(t, split_planning)),
     ]
+    if golbbench is not None:
+        steps.insert(0, (Test(GO_ANCHOR, args.partitions), bench.go_subscribe))
     for run in range(args.runs):
         for test, step in steps:
             step(test)
@@ -435,7 +472,7 @@ class Results:
     problems: list[str] = field(default_factory=list)
 
 
-def run_on_server(spark: SparkBench, args: argparse.Namespace) -> Results:
+def run_on_server(spark: SparkBench, golbbench: Path | None, args: argparse.Namespace) -> Results:
     """Start the server, publish, run the throughput tests, then the memory test."""
     results = Results()
     with start_single() as server, LiftbridgeClient(server.brokers) as client:
@@ -452,7 +489,7 @@ def run_on_server(spark: SparkBench, args: argparse.Namespace) -> Results:
         if stored != args.messages:
             results.problems.append(f"the stream holds {stored} messages, expected {args.messages}")
 
-        results.tests, results.spark_note = run_throughput(client, spark, brokers, stream, args)
+        results.tests, results.spark_note = run_throughput(client, spark, brokers, stream, args, golbbench=golbbench)
         for test in results.tests:
             if test.rows != args.messages:
                 results.problems.append(f"{test.name}: {test.rows} rows, expected {args.messages}")
@@ -480,7 +517,9 @@ def run_on_server(spark: SparkBench, args: argparse.Namespace) -> Results:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     faulthandler.dump_traceback_later(args.time_limit, exit=True)  # a benchmark must not hang forever
+    golbbench = None if args.no_go else find_golbbench()
     print(versions())
+    print(machine_line())
     print(
         f"{args.messages:,} messages of {args.size} random bytes over {args.partitions} partitions; "
         f"memory test: {', '.join(f'{s:,}' for s in args.memory_sizes)} messages of one partition",
@@ -491,18 +530,20 @@ def main(argv: list[str] | None = None) -> int:
         spark = SparkBench(args.messages, Path(tmp))  # first: before this process opens any gRPC channel
         progress(f"Spark session started in {spark.startup:.1f} s")
         try:
-            results = run_on_server(spark, args)
+            results = run_on_server(spark, golbbench, args)
         finally:
             spark.stop()
 
     print(results.spark_note)
     print()
-    print_table(results.tests, results.tests[0], args.size, args.runs)
+    by_name = {test.name: test for test in results.tests}
+    print_table(results.tests, by_name[BASELINE], by_name.get(GO_ANCHOR), args.size, args.runs)
     print()
     print_memory(results.memory)
     print()
     for problem in results.problems:
         print(f"PROBLEM {problem}")
+    print(f"1-minute load average at end: {os.getloadavg()[0]:.2f}")
     print(f"total wall time {time.perf_counter() - started:.0f} s (including server and Spark start-up)")
     faulthandler.cancel_dump_traceback_later()
     return 1 if results.problems else 0
