@@ -1,0 +1,146 @@
+"""Single publishes over the shared PublishAsync streams (client/publish_stream.py), against real servers."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from liftbridge_provider.client import (
+    AckTimeoutError,
+    LiftbridgeClient,
+    ReadonlyPartitionError,
+    UnavailableError,
+)
+from liftbridge_provider.client.publish_stream import sticky_order
+from liftbridge_provider.devserver import DevServer
+
+
+@pytest.fixture(scope="module")
+def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
+    with LiftbridgeClient(liftbridge_server.brokers) as shared:
+        yield shared
+
+
+def new_stream(client: LiftbridgeClient, **options: Any) -> str:
+    name = f"ps-{uuid.uuid4().hex[:10]}"
+    client.create_stream(name.replace("-", "."), name, **options)
+    return name
+
+
+def publish_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("liftbridge-publish-")]
+
+
+def test_threads_share_the_stream_and_every_ack_goes_to_its_caller(client: LiftbridgeClient) -> None:
+    name = new_stream(client)
+    threads_before = len(publish_threads())
+    acks: dict[bytes, int] = {}
+    errors: list[BaseException] = []
+
+    def publish_many(worker: int) -> None:
+        try:
+            for i in range(300):
+                value = f"w{worker}-{i}".encode()
+                ack = client.publish(name, value)
+                assert ack is not None
+                acks[value] = ack.offset
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=publish_many, args=(w,)) for w in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert not errors, errors[:3]
+    assert sorted(acks.values()) == list(range(2400)), "every offset once"
+    for message in client.read_range(name, 0, 0, 2400):
+        assert acks[message.value] == message.offset, "each caller got the ack of its own message"
+    assert len(publish_threads()) - threads_before <= 1, "one stream (one reader thread) for the one broker"
+
+
+def test_refusals_come_back_typed_and_not_stored(client: LiftbridgeClient) -> None:
+    name = new_stream(client, partitions=2)
+    client.set_stream_readonly(name, partitions=[1])
+    with pytest.raises(ReadonlyPartitionError) as raised:
+        client.publish(name, b"no", partition=1)
+    assert not raised.value.may_be_stored
+    assert (raised.value.stream, raised.value.partition) == (name, 1)
+    ack = client.publish(name, b"yes", partition=0)
+    assert ack is not None
+    assert ack.offset == 0
+
+
+def test_an_idle_stream_closes_itself_and_the_next_publish_opens_another(liftbridge_server: DevServer) -> None:
+    with LiftbridgeClient(liftbridge_server.brokers, keep_alive_time=1.0) as client:
+        name = new_stream(client)
+        before = set(publish_threads())
+        assert client.publish(name, b"1") is not None
+        (reader,) = set(publish_threads()) - before
+        reader.join(timeout=10)
+        assert not reader.is_alive(), "the idle stream did not end"
+        ack = client.publish(name, b"2")
+        assert ack is not None
+        assert ack.offset == 1
+
+
+def test_frozen_broker_times_the_publish_out_and_the_next_one_goes_elsewhere(liftbridge_cluster: DevServer) -> None:
+    """The broker a partition's publishes go to first is frozen (SIGSTOP, no TCP reset): the waiting publish
+    ends by its timeout as may-be-stored, then that broker goes last and the next publish is acked."""
+    with LiftbridgeClient(liftbridge_cluster.brokers) as client:
+        for _ in range(20):  # a stream whose first broker is not its leader (the leader frozen, nothing acks)
+            name = new_stream(client, replication_factor=3)
+            assert client.publish(name, b"warm-up") is not None
+            first = sticky_order(liftbridge_cluster.brokers, name, 0, set())[0]
+            node = next(n for n in liftbridge_cluster.nodes if n.address == first)
+            if liftbridge_cluster.partition_leaders(name)[0] != node.server_id:
+                break
+        else:
+            pytest.fail("20 streams all had their first broker as leader")
+        liftbridge_cluster.freeze(node.server_id)
+        try:
+            started = time.monotonic()
+            with pytest.raises((AckTimeoutError, UnavailableError)) as raised:
+                client.publish(name, b"maybe", timeout=3)
+            assert time.monotonic() - started < 4.0
+            assert raised.value.may_be_stored
+            ack = client.publish(name, b"after", timeout=10)
+            assert ack is not None, "another broker took the next publish"
+        finally:
+            liftbridge_cluster.thaw(node.server_id)
+
+
+def test_killed_broker_fails_the_waiting_publish_at_once_as_may_be_stored(liftbridge_cluster: DevServer) -> None:
+    with LiftbridgeClient(liftbridge_cluster.brokers) as client:
+        name = new_stream(client, replication_factor=3)
+        assert client.publish(name, b"warm-up") is not None
+        first = sticky_order(liftbridge_cluster.brokers, name, 0, set())[0]
+        node = next(n for n in liftbridge_cluster.nodes if n.address == first)
+        liftbridge_cluster.freeze(node.server_id)  # the publish waits on it...
+        outcome: list[BaseException] = []
+
+        def publish() -> None:
+            try:
+                client.publish(name, b"in flight", timeout=30)
+            except BaseException as exc:  # checked below
+                outcome.append(exc)
+
+        waiting = threading.Thread(target=publish)
+        waiting.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        liftbridge_cluster.kill(node.server_id)  # ...and its broker dies (the socket is reset)
+        waiting.join(timeout=30)
+        elapsed = time.monotonic() - started
+        assert not waiting.is_alive()
+        (error,) = outcome
+        assert isinstance(error, UnavailableError)
+        assert error.may_be_stored
+        assert elapsed < 10, f"the broken stream was noticed after {elapsed:.1f}s"
+        ack = client.publish(name, b"next", timeout=30)
+        assert ack is not None
