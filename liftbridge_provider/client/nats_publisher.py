@@ -37,7 +37,6 @@ from nats.aio.msg import Msg
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.envelope import decode_ack, wrap_publish
 from liftbridge_provider.client.errors import (
-    AckTimeoutError,
     EncryptionError,
     EnvelopeError,
     IncorrectOffsetError,
@@ -49,7 +48,7 @@ from liftbridge_provider.client.errors import (
 from liftbridge_provider.client.messages import Ack
 from liftbridge_provider.client.options import NatsConfig
 from liftbridge_provider.client.private_loop import run_in_private_loop
-from liftbridge_provider.client.publish_window import BatchResult, ErrorFor, PublishWindow
+from liftbridge_provider.client.publish_window import BatchErrors, BatchResult, ErrorFor, PublishWindow, same_error
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 
 log = logging.getLogger(__name__)
@@ -175,6 +174,7 @@ class NatsBatchPublisher:
             self._window.refuse(index, error)
         self._ack_wait = ack_wait
         self._stream = requests[0].stream
+        self._errors = BatchErrors(self._stream, lambda index: requests[index].partition)
         self._wakeup: asyncio.Event | None = None
         self._lost: str | None = None  # why the current connection ended
         self._closed = asyncio.Event()  # set when nats-py has closed the current connection
@@ -192,7 +192,7 @@ class NatsBatchPublisher:
             try:
                 await self._publish_over_one_connection()
             except _ConnectionBroken as broken:
-                lost = self._window.lose_in_flight(self._lost_error(broken.reason))
+                lost = self._window.lose_in_flight(self._errors.lost(broken.reason))
                 attempt = 0 if self._window.acked > acked_before else attempt + 1
                 log.warning("NATS connection broke (%s); %d awaiting an ack failed", broken.reason, lost)
                 if broken.final or attempt >= MAX_CONNECT_ATTEMPTS or self._deadline_passed():
@@ -222,9 +222,9 @@ class NatsBatchPublisher:
         window = self._window
         while not window.done:
             now = time.monotonic()
-            window.expire(now, self._ack_timeout_error)
+            window.expire(now, self._errors.ack_timeout(self._ack_wait))
             if self._deadline_passed():
-                self._fail_at_deadline()
+                window.end_at_deadline(self._errors, self._deadline.timeout if self._deadline is not None else 0.0)
                 return
             if self._lost is not None:
                 raise _ConnectionBroken(self._lost)
@@ -338,45 +338,9 @@ class NatsBatchPublisher:
                 self._window.refuse(index, too_large)
         self._sizes_checked = True
 
-    def _ack_timeout_error(self, index: int) -> LiftbridgeError:
-        return AckTimeoutError(
-            f"no ack within {self._ack_wait:g}s",
-            stream=self._stream,
-            partition=self._requests[index].partition,
-            may_be_stored=True,
-        )
-
-    def _lost_error(self, reason: str) -> ErrorFor:
-        def error_for(index: int) -> LiftbridgeError:
-            return UnavailableError(
-                f"NATS connection lost before the ack ({reason}); the message may or may not have been stored",
-                stream=self._stream,
-                partition=self._requests[index].partition,
-                may_be_stored=True,
-            )
-
-        return error_for
-
     def _not_sent_error(self, broken: _ConnectionBroken) -> ErrorFor:
         kind = PermissionDeniedError if broken.final else UnavailableError
-        error = kind(f"not sent: {broken.reason}", stream=self._stream)
-        return lambda _index: error
-
-    def _fail_at_deadline(self) -> None:
-        """The batch deadline passed: messages awaiting an ack may be stored; unsent ones were not sent."""
-        timeout = self._deadline.timeout if self._deadline is not None else 0.0
-
-        def in_flight(index: int) -> LiftbridgeError:
-            return AckTimeoutError(
-                f"no ack before the batch deadline ({timeout:g}s)",
-                stream=self._stream,
-                partition=self._requests[index].partition,
-                may_be_stored=True,
-            )
-
-        self._window.lose_in_flight(in_flight)
-        unsent = AckTimeoutError(f"not sent: the batch deadline ({timeout:g}s) passed first", stream=self._stream)
-        self._window.fail_unsent(lambda _index: unsent)
+        return same_error(kind(f"not sent: {broken.reason}", stream=self._stream))
 
     # -- time ----------------------------------------------------------------------------
 

@@ -21,7 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from liftbridge_provider.client.errors import AckTimeoutError, LiftbridgeError
+import grpc
+
+from liftbridge_provider.client.errors import AckTimeoutError, LiftbridgeError, UnavailableError
 from liftbridge_provider.client.messages import Ack
 
 ErrorFor = Callable[[int], LiftbridgeError]
@@ -152,8 +154,10 @@ class PublishWindow:
         return True
 
     def on_error(self, index: int, error: LiftbridgeError) -> bool:
-        """The server refused message ``index``; False for an unknown index or one already resolved."""
-        if self._in_flight.pop(index, None) is None:
+        """The server refused message ``index`` (also after its ack timed out: the refusal is the
+        more precise answer); False for an unknown index or one acked or refused already."""
+        waiting = self._in_flight.pop(index, None) is not None
+        if not waiting and not isinstance(self._failures.get(index), AckTimeoutError):
             return False
         self._failures[index] = error
         return True
@@ -189,6 +193,11 @@ class PublishWindow:
         self._next = self.size
         return count
 
+    def end_at_deadline(self, errors: BatchErrors, timeout: float) -> None:
+        """The batch deadline (``timeout`` s) passed: what awaits an ack may be stored; the rest was not sent."""
+        self.lose_in_flight(errors.deadline_in_flight(timeout))
+        self.fail_unsent(errors.deadline_unsent(timeout))
+
     def refuse(self, index: int, error: LiftbridgeError) -> None:
         """Fail message ``index`` before it is sent (e.g. its partition is readonly); it is skipped by :meth:`take`."""
         if index < self._next:
@@ -203,3 +212,48 @@ class PublishWindow:
         """The outcome so far; complete once :attr:`done`."""
         failures = [PublishFailure(i, e) for i, e in sorted(self._failures.items())]
         return BatchResult(self._acks, failures)
+
+
+def same_error(error: LiftbridgeError) -> ErrorFor:
+    """One error for every message it is given to (e.g. all the messages not sent)."""
+    return lambda _index: error
+
+
+class BatchErrors:
+    """The errors a batch publisher reports, naming the batch's stream and each message's partition.
+
+    :param stream: the batch's stream.
+    :param partition_of: the partition of message ``index``.
+    """
+
+    def __init__(self, stream: str, partition_of: Callable[[int], int]) -> None:
+        self.stream = stream
+        self._partition_of = partition_of
+
+    def ack_timeout(self, ack_wait: float) -> ErrorFor:
+        return lambda index: AckTimeoutError(
+            f"no ack within {ack_wait:g}s", stream=self.stream, partition=self._partition_of(index), may_be_stored=True
+        )
+
+    def lost(self, reason: str, code: grpc.StatusCode | None = None) -> ErrorFor:
+        """The connection broke before the ack (``reason``): the message may or may not be stored."""
+        return lambda index: UnavailableError(
+            f"connection lost before the ack ({reason}); the message may or may not have been stored",
+            stream=self.stream,
+            partition=self._partition_of(index),
+            code=code,
+            may_be_stored=True,
+        )
+
+    def deadline_in_flight(self, timeout: float) -> ErrorFor:
+        return lambda index: AckTimeoutError(
+            f"no ack before the batch deadline ({timeout:g}s)",
+            stream=self.stream,
+            partition=self._partition_of(index),
+            may_be_stored=True,
+        )
+
+    def deadline_unsent(self, timeout: float) -> ErrorFor:
+        return same_error(
+            AckTimeoutError(f"not sent: the batch deadline ({timeout:g}s) passed first", stream=self.stream)
+        )

@@ -27,7 +27,6 @@ import grpc.aio
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.errors import (
-    AckTimeoutError,
     EncryptionError,
     IncorrectOffsetError,
     InvalidArgumentError,
@@ -37,13 +36,12 @@ from liftbridge_provider.client.errors import (
     NoSuchStreamError,
     PermissionDeniedError,
     ReadonlyPartitionError,
-    UnavailableError,
     error_from_rpc,
     is_too_large,
 )
 from liftbridge_provider.client.messages import Ack
 from liftbridge_provider.client.private_loop import run_in_private_loop
-from liftbridge_provider.client.publish_window import BatchResult, PublishFailure
+from liftbridge_provider.client.publish_window import BatchErrors, BatchResult, PublishWindow, same_error
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
 
@@ -118,8 +116,9 @@ class BatchPublisher:
 
     The stream runs on grpc.aio in a private event loop on its own thread, over
     a channel opened for the batch and closed after it: asyncio streaming costs
-    far less CPU per message than gRPC's threaded streaming API, and all the
-    bookkeeping below runs on that one loop thread, without locks.
+    far less CPU per message than gRPC's threaded streaming API. What is sent,
+    awaited, expired or lost is :class:`PublishWindow`'s to decide (as for the
+    NATS path); everything runs on the one loop thread, without locks.
     """
 
     def __init__(
@@ -133,18 +132,13 @@ class BatchPublisher:
     ) -> None:
         self._router = router
         self._requests = requests
+        self._stream = requests[0].stream
         self._expects_ack = requests[0].ackPolicy != api.NONE
         self._ack_wait = ack_wait
         self._deadline = deadline
-        self._window = window
-        self._next = 0  # index of the next request to send
-        self._in_flight: dict[int, float] = {}  # index -> time sent, oldest first
-        self._acks: list[Ack | None] = [None] * len(requests)
-        self._failures: dict[int, LiftbridgeError] = {}
-        self._resolved = 0
-        self._acked = 0
-        self._started = time.monotonic()
-        self._last_progress = self._started
+        self._window = PublishWindow(len(requests), window=window, ack_wait=ack_wait, expects_ack=self._expects_ack)
+        self._errors = BatchErrors(self._stream, lambda index: requests[index].partition)
+        self._last_progress = self._started = time.monotonic()
         self._space: asyncio.Event | None = None  # set when the window may have room
 
     def run(self) -> BatchResult:
@@ -154,22 +148,21 @@ class BatchPublisher:
     async def _run(self) -> BatchResult:
         self._space = asyncio.Event()
         attempt = 0  # consecutive broken streams without a single ack in between
-        while not self._done():
+        while not self._window.done:
             addresses = self._router.broker_addresses()
             address = addresses[attempt % len(addresses)]
-            acked_before = self._acked
+            acked_before = self._window.acked
             try:
                 await self._stream_to(address)
             except grpc.RpcError as exc:
                 self._on_broken_stream(exc)
-                attempt = 0 if self._acked > acked_before else attempt + 1
+                attempt = 0 if self._window.acked > acked_before else attempt + 1
                 final = exc.code() not in _STREAM_RETRY_CODES or attempt >= MAX_STREAM_ATTEMPTS
                 if final or self._deadline_passed():
-                    self._fail_unsent(error_from_rpc(exc, stream=self._requests[0].stream))
+                    self._window.fail_unsent(same_error(error_from_rpc(exc, stream=self._stream)))
                     break
                 await asyncio.sleep(self._bounded(backoff_delay(attempt)))
-        failures = [PublishFailure(i, e) for i, e in sorted(self._failures.items())]
-        return BatchResult(self._acks, failures)
+        return self._window.result()
 
     async def _stream_to(self, address: str) -> None:
         async with self._router.pool.aio_channel(address) as channel:
@@ -196,13 +189,15 @@ class BatchPublisher:
         come (no leader, the ISR below min ISR, messages dropped) end by
         ``ack_wait`` and the batch by its deadline, whatever the stream does.
         """
+        window = self._window
         while True:
             await asyncio.wait({sender, reader}, timeout=POLL, return_when=asyncio.FIRST_COMPLETED)
-            self._expire_acks()
+            if window.expire(time.monotonic(), self._errors.ack_timeout(self._ack_wait)) and self._space is not None:
+                self._space.set()
             if self._deadline_passed():
                 self._fail_at_deadline()
                 return
-            if self._expects_ack and self._all_sent() and not self._in_flight:
+            if self._expects_ack and window.done:
                 return
             if sender.done() and not sender.cancelled() and sender.exception() is not None:
                 raise _StreamEnded(address) from sender.exception()
@@ -210,7 +205,7 @@ class BatchPublisher:
                 error = None if reader.cancelled() else reader.exception()
                 if isinstance(error, grpc.RpcError):
                     raise error
-                if error is not None or self._in_flight or not self._all_sent():
+                if error is not None or window.in_flight or not window.all_sent:
                     raise _StreamEnded(address) from error
                 return  # ack policy NONE: the server ended the stream after the last message
 
@@ -224,15 +219,13 @@ class BatchPublisher:
     async def _send(self, call: Any) -> None:
         """Write requests while the window allows (ack policy NONE: all of them, then close the sending side)."""
         assert self._space is not None
-        while not self._all_sent() and not self._deadline_passed():
-            while len(self._in_flight) >= self._window:
+        window = self._window
+        while not window.all_sent and not self._deadline_passed():
+            index = window.take(time.monotonic())
+            if index is None:  # the window is full: wait for an ack or an expiry
                 self._space.clear()
                 await self._space.wait()
-            index, self._next = self._next, self._next + 1
-            if self._expects_ack:
-                self._in_flight[index] = time.monotonic()
-            else:
-                self._resolved += 1
+                continue
             await call.write(self._requests[index])
         if not self._expects_ack:
             await call.done_writing()  # the server then ends the stream (no acks to wait for)
@@ -243,6 +236,9 @@ class BatchPublisher:
             return seconds
         return max(min(seconds, self._deadline.remaining()), 0.001)
 
+    def _deadline_passed(self) -> bool:
+        return self._deadline is not None and self._deadline.expired
+
     def _on_response(self, response: api.PublishResponse) -> None:
         failed = response.HasField("asyncError")
         correlation_id = response.correlationId if failed else response.ack.correlationId
@@ -250,102 +246,27 @@ class BatchPublisher:
             log.warning("ignoring a PublishAsync response with unknown correlation id %r", correlation_id)
             return
         index = int(correlation_id)
-        request = self._requests[index]
-        was_waiting = self._in_flight.pop(index, None) is not None
+        partition = self._requests[index].partition
         if failed:
-            self._failures[index] = async_error(response, request.stream, request.partition)
-            self._acks[index] = None
-        elif was_waiting or isinstance(self._failures.get(index), AckTimeoutError):
-            # an ack that arrives after its timeout still counts; one after an error does not
-            self._failures.pop(index, None)
-            self._acks[index] = Ack(response.ack, request.partition)
-            self._acked += 1
-        if was_waiting:
-            self._resolved += 1
-            if self._space is not None:
-                self._space.set()
-            if self._resolved % 1024 == 0:
+            counted = self._window.on_error(index, async_error(response, self._stream, partition))
+        else:
+            counted = self._window.on_ack(index, Ack(response.ack, partition))
+        if counted and self._space is not None:
+            self._space.set()
+            if self._window.acked % 1024 == 0:
                 self._log_progress()
 
-    def _expire_acks(self) -> None:
-        """Fail the messages whose ack is overdue."""
-        cutoff = time.monotonic() - self._ack_wait
-        expired = [i for i, sent in self._in_flight.items() if sent < cutoff]
-        for index in expired:
-            del self._in_flight[index]
-            request = self._requests[index]
-            self._failures[index] = AckTimeoutError(
-                f"no ack within {self._ack_wait:g}s",
-                stream=request.stream,
-                partition=request.partition,
-                may_be_stored=True,
-            )
-        self._resolved += len(expired)
-        if expired and self._space is not None:
-            self._space.set()
-
     def _fail_at_deadline(self) -> None:
-        """The batch deadline passed: messages awaiting an ack may be stored; unsent ones were not sent."""
-        for index in self._in_flight:
-            request = self._requests[index]
-            self._failures[index] = AckTimeoutError(
-                f"no ack before the batch deadline ({self._deadline_timeout():g}s)",
-                stream=request.stream,
-                partition=request.partition,
-                may_be_stored=True,
-            )
-        self._resolved += len(self._in_flight)
-        self._in_flight.clear()
-        self._fail_unsent(self._not_sent_error())
-
-    def _not_sent_error(self) -> LiftbridgeError:
-        return AckTimeoutError(
-            f"not sent: the batch deadline ({self._deadline_timeout():g}s) passed first",
-            stream=self._requests[0].stream,
-        )
-
-    def _deadline_timeout(self) -> float:
-        return self._deadline.timeout if self._deadline is not None else 0.0
+        self._window.end_at_deadline(self._errors, self._deadline.timeout if self._deadline is not None else 0.0)
 
     def _on_broken_stream(self, exc: grpc.RpcError) -> None:
         """The stream died: report every message awaiting an ack as uncertain."""
-        for index in self._in_flight:
-            request = self._requests[index]
-            self._failures[index] = UnavailableError(
-                f"connection lost before the ack ({exc.code().name}: {exc.details()}); "
-                "the message may or may not have been stored",
-                stream=request.stream,
-                partition=request.partition,
-                code=exc.code(),
-                may_be_stored=True,
-            )
-        self._resolved += len(self._in_flight)
-        self._in_flight.clear()
-        log.warning("PublishAsync stream broke (%s); %d messages left to send", exc.code(), self._unsent())
-
-    def _fail_unsent(self, error: LiftbridgeError) -> None:
-        for index in range(self._next, len(self._requests)):
-            self._failures[index] = error
-        self._resolved += len(self._requests) - self._next
-        self._next = len(self._requests)
-
-    def _done(self) -> bool:
-        if self._deadline_passed():
-            self._fail_at_deadline()
-        return self._all_sent() and not self._in_flight
-
-    def _all_sent(self) -> bool:
-        return self._next >= len(self._requests)
-
-    def _unsent(self) -> int:
-        return len(self._requests) - self._next
-
-    def _deadline_passed(self) -> bool:
-        return self._deadline is not None and self._deadline.expired
+        self._window.lose_in_flight(self._errors.lost(f"{exc.code().name}: {exc.details()}", exc.code()))
+        log.warning("PublishAsync stream broke (%s); %d messages left to send", exc.code(), self._window.unsent)
 
     def _log_progress(self) -> None:
         now = time.monotonic()
         if now - self._last_progress >= PROGRESS_EVERY:
             self._last_progress = now
-            rate = self._resolved / (now - self._started)
-            log.info("published %d/%d messages (%.0f msgs/s)", self._resolved, len(self._requests), rate)
+            done = self._window.acked
+            log.info("published %d/%d messages (%.0f msgs/s)", done, len(self._requests), done / (now - self._started))

@@ -17,7 +17,7 @@ from liftbridge_provider.client.envelope import decode_message
 from liftbridge_provider.client.messages import Ack
 from liftbridge_provider.client.nats_publisher import ack_error, partition_subject, publish_envelope
 from liftbridge_provider.client.options import split_nats_servers
-from liftbridge_provider.client.publish_window import PublishWindow
+from liftbridge_provider.client.publish_window import BatchErrors, PublishWindow
 from liftbridge_provider.connection import config_from_connection
 
 
@@ -179,3 +179,27 @@ def test_connection_extras_turn_on_nats_and_refuse_settings_without_servers() ->
     assert config_from_connection("lb", None, {"nats_servers": ""}).nats is None
     with pytest.raises(InvalidArgumentError, match="need nats_servers"):
         config_from_connection("lb", None, {"nats_user": "u", "nats_password": "p"})
+
+
+def test_a_refusal_after_the_ack_timed_out_replaces_the_timeout() -> None:
+    """The server's answer is more precise than our timeout: the message was refused, so it is not stored."""
+    window = PublishWindow(1, window=1, ack_wait=1.0, expects_ack=True)
+    window.take(0.0)
+    window.expire(2.0, timeout_error)
+    assert window.on_error(0, ReadonlyPartitionError("readonly"))
+    (failure,) = window.result().failures
+    assert isinstance(failure.error, ReadonlyPartitionError)
+    assert not failure.may_be_stored
+
+
+def test_batch_errors_name_the_stream_partition_and_whether_stored() -> None:
+    errors = BatchErrors("s", lambda index: index % 2)
+    lost = errors.lost("reset")(3)
+    assert (lost.stream, lost.partition, lost.may_be_stored) == ("s", 1, True)
+    assert "reset" in str(lost)
+    window = PublishWindow(3, window=1, ack_wait=1.0, expects_ack=True)
+    window.take(0.0)
+    window.end_at_deadline(errors, 2.5)
+    result = window.result()
+    assert [(f.index, f.may_be_stored) for f in result.failures] == [(0, True), (1, False), (2, False)]
+    assert "not sent: the batch deadline (2.5s)" in str(result.failures[2].error)
