@@ -243,6 +243,10 @@ class NatsBatchPublisher:
             await client.publish(self._subjects[request.partition], publish_envelope(request, inbox))
         except (nats.errors.Error, OSError) as exc:
             raise _ConnectionBroken(f"publish failed: {exc!r}") from exc
+        except RuntimeError as exc:  # uvloop: a write to the transport the lost connection just closed
+            if client.is_connected:
+                raise
+            raise _ConnectionBroken(f"publish failed: {exc!r}") from exc
 
     async def _on_ack(self, msg: Msg) -> None:
         try:
@@ -290,6 +294,10 @@ class NatsBatchPublisher:
         try:
             await client.flush(timeout=max(int(self._bounded(FLUSH_TIMEOUT)), 1))
         except (nats.errors.Error, OSError, TimeoutError) as exc:
+            raise _ConnectionBroken(f"NATS flush failed: {exc!r}") from exc
+        except RuntimeError as exc:  # uvloop, as in _publish
+            if client.is_connected:
+                raise
             raise _ConnectionBroken(f"NATS flush failed: {exc!r}") from exc
 
     async def _on_nats_error(self, exc: Exception) -> None:

@@ -40,6 +40,7 @@ def observe(world: World, index: int, *, final: bool = False) -> Verdict:
         cursors=world.cursors,
         verdict=verdict,
         final=final,
+        step=index,
     )
     return verdict
 

@@ -160,8 +160,15 @@ def check_lake(
     cursors: Mapping[tuple[str, int], int],
     verdict: Verdict,
     final: bool,
+    step: int | None = None,
 ) -> None:
-    """No duplicate, every row true to what was published and inside its folder's range; no gap below a cursor."""
+    """No duplicate, every row true to what was published and inside its folder's range; no gap below a cursor.
+
+    A gap needs a snapshot read at this ``step`` where retention acts: a snapshot
+    kept from an earlier step (the partition could not be read since, e.g. its
+    oldest offset looked past the high watermark while a node was down) may list
+    offsets retention removed meanwhile, which a freeze rightly skipped (seed 125).
+    """
     by_position: dict[tuple[str, int, int], list[LakeRow]] = {}
     for row in rows:
         by_position.setdefault((row.stream, row.partition, row.offset), []).append(row)
@@ -187,6 +194,8 @@ def check_lake(
         snapshot = snapshots.get((stream, partition))
         if snapshot is None:
             continue
+        if step is not None and snapshot.step != step and shapes[stream].removal == "retention" and not final:
+            continue  # kept from before: retention may have removed what it lists (checked again when fresh)
         missing = [
             o
             for o, stored in snapshot.messages.items()

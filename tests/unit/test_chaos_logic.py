@@ -212,6 +212,32 @@ def test_a_committed_offset_the_stream_holds_must_be_in_the_lake() -> None:
     assert kinds(lake_verdict(rows, messages, cursor=0)) == [], "offsets beyond the cursor may be missing"
 
 
+def test_a_snapshot_kept_from_an_earlier_step_proves_no_gap_where_retention_acts() -> None:
+    """Seed 125: a node was down, the oracle could not confirm what retention left and kept an old snapshot;
+    the freeze had (rightly) found every offset removed and the commit moved the cursor past them."""
+    messages = {o: (None, bytes([97 + o])) for o in range(3)}
+    ledger = ledger_with("count", 0, messages)
+    kept = snapshot("count", messages, 2)  # read at step 1
+
+    def gaps(step: int, *, final: bool = False, shape: str = "count") -> list[str]:
+        verdict = Verdict()
+        check_lake(
+            [],
+            shapes={s.name: s for s in SHAPES},
+            snapshots={(shape, 0): kept if shape == "count" else snapshot(shape, messages, 2)},
+            ledger=ledger if shape == "count" else ledger_with(shape, 0, messages),
+            cursors={(shape, 0): 2},
+            verdict=verdict,
+            final=final,
+            step=step,
+        )
+        return kinds(verdict)
+
+    assert gaps(1) == ["gap"], "a fresh snapshot still proves a gap"
+    assert gaps(5) == [], "an old one, where retention acts, does not"
+    assert gaps(5, final=True) == ["gap"], "the final check always counts"
+
+
 def test_a_superseded_message_missing_from_the_lake_of_a_compacted_stream_is_no_gap() -> None:
     messages = {0: (b"k", b"a"), 1: (b"k", b"b")}
     assert kinds(lake_verdict([row("compact", 1, b"b", 0, 2)], messages, cursor=1, shape="compact")) == []
