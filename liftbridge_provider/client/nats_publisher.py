@@ -182,7 +182,9 @@ class NatsBatchPublisher:
 
     def run(self) -> BatchResult:
         """Publish the batch (blocking) and return the result."""
-        return run_in_private_loop(self._run(), name="liftbridge-publish-nats")
+        # Plain asyncio: with uvloop, nats-py's close after a lost connection fails on the closed transport and
+        # skips its cleanup; uvloop saved only ~5% CPU here (23.8 vs 22.5 us per message).
+        return run_in_private_loop(self._run(), name="liftbridge-publish-nats", use_uvloop=False)
 
     async def _run(self) -> BatchResult:
         self._wakeup = asyncio.Event()

@@ -16,8 +16,10 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def _run_loop(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run ``coroutine`` in a new event loop: uvloop's when installed (about 20% less CPU per message)."""
+def _run_loop(coroutine: Coroutine[Any, Any, T], use_uvloop: bool) -> T:
+    """Run ``coroutine`` in a new event loop: uvloop's when installed and wanted (about 20% less CPU per message)."""
+    if not use_uvloop:
+        return asyncio.run(coroutine)
     try:
         import uvloop  # noqa: PLC0415 - optional speed-up
     except ImportError:
@@ -25,14 +27,14 @@ def _run_loop(coroutine: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(coroutine)
 
 
-def run_in_private_loop(coroutine: Coroutine[Any, Any, T], *, name: str) -> T:
+def run_in_private_loop(coroutine: Coroutine[Any, Any, T], *, name: str, use_uvloop: bool = True) -> T:
     """Run ``coroutine`` on a new loop in a daemon thread called ``name``; return its result or raise its error."""
     outcome: list[T] = []
     errors: list[BaseException] = []
 
     def main() -> None:
         try:
-            outcome.append(_run_loop(coroutine))
+            outcome.append(_run_loop(coroutine, use_uvloop))
         except BaseException as exc:  # handed to the calling thread below
             errors.append(exc)
 
