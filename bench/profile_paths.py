@@ -1,0 +1,128 @@
+"""cProfile of one hot path at a time, against a real single-node server (the profiles in docs/benchmarks.md).
+
+    .venv/bin/python bench/profile_paths.py batch-builder|nats-publish|read-range|sync-publish [--messages N] [--top K]
+
+- ``batch-builder``: the Spark source's BatchBuilder over N received messages (256-byte values, the
+  server's two headers), no server needed; prints microseconds per row unprofiled, then the profile.
+- ``nats-publish``: NatsBatchPublisher over N prepared requests, run on this thread so the profile sees it.
+- ``read-range``: ``read_range`` over N messages of one partition.
+- ``sync-publish``: N ``publish`` calls in a loop (the shared PublishAsync stream).
+
+A profile, not a benchmark: cProfile roughly doubles the time of Python code, so read the shares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import time
+from collections.abc import Callable
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client import LiftbridgeClient, NatsConfig
+from liftbridge_provider.client import requests as build
+from liftbridge_provider.client.messages import AckPolicy
+from liftbridge_provider.client.nats_publisher import NatsBatchPublisher
+from liftbridge_provider.devserver import DevServer, start_single
+from liftbridge_provider.spark.batches import BatchBuilder
+from liftbridge_provider.spark.source import arrow_schema
+
+VALUE = os.urandom(256)
+
+
+def profile(label: str, work: Callable[[], object], count: int, top: int) -> None:
+    work()  # warm-up: imports, first connections
+    started = time.perf_counter()
+    work()
+    plain = time.perf_counter() - started
+    print(f"{label}: {count / plain:,.0f} per second unprofiled ({plain / count * 1e6:.2f} us each)")
+    profiler = cProfile.Profile()
+    profiler.enable()
+    work()
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+
+
+def received_messages(count: int) -> list[api.Message]:
+    messages = []
+    for offset in range(count):
+        sent = api.Message(offset=offset, key=b"k%d" % offset, value=VALUE, timestamp=1_700_000_000_000_000_000)
+        sent.subject = "orders"
+        sent.headers["subject"] = b"orders"
+        sent.headers["reply"] = b""
+        messages.append(api.Message.FromString(sent.SerializeToString()))
+    return messages
+
+
+def batch_builder(count: int, top: int) -> None:
+    messages = received_messages(count)
+
+    def build_all() -> None:
+        builder = BatchBuilder(arrow_schema(), "orders", 0, max_rows=10_000, max_bytes=64 << 20)
+        for message in messages:
+            builder.add(message)
+        builder.flush()
+
+    profile("BatchBuilder rows", build_all, count, top)
+
+
+def with_stream(server: DevServer, client: LiftbridgeClient, name: str) -> str:
+    client.create_stream(name, name)
+    client.wait_for_high_watermark(name, 0, -1, timeout=10)
+    return name
+
+
+def nats_publish(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
+    config = NatsConfig(servers=tuple(server.nats_servers))
+    names = iter(range(3))
+
+    def publish_all() -> None:
+        name = with_stream(server, client, f"nats-{next(names)}")
+        requests = [
+            build.publish_request(name, VALUE, partition=0, ack_policy=AckPolicy.LEADER, correlation_id=str(i))
+            for i in range(count)
+        ]
+        result = asyncio.run(
+            NatsBatchPublisher(config, requests, {0: name}, window=1024, ack_wait=5, deadline=None)._run()
+        )
+        assert result.ok, result.failures[:3]
+
+    profile("NATS publish_batch messages (stream creation included)", publish_all, count, top)
+
+
+def read_range(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
+    name = with_stream(server, client, "reads")
+    client.publish_batch(name, [VALUE] * count)
+    profile("read_range messages", lambda: sum(1 for _ in client.read_range(name, 0, 0, count)), count, top)
+
+
+def sync_publish(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
+    name = with_stream(server, client, "sync")
+
+    def publish_all() -> None:
+        for _ in range(count):
+            client.publish(name, VALUE)
+
+    profile("publish calls", publish_all, count, top)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", choices=["batch-builder", "nats-publish", "read-range", "sync-publish"])
+    parser.add_argument("--messages", type=int, default=None, help="messages (100000; 3000 for sync-publish)")
+    parser.add_argument("--top", type=int, default=20, help="functions shown (20)")
+    args = parser.parse_args()
+    count = args.messages or (3_000 if args.path == "sync-publish" else 100_000)
+    if args.path == "batch-builder":
+        batch_builder(count, args.top)
+        return
+    paths = {"nats-publish": nats_publish, "read-range": read_range, "sync-publish": sync_publish}
+    with start_single() as server, LiftbridgeClient(server.brokers) as client:
+        paths[args.path](server, client, count, args.top)
+
+
+if __name__ == "__main__":
+    main()
