@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import Any, Literal
 
@@ -418,9 +419,13 @@ class LiftbridgeClient:
         count = self._router.partition_count(build.check_stream_name(stream))
         requests = []
         items = iter(messages)
+        plain = partial(api.PublishRequest, stream=stream, ackPolicy=policy.value, expectedOffset=-1)
         for index, item in enumerate(items):
             if deadline is not None and index % 1024 == 0 and deadline.expired:
                 raise _PreparedTooLong(index + 1 + sum(1 for _ in items))
+            if type(item) is bytes and partitioner is None:  # a bare value for partition 0: nothing else to check
+                requests.append(plain(value=item, correlationId=str(index)))
+                continue
             message = item if isinstance(item, PublishMessage) else PublishMessage(value=item)
             try:
                 partition = self._partition_for(
