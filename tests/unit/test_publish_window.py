@@ -6,10 +6,13 @@ import pytest
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import (
+    AckPolicy,
     AckTimeoutError,
     InvalidArgumentError,
+    LiftbridgeClient,
     LiftbridgeError,
     NatsConfig,
+    PublishMessage,
     ReadonlyPartitionError,
     UnavailableError,
 )
@@ -203,3 +206,23 @@ def test_batch_errors_name_the_stream_partition_and_whether_stored() -> None:
     result = window.result()
     assert [(f.index, f.may_be_stored) for f in result.failures] == [(0, True), (1, False), (2, False)]
     assert "not sent: the batch deadline (2.5s)" in str(result.failures[2].error)
+
+
+def test_a_bare_value_becomes_the_same_request_as_a_publish_message() -> None:
+    """publish_batch's shortcut for bytes values (partition 0, no partitioner) builds what the general path does."""
+
+    class ThreePartitions:
+        def partition_count(self, stream: str) -> int:
+            return 3
+
+    client = LiftbridgeClient.__new__(LiftbridgeClient)
+    client._router = ThreePartitions()  # type: ignore[assignment]  # only the partition count is asked
+    fast = client._batch_requests("s", [b"a", b"b"], None, AckPolicy.ALL, None)
+    general = client._batch_requests("s", [PublishMessage(b"a"), PublishMessage(b"b")], None, AckPolicy.ALL, None)
+    assert fast == general
+    assert [(r.partition, r.correlationId, r.expectedOffset, r.ackPolicy) for r in fast] == [
+        (0, "0", -1, api.ALL),
+        (0, "1", -1, api.ALL),
+    ]
+    with pytest.raises(InvalidArgumentError, match="message #1"):
+        client._batch_requests("s", [b"a", "text"], None, AckPolicy.ALL, None)  # type: ignore[list-item]
