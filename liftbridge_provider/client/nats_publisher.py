@@ -56,6 +56,7 @@ MAX_CONNECT_ATTEMPTS = 10  # broken connections in a row, with no ack in between
 FLUSH_TIMEOUT = 5.0  # seconds for the server to confirm the ack subscription before the first publish
 SEND_CHUNK = 256  # messages sent in a row before acks, the deadline and the connection are looked at again
 CLOSE_TIMEOUT = 2.0  # seconds to close a connection at the end
+CLOSE_GRACE = 0.25  # seconds a close may take past the batch deadline (unsent buffers are dropped)
 _ENVELOPE_SLACK = 16  # bytes: envelope header and the inbox field's tag and length, over the request's own size
 
 _ACK_ERRORS: dict[int, tuple[type[LiftbridgeError], str]] = {
@@ -318,11 +319,13 @@ class NatsBatchPublisher:
         self._closed.set()
 
     async def _close(self, client: NatsClient) -> None:
-        """Close the connection and wait until nats-py has stopped its tasks (also when it closed by itself)."""
+        """Close the connection and wait until nats-py has stopped its tasks (also when it closed by itself),
+        within the batch deadline plus :data:`CLOSE_GRACE` at most; past it the close is left unfinished."""
+        ends = time.monotonic() + max(self._bounded(CLOSE_TIMEOUT), CLOSE_GRACE)
         try:
             if not client.is_closed:
-                await asyncio.wait_for(client.close(), CLOSE_TIMEOUT)
-            await asyncio.wait_for(self._closed.wait(), CLOSE_TIMEOUT)
+                await asyncio.wait_for(client.close(), max(ends - time.monotonic(), 0.001))
+            await asyncio.wait_for(self._closed.wait(), max(ends - time.monotonic(), 0.001))
         except (nats.errors.Error, OSError, TimeoutError) as exc:
             log.debug("closing the NATS connection: %r", exc)
 
