@@ -18,6 +18,7 @@ from liftbridge_provider.client import (
 )
 from liftbridge_provider.client.publish_stream import sticky_order
 from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.devserver.cluster import Node
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,19 @@ def new_stream(client: LiftbridgeClient, **options: Any) -> str:
     name = f"ps-{uuid.uuid4().hex[:10]}"
     client.create_stream(name.replace("-", "."), name, **options)
     return name
+
+
+def stream_whose_first_broker_is_not_its_leader(client: LiftbridgeClient, cluster: DevServer) -> tuple[str, Node]:
+    """A new RF3 stream (one message in it) whose partition 0 publishes go first to a broker that is not its
+    leader, and that broker's node."""
+    for _ in range(20):
+        name = new_stream(client, replication_factor=3)
+        assert client.publish(name, b"warm-up") is not None
+        first = sticky_order(cluster.brokers, name, 0, set())[0]
+        node = next(n for n in cluster.nodes if n.address == first)
+        if cluster.partition_leaders(name)[0] != node.server_id:
+            return name, node
+    pytest.fail("20 streams all had their first broker as leader")
 
 
 def publish_threads() -> list[threading.Thread]:
@@ -93,15 +107,7 @@ def test_frozen_broker_times_the_publish_out_and_the_next_one_goes_elsewhere(lif
     """The broker a partition's publishes go to first is frozen (SIGSTOP, no TCP reset): the waiting publish
     ends by its timeout as may-be-stored, then that broker goes last and the next publish is acked."""
     with LiftbridgeClient(liftbridge_cluster.brokers) as client:
-        for _ in range(20):  # a stream whose first broker is not its leader (the leader frozen, nothing acks)
-            name = new_stream(client, replication_factor=3)
-            assert client.publish(name, b"warm-up") is not None
-            first = sticky_order(liftbridge_cluster.brokers, name, 0, set())[0]
-            node = next(n for n in liftbridge_cluster.nodes if n.address == first)
-            if liftbridge_cluster.partition_leaders(name)[0] != node.server_id:
-                break
-        else:
-            pytest.fail("20 streams all had their first broker as leader")
+        name, node = stream_whose_first_broker_is_not_its_leader(client, liftbridge_cluster)
         liftbridge_cluster.freeze(node.server_id)
         try:
             started = time.monotonic()
@@ -116,11 +122,13 @@ def test_frozen_broker_times_the_publish_out_and_the_next_one_goes_elsewhere(lif
 
 
 def test_killed_broker_fails_the_waiting_publish_at_once_as_may_be_stored(liftbridge_cluster: DevServer) -> None:
+    """The broker a partition's publishes go to first dies while a publish waits on it: that publish fails
+    at once as may-be-stored and the next one goes to another broker. The first broker is not the partition's
+    leader: a publish sent while a killed leader is still the registered one goes nowhere (NATS has no
+    subscriber until the new leader takes over) and can only time out, which is Liftbridge's rule, not the
+    client's (this test failed in CI that way, 2026-11-24, when the first broker was the leader)."""
     with LiftbridgeClient(liftbridge_cluster.brokers) as client:
-        name = new_stream(client, replication_factor=3)
-        assert client.publish(name, b"warm-up") is not None
-        first = sticky_order(liftbridge_cluster.brokers, name, 0, set())[0]
-        node = next(n for n in liftbridge_cluster.nodes if n.address == first)
+        name, node = stream_whose_first_broker_is_not_its_leader(client, liftbridge_cluster)
         liftbridge_cluster.freeze(node.server_id)  # the publish waits on it...
         outcome: list[BaseException] = []
 
