@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
@@ -33,7 +33,7 @@ from liftbridge_provider.client.options import ClientConfig, check_seconds, chec
 from liftbridge_provider.client.partitioners import Partitioner, PartitionerName, resolve_partitioner
 from liftbridge_provider.client.plans import NotSent
 from liftbridge_provider.client.publish_stream import PublishStreams
-from liftbridge_provider.client.publish_window import BatchResult, PublishFailure
+from liftbridge_provider.client.publish_window import BatchResult, Failures, PublishFailure
 from liftbridge_provider.client.publisher import BatchPublisher, async_error
 from liftbridge_provider.client.reading import SubscriptionState
 from liftbridge_provider.client.retry import Deadline, backoff_delay
@@ -66,7 +66,7 @@ class _PreparedTooLong(Exception):
         error = AckTimeoutError(
             f"not sent: the batch deadline ({timeout:g}s) passed while the messages were checked", stream=stream
         )
-        return BatchResult([None] * self.count, [PublishFailure(i, error) for i in range(self.count)])
+        return BatchResult([None] * self.count, Failures(size=self.count, unsent_error=error))
 
 
 class LiftbridgeClient:
@@ -355,7 +355,8 @@ class LiftbridgeClient:
             else:
                 publisher = BatchPublisher(self._router, requests, window=window, ack_wait=wait, deadline=deadline)
                 result = publisher.run()
-            result.failures = [_sized(failure, requests) for failure in result.failures]
+            if isinstance(result.failures, Failures):
+                result.failures = result.failures.with_listed(partial(_sized, requests=requests))
         if raise_on_error:
             result.raise_for_failures()
         return result
@@ -422,7 +423,8 @@ class LiftbridgeClient:
         plain = partial(api.PublishRequest, stream=stream, ackPolicy=policy.value, expectedOffset=-1)
         for index, item in enumerate(items):
             if deadline is not None and index % 1024 == 0 and deadline.expired:
-                raise _PreparedTooLong(index + 1 + sum(1 for _ in items))
+                left = sum(1 for _ in items) if not isinstance(messages, Sized) else len(messages) - index - 1
+                raise _PreparedTooLong(index + 1 + left)
             if type(item) is bytes and partitioner is None:  # a bare value for partition 0: nothing else to check
                 requests.append(plain(value=item, correlationId=str(index)))
                 continue

@@ -48,7 +48,7 @@ from liftbridge_provider.client.errors import (
 from liftbridge_provider.client.messages import Ack
 from liftbridge_provider.client.options import NatsConfig
 from liftbridge_provider.client.private_loop import run_in_private_loop
-from liftbridge_provider.client.publish_window import BatchErrors, BatchResult, ErrorFor, PublishWindow, same_error
+from liftbridge_provider.client.publish_window import BatchErrors, BatchResult, PublishWindow
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 
 log = logging.getLogger(__name__)
@@ -351,9 +351,9 @@ class NatsBatchPublisher:
                 self._window.refuse(index, too_large)
         self._sizes_checked = True
 
-    def _not_sent_error(self, broken: _ConnectionBroken) -> ErrorFor:
+    def _not_sent_error(self, broken: _ConnectionBroken) -> LiftbridgeError:
         kind = PermissionDeniedError if broken.final else UnavailableError
-        return same_error(kind(f"not sent: {broken.reason}", stream=self._stream))
+        return kind(f"not sent: {broken.reason}", stream=self._stream)
 
     # -- time ----------------------------------------------------------------------------
 

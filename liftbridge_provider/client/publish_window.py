@@ -18,8 +18,9 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 import grpc
 
@@ -42,16 +43,88 @@ class PublishFailure:
         return self.error.may_be_stored
 
 
+class Failures(Sequence[PublishFailure]):
+    """The failed messages of a batch, in index order: a read-only sequence of :class:`PublishFailure`.
+
+    Messages that were never sent (a batch deadline or a lost connection left
+    them) are kept as one range with one shared error, so a batch of millions
+    reports its failures without work per message after its deadline.
+
+    :param listed: index -> error of each failure with its own error.
+    :param unsent_from: first index of the range of unsent messages (``size``: none).
+    :param size: messages in the batch.
+    :param unsent_error: the error of every unsent message without one of its own in ``listed``.
+    """
+
+    def __init__(
+        self,
+        listed: dict[int, LiftbridgeError] | None = None,
+        *,
+        unsent_from: int = 0,
+        size: int = 0,
+        unsent_error: LiftbridgeError | None = None,
+    ) -> None:
+        listed = listed or {}
+        if unsent_error is None:
+            unsent_from = size
+        self._before = sorted((i, e) for i, e in listed.items() if i < unsent_from)
+        self._in_range = {i: e for i, e in listed.items() if i >= unsent_from}
+        self._unsent_from = unsent_from
+        self._size = size
+        self._unsent_error = unsent_error
+
+    def __len__(self) -> int:
+        return len(self._before) + self._size - self._unsent_from
+
+    @overload
+    def __getitem__(self, position: int) -> PublishFailure: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[PublishFailure]: ...
+
+    def __getitem__(self, position: int | slice) -> PublishFailure | list[PublishFailure]:
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(len(self)))]
+        if position < 0:
+            position += len(self)
+        if not 0 <= position < len(self):
+            raise IndexError(f"failure {position} of {len(self)}")
+        if position < len(self._before):
+            return PublishFailure(*self._before[position])
+        index = self._unsent_from + position - len(self._before)
+        error = self._in_range.get(index, self._unsent_error)
+        assert error is not None
+        return PublishFailure(index, error)
+
+    def __iter__(self) -> Iterator[PublishFailure]:
+        for index, error in self._before:
+            yield PublishFailure(index, error)
+        for index in range(self._unsent_from, self._size):
+            own = self._in_range.get(index, self._unsent_error)
+            assert own is not None
+            yield PublishFailure(index, own)
+
+    def __repr__(self) -> str:
+        return f"Failures({len(self)}: {self[:3]!r}{'...' if len(self) > 3 else ''})"
+
+    def with_listed(self, change: Callable[[PublishFailure], PublishFailure]) -> Failures:
+        """A copy with ``change`` applied to each failure that has its own error (not the shared one)."""
+        listed = dict(self._before) | self._in_range
+        changed = {index: change(PublishFailure(index, error)).error for index, error in listed.items()}
+        return Failures(changed, unsent_from=self._unsent_from, size=self._size, unsent_error=self._unsent_error)
+
+
 @dataclass
 class BatchResult:
     """Outcome of ``publish_batch``: one entry per input message, in input order.
 
     ``acks[i]`` is the Ack of message i, or None when it failed or the ack
-    policy is NONE. ``failures`` lists the failed messages by index.
+    policy is NONE. ``failures`` lists the failed messages by index (a
+    :class:`Failures` sequence; a plain list works too).
     """
 
     acks: list[Ack | None]
-    failures: list[PublishFailure] = field(default_factory=list)
+    failures: Sequence[PublishFailure] = field(default_factory=Failures)
 
     @property
     def ok(self) -> bool:
@@ -95,6 +168,8 @@ class PublishWindow:
         self._in_flight: dict[int, float] = {}  # index -> monotonic time sent, oldest first
         self._acks: list[Ack | None] = [None] * size
         self._failures: dict[int, LiftbridgeError] = {}
+        self._unsent_from = size  # from here on, messages never sent fail with _unsent_error (see fail_unsent)
+        self._unsent_error: LiftbridgeError | None = None
         self.acked = 0  # acks counted so far (a driver resets its retry count when this moves)
 
     # -- state -------------------------------------------------------------------
@@ -183,13 +258,14 @@ class PublishWindow:
         self._in_flight.clear()
         return len(lost)
 
-    def fail_unsent(self, error_for: ErrorFor) -> int:
-        """Fail every message not sent yet (nothing of them reached the server); how many."""
-        count = 0
-        for index in range(self._next, self.size):
-            if index not in self._failures:  # refused ones keep their own error
-                self._failures[index] = error_for(index)
-                count += 1
+    def fail_unsent(self, error: LiftbridgeError) -> int:
+        """Fail every message not sent yet with ``error`` (nothing of them reached the server); how many.
+        Refused ones keep their own error. No work per message: they are kept as one range."""
+        self._skip_refused()
+        if self._next >= self.size:
+            return 0
+        count = self.size - self._next - sum(1 for index in self._failures if index >= self._next)
+        self._unsent_from, self._unsent_error = self._next, error
         self._next = self.size
         return count
 
@@ -210,13 +286,10 @@ class PublishWindow:
 
     def result(self) -> BatchResult:
         """The outcome so far; complete once :attr:`done`."""
-        failures = [PublishFailure(i, e) for i, e in sorted(self._failures.items())]
+        failures = Failures(
+            self._failures, unsent_from=self._unsent_from, size=self.size, unsent_error=self._unsent_error
+        )
         return BatchResult(self._acks, failures)
-
-
-def same_error(error: LiftbridgeError) -> ErrorFor:
-    """One error for every message it is given to (e.g. all the messages not sent)."""
-    return lambda _index: error
 
 
 class BatchErrors:
@@ -253,7 +326,5 @@ class BatchErrors:
             may_be_stored=True,
         )
 
-    def deadline_unsent(self, timeout: float) -> ErrorFor:
-        return same_error(
-            AckTimeoutError(f"not sent: the batch deadline ({timeout:g}s) passed first", stream=self.stream)
-        )
+    def deadline_unsent(self, timeout: float) -> LiftbridgeError:
+        return AckTimeoutError(f"not sent: the batch deadline ({timeout:g}s) passed first", stream=self.stream)

@@ -41,7 +41,7 @@ from liftbridge_provider.client.errors import (
 )
 from liftbridge_provider.client.messages import Ack
 from liftbridge_provider.client.private_loop import run_in_private_loop
-from liftbridge_provider.client.publish_window import BatchErrors, BatchResult, PublishWindow, same_error
+from liftbridge_provider.client.publish_window import BatchErrors, BatchResult, PublishWindow
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
 
@@ -159,7 +159,7 @@ class BatchPublisher:
                 attempt = 0 if self._window.acked > acked_before else attempt + 1
                 final = exc.code() not in _STREAM_RETRY_CODES or attempt >= MAX_STREAM_ATTEMPTS
                 if final or self._deadline_passed():
-                    self._window.fail_unsent(same_error(error_from_rpc(exc, stream=self._stream)))
+                    self._window.fail_unsent(error_from_rpc(exc, stream=self._stream))
                     break
                 await asyncio.sleep(self._bounded(backoff_delay(attempt)))
         return self._window.result()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
@@ -111,7 +113,7 @@ def test_fail_unsent_spares_refused_ones_and_no_ack_policy_resolves_on_send() ->
     window.refuse(2, ReadonlyPartitionError("readonly"))
     assert window.take(0.0) == 0
     assert window.in_flight == 0, "ack policy NONE: nothing awaits an ack"
-    assert window.fail_unsent(lambda i: AckTimeoutError("not sent")) == 2  # 1 and 3
+    assert window.fail_unsent(AckTimeoutError("not sent")) == 2  # 1 and 3
     result = window.result()
     assert [(f.index, type(f.error)) for f in result.failures] == [
         (1, AckTimeoutError),
@@ -119,6 +121,33 @@ def test_fail_unsent_spares_refused_ones_and_no_ack_policy_resolves_on_send() ->
         (3, AckTimeoutError),
     ]
     assert window.done
+    assert len(result.failures) == 3
+    assert [f.index for f in result.failures[-2:]] == [2, 3]
+    assert result.failures[-1].index == 3
+
+
+def test_failures_of_a_huge_unsent_tail_are_one_range_read_like_a_list() -> None:
+    """A deadline that leaves millions unsent costs no work per message (issue 11: no call outlives its
+    deadline by more than a second); the failures still read as a list in index order."""
+    window = PublishWindow(5_000_000, window=4, ack_wait=1.0, expects_ack=True)
+    for _ in range(3):
+        window.take(0.0)
+    window.on_ack(0, Ack(api.Ack(offset=0), 0))
+    window.refuse(10, ReadonlyPartitionError("readonly"))
+    window.lose_in_flight(lambda i: UnavailableError("lost", may_be_stored=True))
+    started = time.perf_counter()
+    assert window.fail_unsent(AckTimeoutError("not sent")) == 5_000_000 - 4
+    failures = window.result().failures
+    assert time.perf_counter() - started < 0.5, "no entry is built per unsent message (seconds for 5,000,000)"
+    assert len(failures) == 5_000_000 - 1
+    assert [(f.index, f.may_be_stored) for f in failures[:4]] == [(1, True), (2, True), (3, False), (4, False)]
+    assert isinstance(failures[9].error, ReadonlyPartitionError)
+    assert failures[9].index == 10
+    assert failures[-1].index == 4_999_999
+    assert isinstance(failures[-1].error, AckTimeoutError)
+    assert [f.index for f in failures[8:11]] == [9, 10, 11]
+    with pytest.raises(IndexError):
+        failures[5_000_000 - 1]
 
 
 def test_partition_subjects_and_ack_errors_follow_the_server() -> None:
