@@ -1,11 +1,13 @@
 """cProfile of one hot path at a time, against a real single-node server (the profiles in docs/benchmarks.md).
 
-    .venv/bin/python bench/profile_paths.py batch-builder|nats-publish|read-range|sync-publish [--messages N] [--top K]
+    .venv/bin/python bench/profile_paths.py batch-builder|nats-publish|read-range|read-slice|sync-publish \
+        [--messages N] [--top K]
 
 - ``batch-builder``: the Spark source's BatchBuilder over N received messages (256-byte values, the
   server's two headers), no server needed; prints microseconds per row unprofiled, then the profile.
 - ``nats-publish``: NatsBatchPublisher over N prepared requests, run on this thread so the profile sees it.
 - ``read-range``: ``read_range`` over N messages of one partition.
+- ``read-slice``: the Spark task's ``read_slice`` over the same (record batches of the source's schema).
 - ``sync-publish``: N ``publish`` calls in a loop (the shared PublishAsync stream).
 
 A profile, not a benchmark: cProfile roughly doubles the time of Python code, so read the shares.
@@ -28,7 +30,9 @@ from liftbridge_provider.client.messages import AckPolicy
 from liftbridge_provider.client.nats_publisher import NatsBatchPublisher
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.spark.batches import BatchBuilder
-from liftbridge_provider.spark.source import arrow_schema
+from liftbridge_provider.spark.options import parse_options
+from liftbridge_provider.spark.planning import Slice
+from liftbridge_provider.spark.source import arrow_schema, read_slice
 
 VALUE = os.urandom(256)
 
@@ -99,6 +103,18 @@ def read_range(server: DevServer, client: LiftbridgeClient, count: int, top: int
     profile("read_range messages", lambda: sum(1 for _ in client.read_range(name, 0, 0, count)), count, top)
 
 
+def read_slice_path(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
+    name = with_stream(server, client, "slices")
+    client.publish_batch(name, [VALUE] * count)
+    options = parse_options({"brokers": ",".join(server.brokers), "ranges": "{}"})
+    schema = arrow_schema()
+
+    def read_all() -> int:
+        return sum(batch.num_rows for batch in read_slice(options, name, Slice(0, 0, count), schema))
+
+    profile("read_slice rows", read_all, count, top)
+
+
 def sync_publish(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
     name = with_stream(server, client, "sync")
 
@@ -111,7 +127,7 @@ def sync_publish(server: DevServer, client: LiftbridgeClient, count: int, top: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("path", choices=["batch-builder", "nats-publish", "read-range", "sync-publish"])
+    parser.add_argument("path", choices=["batch-builder", "nats-publish", "read-range", "read-slice", "sync-publish"])
     parser.add_argument("--messages", type=int, default=None, help="messages (100000; 3000 for sync-publish)")
     parser.add_argument("--top", type=int, default=20, help="functions shown (20)")
     args = parser.parse_args()
@@ -119,7 +135,12 @@ def main() -> None:
     if args.path == "batch-builder":
         batch_builder(count, args.top)
         return
-    paths = {"nats-publish": nats_publish, "read-range": read_range, "sync-publish": sync_publish}
+    paths = {
+        "nats-publish": nats_publish,
+        "read-range": read_range,
+        "read-slice": read_slice_path,
+        "sync-publish": sync_publish,
+    }
     with start_single() as server, LiftbridgeClient(server.brokers) as client:
         paths[args.path](server, client, count, args.top)
 

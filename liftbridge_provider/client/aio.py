@@ -179,6 +179,14 @@ class AsyncLiftbridgeClient:
         if not state.established:
             snapshot = await self._run(plans.knowing(Deadline(state.request_budget()), snapshot, state.stream))
         step = state.open(snapshot)
+        if step.moved_from is not None:
+            log.info(
+                "subscription to %s/%d moves from %s to %s",
+                state.stream,
+                state.partition,
+                step.moved_from,
+                step.address,
+            )
         if step.confirm_running:
             await self._partition_running(state.stream, state.partition, state.request_budget())
         if step.address is None:

@@ -68,12 +68,15 @@ class Open:
     ``address`` None: no leader is known right now (report it with ``closed(NoLeaderYet())``).
     ``confirm_running``: the partition carries the paused flag (it sticks after a
     resume); ask its leader first whether it is really paused.
+    ``moved_from``: the broker that served the last confirmed call, when this call goes
+    elsewhere (the leader moved: worth a log line); None otherwise.
     """
 
     address: str | None
     request: api.SubscribeRequest
     timeout: float
     confirm_running: bool
+    moved_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,7 @@ class SubscriptionState:
         self._delivered_in_call = False
         self._refused_by: str | None = None
         self._address: str | None = None
+        self._served_by: str | None = None  # the broker of the last confirmed call
         self.ended = False
 
     @property
@@ -192,12 +196,14 @@ class SubscriptionState:
         self._address = address
         self._call_timeout = self._next_call_timeout()
         confirm = info.paused and not self.request.resume
-        return Open(address, self._next_request(), self._call_timeout, confirm)
+        moved_from = self._served_by if address not in (None, self._served_by) else None
+        return Open(address, self._next_request(), self._call_timeout, confirm, moved_from)
 
     def confirmed(self) -> None:
         """The server sent its empty first message: the call is established."""
         self._confirmed = True
         self._established = True
+        self._served_by = self._address
         self._lost_since = None
         self._attempt = 0
 

@@ -121,6 +121,10 @@ class Subscription(Iterator[Message]):
             else self._router.snapshot_with(self.stream, timeout=state.request_budget())
         )
         step: Open = state.open(snapshot)
+        if step.moved_from is not None:
+            log.info(
+                "subscription to %s/%d moves from %s to %s", self.stream, self.partition, step.moved_from, step.address
+            )
         if step.confirm_running:
             self._router.partition_running(self.stream, self.partition, timeout=self._state.request_budget())
         if step.address is None:

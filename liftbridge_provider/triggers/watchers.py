@@ -140,8 +140,10 @@ class _Reader(SharedStreamProducer):
         if current != expected:
             raise WatcherError(
                 f"cursor {cursor!r} of {self.settings.stream}/{partition} was moved by another writer from "
-                f"{expected} to {current} (another triggerer running a watcher with cursor_id "
-                f"{self.settings.cursor!r}?); this watcher stops rather than overwrite it"
+                f"{expected} to {current}; this watcher stops rather than overwrite it and restarts from there. "
+                f"If another triggerer runs a different watcher with cursor_id {self.settings.cursor!r}, this "
+                "watcher's assets miss what that one passed: watchers that share a cursor_id must run in one "
+                "triggerer, so with several triggerers give each watcher its own cursor_id"
             )
 
     async def _first_offset(self, client: AsyncLiftbridgeClient, partition: int) -> int:

@@ -292,6 +292,22 @@ def test_a_reopened_call_starts_after_the_last_offset() -> None:
     assert reading.open(snapshot()).request.startOffset == 12
 
 
+def test_a_call_to_another_broker_than_the_last_confirmed_one_names_where_it_moved_from() -> None:
+    """Issue 12: a leader that froze is left for a new one; the move is worth a log line (moved_from)."""
+    clock = Clock()
+    reading = state(clock)
+    assert reading.open(snapshot()).moved_from is None, "the first call moves from nowhere"
+    reading.confirmed()
+    clock.now += 30
+    reading.closed(Rpc(grpc.StatusCode.DEADLINE_EXCEEDED))
+    assert reading.open(snapshot()).moved_from is None, "the same leader again"
+    reading.closed(Rpc(grpc.StatusCode.DEADLINE_EXCEEDED))  # never confirmed: lost
+    assert reading.open(snapshot(leader="b")).moved_from == "a.example:9292"
+    reading.confirmed()
+    reading.closed(Rpc(grpc.StatusCode.UNAVAILABLE))
+    assert reading.open(snapshot(leader="b")).moved_from is None
+
+
 def test_a_call_that_was_never_confirmed_counts_as_lost() -> None:
     clock = Clock()
     reading = state(clock)
