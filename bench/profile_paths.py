@@ -3,7 +3,7 @@
     .venv/bin/python bench/profile_paths.py batch-builder|nats-publish|read-range|read-slice|sync-publish \
         [--messages N] [--top K]
 
-- ``batch-builder``: the Spark source's BatchBuilder over N received messages (256-byte values, the
+- ``batch-builder``: the Spark source's record_batches over N received messages (256-byte values, the
   server's two headers), no server needed; prints microseconds per row unprofiled, then the profile.
 - ``nats-publish``: NatsBatchPublisher over N prepared requests, run on this thread so the profile sees it.
 - ``read-range``: ``read_range`` over N messages of one partition.
@@ -29,7 +29,7 @@ from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.messages import AckPolicy
 from liftbridge_provider.client.nats_publisher import NatsBatchPublisher
 from liftbridge_provider.devserver import DevServer, start_single
-from liftbridge_provider.spark.batches import BatchBuilder
+from liftbridge_provider.spark.batches import record_batches
 from liftbridge_provider.spark.options import parse_options
 from liftbridge_provider.spark.planning import Slice
 from liftbridge_provider.spark.source import arrow_schema, read_slice
@@ -65,12 +65,10 @@ def batch_builder(count: int, top: int) -> None:
     messages = received_messages(count)
 
     def build_all() -> None:
-        builder = BatchBuilder(arrow_schema(), "orders", 0, max_rows=10_000, max_bytes=64 << 20)
-        for message in messages:
-            builder.add(message)
-        builder.flush()
+        for _ in record_batches(messages, arrow_schema(), "orders", 0, max_rows=10_000, max_bytes=64 << 20):
+            pass
 
-    profile("BatchBuilder rows", build_all, count, top)
+    profile("record_batches rows", build_all, count, top)
 
 
 def with_stream(server: DevServer, client: LiftbridgeClient, name: str) -> str:

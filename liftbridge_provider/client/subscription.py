@@ -23,6 +23,7 @@ from liftbridge_provider.client.errors import LiftbridgeError
 from liftbridge_provider.client.messages import Message
 from liftbridge_provider.client.reading import NoLeaderYet, Open, SubscriptionState, Verdict
 from liftbridge_provider.client.routing import Router
+from liftbridge_provider.client.stream_reader import messages_of
 
 log = logging.getLogger(__name__)
 
@@ -137,4 +138,4 @@ class Subscription(Iterator[Message]):
             if next(self._call, None) is None:  # the empty message that confirms the subscription
                 return  # ended before confirming: the state counts it as lost
             self._state.confirmed()
-            yield from self._call
+            yield from messages_of(self._call)

@@ -9,6 +9,7 @@ task's memory flat; budgeting by rows keeps batches of tiny messages small.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from itertools import accumulate
 from typing import Any, Protocol
 
@@ -35,83 +36,87 @@ class RawMessage(Protocol):
 
 def message_bytes(raw: RawMessage) -> int:
     """Bytes a message adds to a batch: key + value + header names and values."""
-    return _fields(raw)[4]
-
-
-def _fields(raw: RawMessage) -> tuple[bytes, bytes, list[str], list[bytes], int]:
-    """Key, value, header names, header values and their bytes in all: each read once (a read copies it)."""
     headers = raw.headers
-    key, value = raw.key, raw.value
     names = list(headers)
-    values = list(map(headers.__getitem__, names))
-    return key, value, names, values, len(key) + len(value) + sum(map(len, names)) + sum(map(len, values))
+    return len(raw.key) + len(raw.value) + sum(map(len, names)) + sum(len(headers[n]) for n in names)
 
 
-class BatchBuilder:
-    """Collects the messages of one partition into record batches of ``schema``.
+class _Columns:
+    """The rows of the batch being filled, as flat lists (one per column; header names and values flat)."""
 
-    Each message is read once (its key, value and headers are copied out of
-    the protobuf on every access) into flat lists; a full batch is then built
-    column by column, Arrow arrays from those lists and the header maps from
-    flat name and value lists with offsets, rather than row by row.
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+        self.subjects: list[str] = []
+        self.keys: list[bytes] = []
+        self.values: list[bytes] = []
+        self.header_names: list[str] = []
+        self.header_values: list[bytes] = []
+        self.header_counts: list[int] = []
+
+    def batch(self, schema: pa.Schema, stream: str, partition: int) -> pa.RecordBatch:
+        """The rows as a record batch of ``schema``; the lists are emptied for the next batch."""
+        rows = len(self.offsets)
+        header_offsets = pa.array([0, *accumulate(self.header_counts)], pa.int32())
+        columns = {
+            "key": pa.array(self.keys, pa.binary()),
+            "value": pa.array(self.values, pa.binary()),
+            "stream": pa.array([stream] * rows, pa.string()),
+            "partition": pa.array([partition] * rows, pa.int32()),
+            "offset": pa.array(self.offsets, pa.int64()),
+            # nanoseconds -> microseconds, then the schema's timestamp type
+            "timestamp": pc.divide(pa.array(self.timestamps, pa.int64()), 1000),
+            "subject": pa.array(self.subjects, pa.string()),
+            "headers": pa.MapArray.from_arrays(
+                header_offsets, pa.array(self.header_names, pa.string()), pa.array(self.header_values, pa.binary())
+            ),
+        }
+        for column in vars(self).values():
+            column.clear()  # in place: the reading loop holds their append methods
+        arrays = [columns[field.name].cast(field.type) for field in schema]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def record_batches(
+    messages: Iterable[RawMessage], schema: pa.Schema, stream: str, partition: int, *, max_rows: int, max_bytes: int
+) -> Iterator[pa.RecordBatch]:
+    """The messages of one partition as record batches of ``schema``, each within the row and byte budgets.
+
+    Each message is read once into flat lists (a protobuf field read copies it),
+    in one loop with every append bound locally (the Spark task's per-row cost);
+    a full batch is then built column by column, the header maps from flat name
+    and value lists with offsets.
 
     :param max_rows: at most this many rows per batch (>= 1).
     :param max_bytes: at most this many key + value + header bytes per batch (>= 1).
     """
-
-    def __init__(self, schema: pa.Schema, stream: str, partition: int, *, max_rows: int, max_bytes: int) -> None:
-        self.schema = schema
-        self.stream = stream
-        self.partition = partition
-        self.max_rows = max_rows
-        self.max_bytes = max_bytes
-        self._reset()
-
-    def _reset(self) -> None:
-        self._messages: list[RawMessage] = []  # offset, timestamp and subject are read at flush
-        self._keys: list[bytes] = []
-        self._values: list[bytes] = []
-        self._header_names: list[str] = []
-        self._header_values: list[bytes] = []
-        self._header_counts: list[int] = []
-        self._bytes = 0
-
-    def add(self, raw: RawMessage) -> pa.RecordBatch | None:
-        """Add one message; returns the previous messages' batch when this one does not fit in it."""
-        key, value, names, values, size = _fields(raw)
-        full = None
-        rows = len(self._messages)
-        if rows >= self.max_rows or (rows and self._bytes + size > self.max_bytes):
-            full = self.flush()
-        self._messages.append(raw)
-        self._keys.append(key)
-        self._values.append(value)
-        self._header_names.extend(names)
-        self._header_values.extend(values)
-        self._header_counts.append(len(names))
-        self._bytes += size
-        return full
-
-    def flush(self) -> pa.RecordBatch | None:
-        """The batch of the messages added since the last one, or None when there are none."""
-        messages = self._messages
-        if not messages:
-            return None
-        rows = len(messages)
-        header_offsets = pa.array([0, *accumulate(self._header_counts)], pa.int32())
-        columns = {
-            "key": pa.array(self._keys, pa.binary()),
-            "value": pa.array(self._values, pa.binary()),
-            "stream": pa.array([self.stream] * rows, pa.string()),
-            "partition": pa.array([self.partition] * rows, pa.int32()),
-            "offset": pa.array([m.offset for m in messages], pa.int64()),
-            # nanoseconds -> microseconds, then the schema's timestamp type
-            "timestamp": pc.divide(pa.array([m.timestamp for m in messages], pa.int64()), 1000),
-            "subject": pa.array([m.subject for m in messages], pa.string()),
-            "headers": pa.MapArray.from_arrays(
-                header_offsets, pa.array(self._header_names, pa.string()), pa.array(self._header_values, pa.binary())
-            ),
-        }
-        self._reset()
-        arrays = [columns[field.name].cast(field.type) for field in self.schema]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+    columns = _Columns()
+    add_offset, add_timestamp = columns.offsets.append, columns.timestamps.append
+    add_subject, add_key, add_value = columns.subjects.append, columns.keys.append, columns.values.append
+    add_names, add_header_values = columns.header_names.extend, columns.header_values.extend
+    add_count = columns.header_counts.append
+    rows = size = 0
+    for raw in messages:
+        headers = raw.headers
+        key, value = raw.key, raw.value
+        names = list(headers)
+        if len(names) == 2:  # the server's "subject" and "reply" alone: the common case, 120 ns quicker
+            header_values = [headers[names[0]], headers[names[1]]]
+        else:
+            header_values = list(map(headers.__getitem__, names))
+        added = len(key) + len(value) + sum(map(len, names)) + sum(map(len, header_values))
+        if rows and (rows >= max_rows or size + added > max_bytes):
+            yield columns.batch(schema, stream, partition)
+            rows = size = 0
+        add_offset(raw.offset)
+        add_timestamp(raw.timestamp)
+        add_subject(raw.subject)
+        add_key(key)
+        add_value(value)
+        add_names(names)
+        add_header_values(header_values)
+        add_count(len(names))
+        rows += 1
+        size += added
+    if rows:
+        yield columns.batch(schema, stream, partition)

@@ -43,7 +43,7 @@ from liftbridge_provider.ranges import (
     check_retention,
     partition_offsets,
 )
-from liftbridge_provider.spark.batches import BatchBuilder
+from liftbridge_provider.spark.batches import record_batches
 from liftbridge_provider.spark.options import ReadOptions, parse_options
 from liftbridge_provider.spark.planning import Slice, plan_slices
 
@@ -169,7 +169,6 @@ def read_slice(options: ReadOptions, stream: str, work: Slice, schema: pa.Schema
     only when ``options.read_timeout`` seconds pass without a new message: a
     long backlog that keeps arriving is never cut short.
     """
-    builder = BatchBuilder(schema, stream, work.partition, max_rows=options.batch_size, max_bytes=options.batch_bytes)
     with LiftbridgeClient(options.config) as client:
         messages = client.read_range(
             stream,
@@ -180,13 +179,10 @@ def read_slice(options: ReadOptions, stream: str, work: Slice, schema: pa.Schema
             read_isr_replica=options.read_from_replica,
             resume=True,
         )
-        for message in messages:
-            batch = builder.add(message.raw)
-            if batch is not None:
-                yield batch
-    last = builder.flush()
-    if last is not None:
-        yield last
+        raw = (message.raw for message in messages)
+        yield from record_batches(
+            raw, schema, stream, work.partition, max_rows=options.batch_size, max_bytes=options.batch_bytes
+        )
 
 
 class LiftbridgeReader(DataSourceReader):

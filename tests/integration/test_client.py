@@ -13,8 +13,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import (
     ALL_BROKERS,
     AckPolicy,
@@ -41,6 +43,7 @@ from liftbridge_provider.client import (
     partition_by_round_robin,
 )
 from liftbridge_provider.client.requests import cursor_partition
+from liftbridge_provider.client.stream_reader import fast_path_available, messages_of
 from liftbridge_provider.devserver import DevServer, start_single
 
 
@@ -398,6 +401,55 @@ def test_new_only_subscription_and_cancel_from_another_thread(client: Liftbridge
     reader.join(timeout=5)
     assert not reader.is_alive(), "cancel() ends a blocked iteration"
     assert received == [b"new"]
+
+
+def test_the_fast_stream_reader_ends_and_fails_as_iterating_the_call(
+    client: LiftbridgeClient, ten: str, liftbridge_server: DevServer
+) -> None:
+    """client/stream_reader.py reads a Subscribe call through grpc's private parts: with the pinned grpcio it
+    takes that path, yields what iterating the call yields, and ends the same way (the server's end at the
+    stop offset, a deadline, a cancel from another thread)."""
+    address = liftbridge_server.brokers[0]
+
+    def call(stop: int, timeout: float) -> Any:
+        request = api.SubscribeRequest(
+            stream=ten, partition=0, startPosition=api.OFFSET, startOffset=0, stopPosition=api.STOP_OFFSET,
+            stopOffset=stop,
+        )  # fmt: skip
+        with client._router.pool.lease(address) as pooled:
+            return pooled.stub.Subscribe(request, timeout=timeout)
+
+    def outcome(messages: Iterator[Any]) -> tuple[list[int], Any]:
+        offsets: list[int] = []
+        try:
+            for message in messages:
+                offsets.append(message.offset)
+        except grpc.RpcError as exc:
+            return offsets, (exc.code(), exc.details())
+        return offsets, None
+
+    first = call(9, 10)
+    assert fast_path_available(first), "the pinned grpcio must take the fast path"
+    plain = outcome(iter(call(9, 10)))
+    fast = outcome(messages_of(first))
+    assert fast == plain
+    assert fast[0] == [0, *range(10)], "the empty confirmation, then offsets 0-9"
+    assert fast[1][0] == grpc.StatusCode.RESOURCE_EXHAUSTED, "the server ends the call at the stop offset"
+
+    waiting = call(50, 1.0)  # offsets past the end: the call waits, then its deadline ends it
+    offsets, end = outcome(messages_of(waiting))
+    assert offsets == [0, *range(10)]
+    assert end is not None
+    assert end[0] == grpc.StatusCode.DEADLINE_EXCEEDED
+
+    cancelled = call(50, 30)
+    threading.Timer(0.5, cancelled.cancel).start()
+    started = time.monotonic()
+    offsets, end = outcome(messages_of(cancelled))
+    assert offsets == [0, *range(10)]
+    assert end is not None
+    assert end[0] == grpc.StatusCode.CANCELLED
+    assert time.monotonic() - started < 5
 
 
 def test_subscription_timeout(client: LiftbridgeClient) -> None:

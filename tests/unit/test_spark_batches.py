@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pytest
 
-from liftbridge_provider.spark.batches import BatchBuilder, message_bytes
+from liftbridge_provider.spark.batches import message_bytes, record_batches
 from liftbridge_provider.spark.source import arrow_schema
 
 MIB = 1024 * 1024
@@ -29,10 +29,7 @@ class Raw:
 
 
 def build(messages: list[Raw], *, max_rows: int, max_bytes: int) -> list[pa.RecordBatch]:
-    builder = BatchBuilder(arrow_schema(), "s", 3, max_rows=max_rows, max_bytes=max_bytes)
-    batches = [b for b in (builder.add(m) for m in messages) if b is not None]
-    last = builder.flush()
-    return batches + ([last] if last is not None else [])
+    return list(record_batches(messages, arrow_schema(), "s", 3, max_rows=max_rows, max_bytes=max_bytes))
 
 
 def payload(batch: pa.RecordBatch) -> int:
@@ -64,6 +61,13 @@ def test_a_message_larger_than_the_budget_is_a_batch_of_its_own() -> None:
 def test_rows_still_bound_batches_of_small_messages() -> None:
     batches = build([Raw(i, b"v") for i in range(25)], max_rows=10, max_bytes=64 * MIB)
     assert [b.num_rows for b in batches] == [10, 10, 5]
+
+
+def test_no_messages_make_no_batch_and_header_maps_keep_their_rows() -> None:
+    assert build([], max_rows=10, max_bytes=MIB) == []
+    messages = [Raw(0, b"a", headers={"x": b"1", "y": b"2"}), Raw(1, b"b"), Raw(2, b"c", headers={"z": b"3"})]
+    (batch,) = build(messages, max_rows=10, max_bytes=MIB)
+    assert batch.column("headers").to_pylist() == [[("x", b"1"), ("y", b"2")], [], [("z", b"3")]]
 
 
 def test_rows_of_a_batch_carry_the_message_fields() -> None:
