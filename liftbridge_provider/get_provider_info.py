@@ -106,7 +106,10 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "sensors": [
-            {"integration-name": "Liftbridge", "python-modules": ["liftbridge_provider.sensors.offset"]},
+            {
+                "integration-name": "Liftbridge",
+                "python-modules": ["liftbridge_provider.sensors.offset", "liftbridge_provider.sensors.lag"],
+            },
         ],
         "triggers": [
             {

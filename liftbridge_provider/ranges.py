@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from liftbridge_provider.client.errors import InvalidArgumentError
@@ -203,3 +204,37 @@ def check_partitions(partitions: Iterable[int] | None, count: int, stream: str) 
     if partitions is None:
         return list(range(count))
     return [check_partition(partition, count, stream) for partition in partitions]
+
+
+def parse_instant(value: datetime | str, what: str) -> datetime:
+    """An aware datetime from itself or ISO 8601 text (as ``{{ data_interval_start }}`` renders); naive
+    times and anything else are refused, naming ``what``."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise InvalidArgumentError(f"{what} must be an ISO 8601 time with a time zone, got {value!r}") from None
+    if not isinstance(value, datetime):
+        raise InvalidArgumentError(f"{what} must be a timezone-aware datetime or ISO 8601 text, got {value!r}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidArgumentError(f"{what} must carry a time zone (e.g. +00:00), got {value.isoformat()!r}")
+    return value
+
+
+def interval_start_may_be_lost(
+    offset_range: OffsetRange, earliest: int | None, *, compacted: bool, start_time: int, latest_received: int | None
+) -> bool:
+    """A range found from times whose start is the oldest retained offset, after retention removed older
+    ones: messages of the interval may have been removed (pure; times in nanoseconds since the epoch).
+
+    Liftbridge keeps no record of removed messages' times, so this cannot be
+    told from an interval that happens to begin there. An empty range there is
+    safe only when the partition's latest message (``latest_received``, the
+    leader's memory: None when unknown) came before ``start_time``: the
+    interval then never held one.
+    """
+    if compacted or earliest is None or earliest == 0 or offset_range.start != earliest:
+        return False
+    if offset_range.count > 0:
+        return True
+    return latest_received is None or latest_received >= start_time

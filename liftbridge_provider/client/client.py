@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from types import TracebackType
 from typing import Any, Literal
@@ -39,6 +40,7 @@ from liftbridge_provider.client.reading import SubscriptionState
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.subscription import Subscription
+from liftbridge_provider.client.time_search import first_offset_at_or_after
 
 log = logging.getLogger(__name__)
 
@@ -711,6 +713,77 @@ class LiftbridgeClient:
                 partition=partition,
             )
         return first
+
+    def offset_at_time(self, stream: str, partition: int, when: datetime | int, *, timeout: float | None = None) -> int:
+        """The offset from which every committed message was received at or after ``when`` (an aware datetime
+        or nanoseconds since the epoch): the one right after the last message received before it, the oldest
+        retained offset when none is older, the high watermark + 1 when all are.
+
+        Messages the leader holds but has not committed yet could be older than
+        ``when``, so their commit is waited for first (it takes a moment; failing
+        that, BeyondHighWatermarkError: retry later). For a time in the past the
+        answer is then final: later messages get later times. Times are the
+        leaders' clocks; the server's time index gives a first answer, which is
+        checked (:mod:`~liftbridge_provider.client.time_search`). Reading
+        resumes a paused partition. ``timeout``: seconds for all of it (default
+        ``request_timeout``).
+        """
+        nanoseconds = StartPosition.at_time(when).timestamp
+        check_timeout("timeout", timeout)
+        deadline = self._router.deadline(timeout)
+        high_watermark = self._committed_newest(stream, partition, deadline)
+        earliest = self.earliest_offset(stream, partition, timeout=deadline.remaining(), resume=True)
+        if earliest is None:
+            return 0
+        if earliest > high_watermark:
+            return earliest  # nothing retained
+        up_to_committed = StopPosition.at_offset(high_watermark)
+
+        def read(offset: int) -> tuple[int, int] | None:
+            message = self._first_message(stream, partition, StartPosition.at_offset(offset), up_to_committed, deadline)
+            return None if message is None else (message.offset, message.timestamp)
+
+        hint = self._first_message(stream, partition, StartPosition.at_time(nanoseconds), up_to_committed, deadline)
+        return first_offset_at_or_after(
+            nanoseconds,
+            earliest=earliest,
+            high_watermark=high_watermark,
+            hint=high_watermark + 1 if hint is None else hint.offset,
+            read=read,
+        )
+
+    def _committed_newest(self, stream: str, partition: int, deadline: Deadline) -> int:
+        """The high watermark once it covers the newest offset the leader held when asked."""
+        info = self.fetch_partition_metadata(stream, partition, timeout=deadline.remaining())
+        if info.newest_offset <= info.high_watermark:
+            return info.high_watermark
+        high_watermark = self.wait_for_high_watermark(
+            stream, partition, info.newest_offset, timeout=deadline.remaining()
+        )
+        if high_watermark < info.newest_offset:
+            raise BeyondHighWatermarkError(
+                f"offsets {high_watermark + 1}-{info.newest_offset} are not committed yet and may be older "
+                "than the time asked for; retry later",
+                stream=stream,
+                partition=partition,
+            )
+        return high_watermark
+
+    def _first_message(
+        self, stream: str, partition: int, start: StartPosition, stop: StopPosition, deadline: Deadline
+    ) -> Message | None:
+        """The first message from ``start`` up to ``stop``, None when there is none; a silent leader is a timeout."""
+        subscription = self.subscribe(
+            stream,
+            partition=partition,
+            start=start,
+            stop=stop,
+            timeout=deadline.remaining(),
+            resume=True,
+            resubscribe_wait=deadline.remaining(),
+        )
+        with subscription:
+            return next(subscription, None)
 
     def _first_retained(
         self, stream: str, partition: int, stop: StopPosition, seconds: float, resume: bool

@@ -33,6 +33,19 @@ class BrokerInfo:
 
 
 @dataclass(frozen=True)
+class EventTimes:
+    """When an event first and last happened on a partition, as its leader saw it (nanoseconds since the
+    epoch; None: not since the leader took over, or never). Kept in the leader's memory only."""
+
+    first: int | None = None
+    latest: int | None = None
+
+    @classmethod
+    def from_proto(cls, pb: api.PartitionEventTimestamps) -> EventTimes:
+        return cls(pb.firstTimestamp or None, pb.latestTimestamp or None)
+
+
+@dataclass(frozen=True)
 class PartitionInfo:
     """One partition of a stream.
 
@@ -51,6 +64,9 @@ class PartitionInfo:
     newest_offset: int
     paused: bool
     readonly: bool
+    messages_received: EventTimes = EventTimes()
+    paused_at: EventTimes = EventTimes()
+    readonly_at: EventTimes = EventTimes()
 
     @classmethod
     def from_proto(cls, stream: str, pb: api.PartitionMetadata) -> PartitionInfo:
@@ -64,6 +80,9 @@ class PartitionInfo:
             newest_offset=pb.newestOffset,
             paused=pb.paused,
             readonly=pb.readonly,
+            messages_received=EventTimes.from_proto(pb.messagesReceivedTimestamps),
+            paused_at=EventTimes.from_proto(pb.pauseTimestamps),
+            readonly_at=EventTimes.from_proto(pb.readonlyTimestamps),
         )
 
 

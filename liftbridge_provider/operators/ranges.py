@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Literal
 
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from liftbridge_provider.client import InvalidArgumentError, LiftbridgeClient, PartitionPausedError
+from liftbridge_provider import metrics
+from liftbridge_provider.client import InvalidArgumentError, LiftbridgeClient, PartitionPausedError, StartPosition
+from liftbridge_provider.client.metadata import PartitionInfo
 from liftbridge_provider.operators._base import LiftbridgeBaseOperator, failing_without_retries
 from liftbridge_provider.ranges import (
     OffsetRange,
     RangesDocument,
     check_partitions,
     check_retention,
+    interval_start_may_be_lost,
+    parse_instant,
     partition_offsets,
 )
 
@@ -23,6 +28,8 @@ EndAt = Literal["high_watermark"]
 
 STATE_KEY = "liftbridge_ranges"  # task state store key: the ranges document frozen by this run
 FROZEN_CURSORS = "frozen_cursors"  # document metadata: {partition: cursor offset the freeze read}
+CURSOR_LAG = "cursor_lag"  # document metadata: {partition: offsets between the cursor and the high watermark}
+INTERVAL = "interval"  # document metadata: {"start": ISO time, "end": ISO time} of a time-bounded freeze
 
 
 class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
@@ -37,15 +44,30 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
     Paused partitions are not resumed when their range is empty; a non-empty
     range resumes its partition (reading it will need the data anyway).
 
+    With ``start_time`` / ``end_time`` (templated, e.g. ``"{{ data_interval_start }}"``
+    and ``"{{ data_interval_end }}"``) the ranges hold exactly the messages the
+    server received in ``[start_time, end_time)`` on each partition (its time
+    index, the leaders' clocks): a scheduled run ingests its interval, and a
+    backfill of an old interval freezes the same ranges while retention keeps
+    its messages. An ``end_time`` still in the future fails the try (retried).
+
+    With a ``cursor_id``, the document's ``metadata.cursor_lag`` gives, per
+    partition, the offsets between the cursor and the high watermark, also sent
+    as the Airflow gauge ``liftbridge.cursor_lag`` (tags stream, partition,
+    cursor_id).
+
     :param stream: stream name.
     :param partitions: partitions to include (default: all).
     :param start: ``"cursor"`` (default: the offset after ``cursor_id``'s stored
         offset; 0 if never set), ``"earliest"`` (the oldest retained offset), or
-        ``{partition: offset}``.
+        ``{partition: offset}``; leave it when giving ``start_time``.
     :param end: ``"high_watermark"`` (default: the leader's high watermark + 1)
-        or ``{partition: offset}`` (exclusive).
+        or ``{partition: offset}`` (exclusive); leave it when giving ``end_time``.
+    :param start_time: start at the first message received at or after this time
+        (an aware datetime or ISO 8601 text with a time zone).
+    :param end_time: end before the first message received at or after this time.
     :param cursor_id: the cursor ranges start from and are committed to
-        (needed for ``start="cursor"``).
+        (needed for ``start="cursor"`` without ``start_time``).
     :param max_messages_per_partition: cap each range at this many offsets (default: no cap).
     :param compacted: the stream is compacted (default False): offsets missing
         at a range's head are compaction gaps, logged, never data loss.
@@ -54,7 +76,15 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         failOnDataLoss) or ``"skip"`` (start at the oldest retained offset, with a warning).
     """
 
-    template_fields = (*LiftbridgeBaseOperator.template_fields, "stream", "cursor_id", "start", "end")
+    template_fields = (
+        *LiftbridgeBaseOperator.template_fields,
+        "stream",
+        "cursor_id",
+        "start",
+        "end",
+        "start_time",
+        "end_time",
+    )
 
     def __init__(
         self,
@@ -63,6 +93,8 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         partitions: Sequence[int] | None = None,
         start: StartFrom | Mapping[Any, int] = "cursor",
         end: EndAt | Mapping[Any, int] = "high_watermark",
+        start_time: datetime | str | None = None,
+        end_time: datetime | str | None = None,
         cursor_id: str | None = None,
         max_messages_per_partition: int | None = None,
         compacted: bool = False,
@@ -72,10 +104,16 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         super().__init__(**kwargs)
         if isinstance(start, str) and start not in ("cursor", "earliest"):
             raise ValueError(f"start must be 'cursor', 'earliest' or {{partition: offset}}, got {start!r}")
-        if start == "cursor" and not cursor_id:
-            raise ValueError("start='cursor' needs a cursor_id")
+        if start_time is not None and start != "cursor":
+            raise ValueError(f"give start or start_time, not both (start={start!r})")
+        if end_time is not None and end != "high_watermark":
+            raise ValueError(f"give end or end_time, not both (end={end!r})")
+        if start == "cursor" and start_time is None and not cursor_id:
+            raise ValueError("start='cursor' needs a cursor_id (or give start_time)")
         if isinstance(end, str) and end != "high_watermark":
             raise ValueError(f"end must be 'high_watermark' or {{partition: offset}}, got {end!r}")
+        if max_messages_per_partition is not None and start_time is not None:
+            raise ValueError("max_messages_per_partition would cut an interval short: not with start_time")
         if max_messages_per_partition is not None and max_messages_per_partition < 1:
             raise ValueError(f"max_messages_per_partition must be >= 1, got {max_messages_per_partition!r}")
         if not isinstance(compacted, bool):
@@ -86,6 +124,8 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         self.partitions = partitions
         self.start = start
         self.end = end
+        self.start_time = start_time
+        self.end_time = end_time
         self.cursor_id = cursor_id
         self.max_messages_per_partition = max_messages_per_partition
         self.compacted = compacted
@@ -124,6 +164,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
 
     def _freeze(self) -> dict[str, Any]:
         with self.client() as client:
+            interval = self._interval()
             count = len(client.stream_info(self.stream).partitions)
             partitions = check_partitions(self.partitions, count, self.stream)
             starts = None if isinstance(self.start, str) else partition_offsets(self.start, "start")
@@ -131,11 +172,40 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
             cursors = {}
             if self.cursor_id:
                 cursors = {p: client.fetch_cursor(self.cursor_id, self.stream, p) for p in partitions}
-            ranges = [self._range(client, p, starts, ends, cursors.get(p, -1)) for p in partitions]
-        metadata = {FROZEN_CURSORS: {str(p): offset for p, offset in cursors.items()}} if cursors else {}
+            infos = {p: client.fetch_partition_metadata(self.stream, p) for p in partitions}  # paused too
+            ranges = [
+                self._range(client, infos[p], cursor=cursors.get(p, -1), starts=starts, ends=ends, interval=interval)
+                for p in partitions
+            ]
+        metadata: dict[str, Any] = {}
+        if cursors:
+            metadata[FROZEN_CURSORS] = {str(p): offset for p, offset in cursors.items()}
+            metadata[CURSOR_LAG] = self._report_lag(infos, cursors)
+        if interval != (None, None):
+            metadata[INTERVAL] = {k: t.isoformat() for k, t in zip(("start", "end"), interval, strict=True) if t}
         document = RangesDocument(self.stream, tuple(ranges), self.cursor_id, metadata)
         self._log_ranges(document)
         return document.to_json()
+
+    def _interval(self) -> tuple[datetime | None, datetime | None]:
+        """``(start_time, end_time)`` parsed (bad ones fail without retries); an end still to come is retried."""
+        start = None if self.start_time is None else parse_instant(self.start_time, "start_time")
+        end = None if self.end_time is None else parse_instant(self.end_time, "end_time")
+        if start is not None and end is not None and end < start:
+            raise InvalidArgumentError(f"end_time {end.isoformat()} is before start_time {start.isoformat()}")
+        if end is not None and end > datetime.now(UTC):
+            raise AirflowException(f"end_time {end.isoformat()} is still to come: the interval is not over yet")
+        return start, end
+
+    def _report_lag(self, infos: Mapping[int, PartitionInfo], cursors: Mapping[int, int]) -> dict[str, int]:
+        """``{partition: lag}`` of the cursor, also sent as the ``liftbridge.cursor_lag`` gauge."""
+        assert self.cursor_id is not None
+        lags = {}
+        for partition, cursor in cursors.items():
+            lag = metrics.cursor_lag(infos[partition].high_watermark, cursor)
+            metrics.gauge(metrics.CURSOR_LAG, lag, stream=self.stream, partition=partition, cursor_id=self.cursor_id)
+            lags[str(partition)] = lag
+        return lags
 
     def _log_ranges(self, document: RangesDocument) -> None:
         for r in document.ranges:
@@ -144,13 +214,20 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
     def _range(
         self,
         client: LiftbridgeClient,
-        partition: int,
+        info: PartitionInfo,
+        *,
+        cursor: int,
         starts: dict[int, int] | None,
         ends: dict[int, int] | None,
-        cursor: int,
+        interval: tuple[datetime | None, datetime | None],
     ) -> OffsetRange:
-        info = client.fetch_partition_metadata(self.stream, partition)  # paused too; resumed only if unsettled
-        end = info.high_watermark + 1 if ends is None else self._given(ends, partition, "end")
+        partition, (start_time, end_time) = info.id, interval
+        if end_time is not None:
+            end = client.offset_at_time(self.stream, partition, end_time)
+        else:
+            end = info.high_watermark + 1 if ends is None else self._given(ends, partition, "end")
+        if start_time is not None:
+            return self._range_from_time(client, info, start_time, end)
         if starts is not None:
             start = self._given(starts, partition, "start")
         elif self.start == "cursor":
@@ -179,6 +256,32 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
             with contextlib.suppress(PartitionPausedError):  # unless it paused since its metadata was read
                 return client.earliest_offset(self.stream, partition)
         return client.earliest_offset(self.stream, partition, resume=True)
+
+    def _range_from_time(
+        self, client: LiftbridgeClient, info: PartitionInfo, start_time: datetime, end: int
+    ) -> OffsetRange:
+        """``[first offset at or after start_time, end)``; one that begins at the oldest retained offset may
+        have lost messages to retention (``on_data_loss`` decides)."""
+        partition = info.id
+        offset_range = OffsetRange(partition, min(client.offset_at_time(self.stream, partition, start_time), end), end)
+        if info.high_watermark < 0:
+            return offset_range
+        lost = interval_start_may_be_lost(
+            offset_range,
+            self._earliest(client, partition, info.paused),
+            compacted=self.compacted,
+            start_time=StartPosition.at_time(start_time).timestamp,
+            latest_received=info.messages_received.latest,
+        )
+        if lost:
+            message = (
+                f"partition {partition}: the interval starts at offset {offset_range.start}, the oldest one "
+                "retention kept: messages of the interval before it may have been removed"
+            )
+            if self.on_data_loss == "fail":
+                raise AirflowFailException(message + " (on_data_loss='fail'; set 'skip' to ingest what is left)")
+            self.log.warning("%s (on_data_loss='skip')", message)
+        return offset_range
 
     def _retained_start(self, client: LiftbridgeClient, offset_range: OffsetRange, paused: bool) -> int:
         """The range's start, or the oldest retained offset after retention loss with ``on_data_loss="skip"``."""

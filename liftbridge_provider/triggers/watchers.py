@@ -32,6 +32,7 @@ from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
 from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeError, Message
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
+from liftbridge_provider.metrics import cursor_lag
 from liftbridge_provider.ranges import OffsetRange, check_partitions
 from liftbridge_provider.triggers.dead_letters import DeadLetters
 from liftbridge_provider.triggers.watcher_metrics import report_lag
@@ -176,7 +177,7 @@ class _Reader(SharedStreamProducer):
                 except LiftbridgeError as exc:
                     log.info("Liftbridge watcher could not read the lag of %s/%d: %s", stream, partition, exc)
                     continue
-                lag = max(0, info.high_watermark - self._committed.get(partition, -1))
+                lag = cursor_lag(info.high_watermark, self._committed.get(partition, -1))
                 report_lag(self.settings, partition, lag)
                 changed = reported.get(partition) != lag
                 reported[partition] = lag

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.triggers.watchers import CRASH_AT_ENV
 from liftbridge_provider.watching import CursorNames
+from tests.integration.statsd import StatsdListener
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 WAIT = 120.0  # seconds any wait below may take before the test fails
@@ -365,38 +365,6 @@ def test_batch_watcher_fires_for_auto_paused_partitions_without_resuming_them(
     triggerer.stop()
     assert payload["ranges"] == [{"partition": 0, "start": 0, "end": 6}, {"partition": 1, "start": 0, "end": 6}]
     assert still_paused == [True, True], "watching high watermarks must not resume a partition"
-
-
-class StatsdListener:
-    """A UDP socket on loopback that collects the StatsD lines Airflow sends."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.lines: list[str] = []
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {
-            "AIRFLOW__METRICS__STATSD_ON": "True",
-            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-            "AIRFLOW__METRICS__STATSD_PORT": str(self.sock.getsockname()[1]),
-            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-        }
-
-    def received(self, prefix: str) -> list[str]:
-        """Values of the lines for the stat named ``prefix`` so far (e.g. ``['0|g']``)."""
-        while True:
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                break
-            self.lines.extend(data.decode(errors="replace").splitlines())
-        return [line.split(":", 1)[1] for line in self.lines if line.split(":", 1)[0] == prefix]
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def register_watcher(

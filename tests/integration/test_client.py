@@ -452,6 +452,41 @@ def test_the_fast_stream_reader_ends_and_fails_as_iterating_the_call(
     assert time.monotonic() - started < 5
 
 
+def test_offset_at_time_is_the_first_message_received_at_or_after_it(client: LiftbridgeClient) -> None:
+    """Issue 14 (interval-bounded ranges): the server's time index turns a time into the first offset at or
+    after it; past the last committed message it is the high watermark + 1; an empty partition gives 0."""
+    name = new_stream(client, partitions=2)
+    for i in range(6):
+        client.publish(name, str(i).encode(), ack_policy="all")
+        time.sleep(0.02)
+    stamps = [m.timestamp for m in client.read_range(name, 0, 0, 6)]
+    assert client.offset_at_time(name, 0, stamps[0] - 10**9) == 0
+    assert [client.offset_at_time(name, 0, t) for t in stamps] == list(range(6)), "exactly at a message: it"
+    assert [client.offset_at_time(name, 0, t + 1) for t in stamps] == list(range(1, 7)), "just after: the next"
+    assert client.offset_at_time(name, 0, datetime.now(UTC) + timedelta(hours=1)) == 6
+    assert client.offset_at_time(name, 1, stamps[3]) == 0, "nothing in partition 1 yet"
+    client.pause_stream(name, partitions=[0])
+    assert client.offset_at_time(name, 0, stamps[2] + 1) == 3, "a paused partition is read (and resumed)"
+    with pytest.raises(InvalidArgumentError, match="timezone"):
+        client.offset_at_time(name, 0, datetime(2026, 1, 1))  # a naive datetime: the bad input
+
+
+def test_offset_at_time_is_right_where_the_servers_time_index_is_wrong(client: LiftbridgeClient) -> None:
+    """The v1.9.0 server's time lookup answers "past the end of the log" for any time once its newest
+    segment is empty (here: rolled by age): a Subscribe from offset 5's time delivers nothing. Taken as the
+    answer, an interval would lose every message; offset_at_time checks the hint and searches instead."""
+    name = new_stream(client, segment_max_age=1, cleaner_interval=0.2)
+    client.publish_batch(name, [f"m{i}".encode() for i in range(10)], ack_policy="all")
+    time.sleep(2.5)  # the cleaner rolls the segment by age: the newest one is empty
+    stamps = [m.timestamp for m in client.read_range(name, 0, 0, 10)]
+    with client.subscribe(
+        name, start=StartPosition.at_time(stamps[5]), stop=StopPosition.at_offset(9), timeout=5
+    ) as sub:
+        assert next(sub, None) is None, "the server's own answer is wrong (if this fails, the quirk is gone)"
+    assert [client.offset_at_time(name, 0, t) for t in stamps] == list(range(10))
+    assert client.offset_at_time(name, 0, stamps[9] + 1) == 10
+
+
 def test_subscription_timeout(client: LiftbridgeClient) -> None:
     name = new_stream(client)
     started = time.monotonic()

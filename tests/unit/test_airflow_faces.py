@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
@@ -19,11 +20,14 @@ from liftbridge_provider.client import (
 )
 from liftbridge_provider.get_provider_info import get_provider_info
 from liftbridge_provider.hooks.liftbridge import brokers_from, config_from_connection, thin_cursors_warning
+from liftbridge_provider.metrics import cursor_lag
 from liftbridge_provider.operators.publish import record_to_message
 from liftbridge_provider.ranges import (
     OffsetRange,
     RangesDocument,
     check_retention,
+    interval_start_may_be_lost,
+    parse_instant,
     partition_offsets,
     ranges_from_offsets,
 )
@@ -266,3 +270,46 @@ def test_thin_cursors_warning_flags_cursors_that_die_with_one_broker(brokers: in
     if warns:
         assert f"{replicas} replica(s) on {brokers} brokers" in warning
         assert "clustering.raft.bootstrap.peers" in warning
+
+
+def test_interval_times_parse_as_aware_datetimes_and_anything_else_is_named() -> None:
+    assert parse_instant("2026-11-24T10:00:00+01:00", "start_time") == datetime(2026, 11, 24, 9, tzinfo=UTC)
+    assert parse_instant(" 2026-11-24T09:00:00Z ", "t") == datetime(2026, 11, 24, 9, tzinfo=UTC)
+    aware = datetime(2026, 1, 1, tzinfo=UTC)
+    assert parse_instant(aware, "t") is aware
+    with pytest.raises(InvalidArgumentError, match="end_time must carry a time zone"):
+        parse_instant("2026-11-24T10:00:00", "end_time")
+    with pytest.raises(InvalidArgumentError, match="start_time must be an ISO 8601 time"):
+        parse_instant("yesterday", "start_time")
+    with pytest.raises(InvalidArgumentError, match="must be a timezone-aware datetime"):
+        parse_instant(1700000000, "t")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("offsets", "earliest", "compacted", "latest_received", "may_be_lost"),
+    [
+        ((10, 15), 10, False, 50, True),  # begins where retention stopped: its head may be gone
+        ((10, 15), 10, True, 50, False),  # compacted: gaps are normal
+        ((0, 5), 0, False, 50, False),  # nothing was ever removed
+        ((12, 15), 10, False, 50, False),  # begins after the oldest retained offset: whole
+        ((10, 15), None, False, None, False),  # never held a message
+        ((10, 10), 10, False, 50, True),  # empty, and a message came after the start time: removed
+        ((10, 10), 10, False, None, True),  # empty, the leader does not know its latest message: maybe
+        ((10, 10), 10, False, 20, False),  # empty, the latest message came before the start time: none
+    ],
+)
+def test_an_interval_starting_at_the_retention_boundary_may_have_lost_messages(
+    offsets: tuple[int, int], earliest: int | None, compacted: bool, latest_received: int | None, may_be_lost: bool
+) -> None:
+    offset_range = OffsetRange(0, *offsets)
+    lost = interval_start_may_be_lost(
+        offset_range, earliest, compacted=compacted, start_time=30, latest_received=latest_received
+    )
+    assert lost is may_be_lost
+
+
+def test_cursor_lag_counts_offsets_after_the_cursor_up_to_the_high_watermark() -> None:
+    assert cursor_lag(high_watermark=9, cursor=-1) == 10
+    assert cursor_lag(high_watermark=9, cursor=9) == 0
+    assert cursor_lag(high_watermark=-1, cursor=-1) == 0
+    assert cursor_lag(high_watermark=4, cursor=7) == 0, "a cursor ahead (a lagging new leader) is not negative"
