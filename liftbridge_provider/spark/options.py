@@ -6,6 +6,8 @@
 | ``stream`` | stream name (required unless ``ranges`` names it) |
 | ``ranges`` | a ranges document (JSON), as LiftbridgeOffsetRangesOperator returns |
 | ``startingOffsets`` / ``endingOffsets`` | ``{"partition": offset}`` JSON, or ``"earliest"`` / ``"latest"`` |
+| ``startingTimestamp`` / ``endingTimestamp`` | ms since the epoch: where messages received at or after it begin |
+| ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp`` | ``{"partition": ms}`` JSON: the same per partition |
 | ``partitions`` | partitions to read, comma separated (default: every partition in the offsets) |
 | ``minPartitions`` | at least this many Spark input partitions (ranges are split) |
 | ``maxRecordsPerPartition`` | at most this many offsets per Spark input partition |
@@ -18,8 +20,10 @@
 | ``batchSize`` | at most this many rows per Arrow record batch (default 10000) |
 | ``batchBytes`` | at most this many key + value + header bytes per Arrow record batch (default 64 MiB) |
 
-``ranges`` and ``startingOffsets``/``endingOffsets`` exclude each other. End
-offsets are exclusive (``[start, end)``); ``latest`` is the high watermark + 1.
+``ranges`` and the starting/ending options exclude each other; give one
+starting and one ending option. End offsets are exclusive (``[start, end)``);
+``latest`` is the high watermark + 1; an end time is exclusive too (messages
+received before it).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from liftbridge_provider.client import ClientConfig, TLSConfig
 from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.client.options import split_brokers
+from liftbridge_provider.ranges import partition_offsets
 
 DEFAULT_READ_TIMEOUT = 120.0
 DEFAULT_BATCH_SIZE = 10_000
@@ -42,6 +47,10 @@ KNOWN = {
     "ranges",
     "startingoffsets",
     "endingoffsets",
+    "startingtimestamp",
+    "endingtimestamp",
+    "startingoffsetsbytimestamp",
+    "endingoffsetsbytimestamp",
     "partitions",
     "minpartitions",
     "maxrecordsperpartition",
@@ -61,14 +70,29 @@ KNOWN = {
 
 
 @dataclass(frozen=True)
+class Bound:
+    """Where ranges start (or end): ``offsets`` (JSON or ``earliest``/``latest``) or ``times``
+    (``{"partition": milliseconds}``, ``"*"`` for every partition). ``name`` is the option it came from."""
+
+    name: str
+    offsets: str | None = None
+    times: Mapping[str, int] | None = None
+
+    def time_of(self, partition: int) -> int | None:
+        """Milliseconds for ``partition`` (None: none given for it); only for a bound of times."""
+        assert self.times is not None
+        return self.times.get("*", self.times.get(str(partition)))
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     """The source's options, checked. Offsets stay as given; the reader resolves them."""
 
     config: ClientConfig
     stream: str | None
     ranges: str | None
-    starting_offsets: str | None
-    ending_offsets: str | None
+    starting_offsets: Bound | None
+    ending_offsets: Bound | None
     partitions: tuple[int, ...] | None
     min_partitions: int | None
     max_records_per_partition: int | None
@@ -110,13 +134,16 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         raise InvalidArgumentError(f"unknown liftbridge source option(s) {unknown}; see docs/spark.md")
     if "brokers" not in options:
         raise InvalidArgumentError("option brokers is required: host:port[,host:port...]")
-    has_offsets = "startingoffsets" in options or "endingoffsets" in options
-    if "ranges" in options and has_offsets:
-        raise InvalidArgumentError("give either ranges or startingOffsets/endingOffsets, not both")
-    if "ranges" not in options and not ("startingoffsets" in options and "endingoffsets" in options):
-        raise InvalidArgumentError("give ranges, or both startingOffsets and endingOffsets")
+    starting, ending = _bound(options, "starting"), _bound(options, "ending")
+    if "ranges" in options and (starting or ending):
+        raise InvalidArgumentError("give either ranges or starting/ending offsets or timestamps, not both")
+    if "ranges" not in options and not (starting and ending):
+        raise InvalidArgumentError(
+            "give ranges, or a start (startingOffsets, startingTimestamp or startingOffsetsByTimestamp) and an end "
+            "(endingOffsets, endingTimestamp or endingOffsetsByTimestamp)"
+        )
     if "ranges" not in options and "stream" not in options:
-        raise InvalidArgumentError("option stream is required with startingOffsets/endingOffsets")
+        raise InvalidArgumentError("option stream is required with starting/ending offsets or timestamps")
     partitions = None
     if "partitions" in options:
         try:
@@ -135,8 +162,8 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         config=config,
         stream=options.get("stream"),
         ranges=options.get("ranges"),
-        starting_offsets=options.get("startingoffsets"),
-        ending_offsets=options.get("endingoffsets"),
+        starting_offsets=starting,
+        ending_offsets=ending,
         partitions=partitions,
         min_partitions=_number(options, "minPartitions", int),  # type: ignore[arg-type]
         max_records_per_partition=_number(options, "maxRecordsPerPartition", int),  # type: ignore[arg-type]
@@ -147,6 +174,33 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         batch_size=int(_number(options, "batchSize", int) or DEFAULT_BATCH_SIZE),
         batch_bytes=_batch_bytes(options),
     )
+
+
+def _bound(options: Mapping[str, str], side: str) -> Bound | None:
+    """The one ``side`` ("starting" or "ending") option given, as a :class:`Bound`; several are refused."""
+    names = [f"{side}Offsets", f"{side}Timestamp", f"{side}OffsetsByTimestamp"]
+    given = [name for name in names if name.lower() in options]
+    if len(given) > 1:
+        raise InvalidArgumentError(f"give one of {', '.join(given)}, not several")
+    if not given:
+        return None
+    (name,) = given
+    value = options[name.lower()]
+    if name.endswith("OffsetsByTimestamp"):
+        return Bound(name, times={str(p): ms for p, ms in partition_offsets(value, name).items()})
+    if name.endswith("Timestamp"):
+        return Bound(name, times={"*": _milliseconds(value, name)})
+    return Bound(name, offsets=value)
+
+
+def _milliseconds(value: str, name: str) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise InvalidArgumentError(f"option {name} must be milliseconds since the epoch, got {value!r}") from None
+    if number < 0:
+        raise InvalidArgumentError(f"option {name} must be milliseconds since the epoch >= 0, got {value!r}")
+    return number
 
 
 def _batch_bytes(options: Mapping[str, str]) -> int:

@@ -41,10 +41,11 @@ from liftbridge_provider.ranges import (
     RangesDocument,
     check_partitions,
     check_retention,
+    interval_start_may_be_lost,
     partition_offsets,
 )
 from liftbridge_provider.spark.batches import record_batches
-from liftbridge_provider.spark.options import ReadOptions, parse_options
+from liftbridge_provider.spark.options import Bound, ReadOptions, parse_options
 from liftbridge_provider.spark.planning import Slice, plan_slices
 
 log = logging.getLogger(__name__)
@@ -77,13 +78,18 @@ class LiftbridgeInputPartition(InputPartition):
     slice: Slice
 
 
-def _offsets(client: LiftbridgeClient, stream: str, spec: str, which: str, partitions: list[int]) -> dict[int, int]:
-    """Concrete ``{partition: offset}`` for a JSON spec or "earliest"/"latest"."""
-    if spec.strip().lower() == "earliest":
+def _offsets(client: LiftbridgeClient, stream: str, bound: Bound, partitions: list[int]) -> dict[int, int]:
+    """Concrete ``{partition: offset}`` for a JSON spec, "earliest"/"latest", or times."""
+    if bound.times is not None:
+        times = {p: bound.time_of(p) for p in partitions}
+        return {p: client.offset_at_time(stream, p, ms * 1_000_000) for p, ms in times.items() if ms is not None}
+    assert bound.offsets is not None
+    spec = bound.offsets.strip().lower()
+    if spec == "earliest":
         return {p: _earliest(client, stream, p) for p in partitions}
-    if spec.strip().lower() == "latest":
+    if spec == "latest":
         return {p: client.fetch_partition_metadata(stream, p).high_watermark + 1 for p in partitions}
-    return partition_offsets(spec, which)
+    return partition_offsets(bound.offsets, bound.name)
 
 
 def _earliest(client: LiftbridgeClient, stream: str, partition: int) -> int:
@@ -110,13 +116,18 @@ def resolve_ranges(options: ReadOptions, client: LiftbridgeClient) -> RangesDocu
         assert options.ending_offsets is not None
         count = len(client.stream_info(options.stream).partitions)
         wanted = check_partitions(options.partitions, count, options.stream)
-        starts = _offsets(client, options.stream, options.starting_offsets, "startingOffsets", wanted)
-        ends = _offsets(client, options.stream, options.ending_offsets, "endingOffsets", wanted)
+        starts = _offsets(client, options.stream, options.starting_offsets, wanted)
+        ends = _offsets(client, options.stream, options.ending_offsets, wanted)
         chosen = [p for p in wanted if p in starts or p in ends] if options.partitions is None else wanted
         missing = [p for p in chosen if p not in starts or p not in ends]
         if missing:
-            raise InvalidArgumentError(f"startingOffsets and endingOffsets must both give partitions {missing}")
+            raise InvalidArgumentError(
+                f"{options.starting_offsets.name} and {options.ending_offsets.name} must both give partitions {missing}"
+            )
         document = RangesDocument(options.stream, tuple(OffsetRange(p, starts[p], ends[p]) for p in chosen))
+        if options.starting_offsets.times is not None:
+            for offset_range in document.ranges:
+                _check_time_start(client, options, offset_range)
     if options.partitions is not None:
         document = RangesDocument(
             document.stream, tuple(document.range_for(p) for p in options.partitions), document.cursor_id
@@ -127,6 +138,34 @@ def resolve_ranges(options: ReadOptions, client: LiftbridgeClient) -> RangesDocu
     resolved = RangesDocument(document.stream, checked, document.cursor_id)
     log.info("liftbridge source reads %s", resolved.dumps())
     return resolved
+
+
+def _check_time_start(client: LiftbridgeClient, options: ReadOptions, offset_range: OffsetRange) -> None:
+    """A range started from a time at the oldest retained offset may have lost messages: failOnDataLoss."""
+    assert options.stream is not None
+    assert options.starting_offsets is not None
+    milliseconds = options.starting_offsets.time_of(offset_range.partition)
+    info = client.fetch_partition_metadata(options.stream, offset_range.partition)
+    if milliseconds is None or info.high_watermark < 0:
+        return
+    earliest = client.earliest_offset(options.stream, offset_range.partition, resume=True)
+    lost = interval_start_may_be_lost(
+        offset_range,
+        earliest,
+        compacted=options.compacted,
+        start_time=milliseconds * 1_000_000,
+        latest_received=info.messages_received.latest,
+    )
+    if not lost:
+        return
+    message = (
+        f"partition {offset_range.partition}: {options.starting_offsets.name} starts at offset "
+        f"{offset_range.start}, the oldest one retention kept: messages received after that time may have "
+        "been removed"
+    )
+    if options.fail_on_data_loss:
+        raise InvalidArgumentError(message + " (failOnDataLoss=true; set it to false to read what is left)")
+    log.warning("%s (failOnDataLoss=false)", message)
 
 
 def _check_range(client: LiftbridgeClient, stream: str, offset_range: OffsetRange, options: ReadOptions) -> OffsetRange:

@@ -131,6 +131,35 @@ def test_splitting_returns_the_same_rows(
     assert {r[0] for r in rows_of(subset)} == {1}
 
 
+def test_timestamp_options_read_the_messages_received_in_between(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """Issue 14: startingTimestamp/endingTimestamp (and the per-partition JSON forms) as in Spark's Kafka source,
+    in milliseconds: exactly the messages the server received in [start, end)."""
+    name = f"spark-{uuid.uuid4().hex[:8]}"
+    client.create_stream(name, name, partitions=2)
+    for window in range(3):
+        client.publish_batch(name, [f"w{window}-{i}".encode() for i in range(6)], partitioner="round_robin")
+        time.sleep(1.0)
+    messages = [m for p in (0, 1) for m in client.read_range(name, p, 0, 3 * 3)]
+    first_of = {w: min(m.timestamp for m in messages if m.value.startswith(b"w%d" % w)) for w in range(3)}
+    start_ms, end_ms = first_of[1] // 1_000_000, first_of[2] // 1_000_000  # window 1's messages, at ms precision
+    frame = read(
+        spark, liftbridge_server.brokers, stream=name, startingTimestamp=str(start_ms), endingTimestamp=str(end_ms)
+    )
+    assert sorted(r.value for r in frame.collect()) == sorted(f"w1-{i}".encode() for i in range(6))
+    by_partition = read(
+        spark,
+        liftbridge_server.brokers,
+        stream=name,
+        startingOffsetsByTimestamp=json.dumps({"0": start_ms, "1": start_ms}),
+        endingOffsets="latest",
+    )
+    assert sorted(r.value for r in by_partition.collect()) == sorted(
+        f"w{w}-{i}".encode() for w in (1, 2) for i in range(6)
+    )
+
+
 def test_empty_ranges_and_retention(
     spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str
 ) -> None:

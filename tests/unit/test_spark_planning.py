@@ -44,6 +44,16 @@ def test_bad_planning_arguments() -> None:
         plan_slices(RANGES, max_records_per_partition=-2)
 
 
+def test_timestamp_options_become_bounds_of_times() -> None:
+    options = parse_options(
+        {"brokers": "a", "stream": "s", "startingTimestamp": "1700000000000", "endingOffsetsByTimestamp": '{"1": 5}'}
+    )
+    assert options.starting_offsets is not None
+    assert options.ending_offsets is not None
+    assert (options.starting_offsets.name, options.starting_offsets.time_of(3)) == ("startingTimestamp", 1700000000000)
+    assert (options.ending_offsets.time_of(1), options.ending_offsets.time_of(0)) == (5, None)
+
+
 def test_options_are_parsed_and_checked() -> None:
     options = parse_options(
         {"brokers": "a:1,b", "ranges": "{}", "minPartitions": "4", "readFromReplica": "TRUE", "requestTimeout": "3"}
@@ -59,7 +69,21 @@ def test_options_are_parsed_and_checked() -> None:
     [
         ({"ranges": "{}"}, "option brokers is required"),
         ({"brokers": "a", "ranges": "{}", "startingOffsets": "earliest"}, "either ranges or"),
-        ({"brokers": "a", "stream": "s"}, "give ranges, or both startingOffsets and endingOffsets"),
+        ({"brokers": "a", "stream": "s"}, "give ranges, or a start (startingOffsets, startingTimestamp or"),
+        ({"brokers": "a", "stream": "s", "startingTimestamp": "5"}, "and an end (endingOffsets, endingTimestamp"),
+        (
+            {"brokers": "a", "stream": "s", "startingOffsets": "earliest", "startingTimestamp": "5"},
+            "give one of startingOffsets, startingTimestamp, not several",
+        ),
+        ({"brokers": "a", "stream": "s", "startingTimestamp": "-1", "endingOffsets": "latest"}, ">= 0, got '-1'"),
+        (
+            {"brokers": "a", "stream": "s", "startingTimestamp": "yesterday", "endingOffsets": "latest"},
+            "startingTimestamp must be milliseconds since the epoch",
+        ),
+        (
+            {"brokers": "a", "stream": "s", "startingOffsets": "earliest", "endingOffsetsByTimestamp": '{"x": 1}'},
+            "endingOffsetsByTimestamp: partition 'x' is not a number",
+        ),
         ({"brokers": "a", "startingOffsets": "earliest", "endingOffsets": "latest"}, "option stream is required"),
         ({"brokers": "a", "ranges": "{}", "failOnDataLoss": "maybe"}, "failOnDataLoss must be true or false"),
         ({"brokers": "a", "ranges": "{}", "batchSize": "ten"}, "batchSize must be a int, got 'ten'"),
