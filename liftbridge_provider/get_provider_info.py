@@ -102,6 +102,7 @@ def get_provider_info() -> dict[str, Any]:
                     "liftbridge_provider.operators.streams",
                     "liftbridge_provider.operators.publish",
                     "liftbridge_provider.operators.ranges",
+                    "liftbridge_provider.operators.consume",
                 ],
             }
         ],

@@ -238,3 +238,25 @@ def interval_start_may_be_lost(
     if offset_range.count > 0:
         return True
     return latest_received is None or latest_received >= start_time
+
+
+def cap_total(document: RangesDocument, max_messages: int) -> RangesDocument:
+    """The document with its ranges cut at the end so they span at most ``max_messages`` offsets in all,
+    shared evenly: each partition gets an equal share, what a short range leaves goes to the longer ones
+    (in partition order), so no partition waits behind another's backlog (pure)."""
+    if max_messages < 0:
+        raise InvalidArgumentError(f"max_messages must be >= 0, got {max_messages}")
+    left, counts = max_messages, {r.partition: 0 for r in document.ranges}
+    waiting = [r for r in document.ranges if r.count > 0]
+    while left > 0 and waiting:
+        share = max(left // len(waiting), 1)
+        for offset_range in list(waiting):
+            taken = min(share, offset_range.count - counts[offset_range.partition], left)
+            counts[offset_range.partition] += taken
+            left -= taken
+            if counts[offset_range.partition] == offset_range.count:
+                waiting.remove(offset_range)
+            if left == 0:
+                break
+    cut = tuple(OffsetRange(r.partition, r.start, r.start + counts[r.partition]) for r in document.ranges)
+    return RangesDocument(document.stream, cut, document.cursor_id, document.metadata)

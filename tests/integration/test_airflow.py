@@ -36,6 +36,7 @@ from liftbridge_provider.operators.streams import (
 )
 from liftbridge_provider.operators.publish import LiftbridgePublishOperator
 from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator, LiftbridgeCommitCursorOperator
+from liftbridge_provider.operators.consume import LiftbridgeConsumeOperator
 from liftbridge_provider.sensors.offset import LiftbridgePartitionOffsetSensor
 from liftbridge_provider.sensors.lag import LiftbridgeCursorLagSensor
 """

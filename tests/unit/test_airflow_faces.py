@@ -25,6 +25,7 @@ from liftbridge_provider.operators.publish import record_to_message
 from liftbridge_provider.ranges import (
     OffsetRange,
     RangesDocument,
+    cap_total,
     check_retention,
     interval_start_may_be_lost,
     parse_instant,
@@ -313,3 +314,24 @@ def test_cursor_lag_counts_offsets_after_the_cursor_up_to_the_high_watermark() -
     assert cursor_lag(high_watermark=9, cursor=9) == 0
     assert cursor_lag(high_watermark=-1, cursor=-1) == 0
     assert cursor_lag(high_watermark=4, cursor=7) == 0, "a cursor ahead (a lagging new leader) is not negative"
+
+
+@pytest.mark.parametrize(
+    ("counts", "cap", "expected"),
+    [
+        ((10, 10, 10), 9, (3, 3, 3)),
+        ((10, 1, 10), 9, (4, 1, 4)),  # the short range's share goes to the others
+        ((10, 0, 2), 9, (7, 0, 2)),
+        ((3, 3), 10, (3, 3)),  # under the cap: unchanged
+        ((5, 5), 0, (0, 0)),
+        ((10, 10, 10), 2, (1, 1, 0)),  # fewer than partitions: the first ones
+    ],
+)
+def test_a_total_cap_is_shared_evenly_across_partitions(
+    counts: tuple[int, ...], cap: int, expected: tuple[int, ...]
+) -> None:
+    document = RangesDocument("s", tuple(OffsetRange(p, 100, 100 + n) for p, n in enumerate(counts)), "c")
+    capped = cap_total(document, cap)
+    assert tuple(r.count for r in capped.ranges) == expected
+    assert all(r.start == 100 for r in capped.ranges)
+    assert (capped.stream, capped.cursor_id) == ("s", "c")

@@ -39,3 +39,35 @@ def test_records_that_are_not_bytes_str_or_mappings_are_refused(record: Any) -> 
 def test_mapping_fields_may_still_be_numbers() -> None:
     record = {"id": 7, "amount": 2.5}
     assert record_to_message(record, key_field="id", value_field="amount") == PublishMessage(value=b"2.5", key=b"7")
+
+
+def _consume(**kwargs: Any) -> Any:
+    from liftbridge_provider.operators.consume import LiftbridgeConsumeOperator  # noqa: PLC0415
+
+    options: dict[str, Any] = {"task_id": "consume", "stream": "s", "cursor_id": "c", "apply_function": print}
+    return LiftbridgeConsumeOperator(**{**options, **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"apply_function": None}, "give exactly one of apply_function or apply_function_batch"),
+        ({"apply_function_batch": print}, "give exactly one of apply_function or apply_function_batch"),
+        ({"commit_cadence": "always"}, "commit_cadence must be one of end_of_operator, end_of_batch, never"),
+        ({"cursor_id": None, "start": "earliest"}, "commit_cadence='end_of_operator' needs a cursor_id"),
+        ({"max_messages": -1}, "max_messages must be a whole number >= 0, got -1"),
+        ({"max_batch_size": 0}, "max_batch_size must be a whole number >= 1, got 0"),
+        ({"max_results": True}, "max_results must be a whole number >= 0, got True"),
+        ({"start_time": "2026-01-01T00:00:00+00:00", "max_messages_per_partition": 5}, "would cut an interval"),
+    ],
+)
+def test_consume_operator_refuses_bad_settings_when_the_dag_is_parsed(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _consume(**kwargs)
+
+
+def test_consume_operator_keeps_callables_out_of_its_template_fields() -> None:
+    operator = _consume(apply_function_kwargs={"log": "{{ ds }}"})
+    assert "apply_function" not in operator.template_fields
+    assert "apply_function_batch" not in operator.template_fields
+    assert "apply_function_kwargs" in operator.template_fields

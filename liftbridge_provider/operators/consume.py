@@ -1,0 +1,227 @@
+"""Consume a stream inside a task: freeze the run's ranges, hand each message (or batch) to a function, commit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.module_loading import import_string  # type: ignore[attr-defined]
+
+from liftbridge_provider import metrics
+from liftbridge_provider.client import LiftbridgeClient, Message
+from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator, frozen_cursor
+from liftbridge_provider.ranges import OffsetRange, RangesDocument, cap_total
+
+CommitCadence = Literal["end_of_operator", "end_of_batch", "never"]
+CADENCES = ("end_of_operator", "end_of_batch", "never")
+
+
+class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
+    """Read a stream's partitions and call a function per message or per batch; commit the cursor after it.
+
+    The offsets read are frozen once per DAG run, exactly as
+    :class:`LiftbridgeOffsetRangesOperator` freezes them (from the cursor,
+    earliest, given offsets or times, up to the high watermark at the first
+    try; every keyword of that operator applies), and kept in the task state
+    store: a retry or a clear of the run reads the same messages, less those a
+    batch commit already passed. So a function with side effects sees each
+    message once per successful run. The cursor moves only after the function
+    succeeded for the messages it passes, as a compare-and-set: a cursor that
+    someone else moved fails the task without retries.
+
+    :param stream: stream name.
+    :param apply_function: called with each :class:`~liftbridge_provider.client.Message`
+        (and ``apply_function_args``/``kwargs``); a callable or a dotted path to one.
+    :param apply_function_batch: instead, called with a list of up to ``max_batch_size``
+        messages of one partition.
+    :param apply_function_args: extra positional arguments (templated).
+    :param apply_function_kwargs: extra keyword arguments (templated).
+    :param cursor_id: the cursor to start from and commit to (needed unless
+        ``commit_cadence="never"`` with another ``start``).
+    :param commit_cadence: ``"end_of_operator"`` (default: every partition once all
+        messages succeeded), ``"end_of_batch"`` (a partition after each batch of
+        ``max_batch_size``), or ``"never"``.
+    :param max_messages: at most this many messages in all, shared evenly across
+        partitions (default: everything up to the high watermark).
+    :param max_batch_size: messages per batch, per partition (default 1000).
+    :param return_results: push the function's return values to XCom (JSON),
+        at most ``max_results`` of them (default 1000; the rest are counted, not kept).
+
+    Returns ``{"ranges": [...], "messages": n, "committed": {partition: offset}}``,
+    plus ``"results"`` with ``return_results``.
+    """
+
+    template_fields = (*LiftbridgeOffsetRangesOperator.template_fields, "apply_function_args", "apply_function_kwargs")
+
+    def __init__(
+        self,
+        *,
+        stream: str,
+        apply_function: Callable[..., Any] | str | None = None,
+        apply_function_batch: Callable[..., Any] | str | None = None,
+        apply_function_args: Sequence[Any] | None = None,
+        apply_function_kwargs: Mapping[str, Any] | None = None,
+        cursor_id: str | None = None,
+        commit_cadence: CommitCadence = "end_of_operator",
+        max_messages: int | None = None,
+        max_batch_size: int = 1000,
+        return_results: bool = False,
+        max_results: int = 1000,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(stream=stream, cursor_id=cursor_id, **kwargs)
+        if (apply_function is None) == (apply_function_batch is None):
+            raise ValueError("give exactly one of apply_function or apply_function_batch")
+        if commit_cadence not in CADENCES:
+            raise ValueError(f"commit_cadence must be one of {', '.join(CADENCES)}, got {commit_cadence!r}")
+        if commit_cadence != "never" and not cursor_id:
+            raise ValueError(f"commit_cadence={commit_cadence!r} needs a cursor_id (or commit_cadence='never')")
+        for name, value, minimum in (("max_messages", max_messages, 0), ("max_batch_size", max_batch_size, 1)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
+                raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+        if isinstance(max_results, bool) or not isinstance(max_results, int) or max_results < 0:
+            raise ValueError(f"max_results must be a whole number >= 0, got {max_results!r}")
+        self.apply_function = apply_function
+        self.apply_function_batch = apply_function_batch
+        self.apply_function_args = list(apply_function_args or [])
+        self.apply_function_kwargs = dict(apply_function_kwargs or {})
+        self.commit_cadence = commit_cadence
+        self.max_messages = max_messages
+        self.max_batch_size = max_batch_size
+        self.return_results = return_results
+        self.max_results = max_results
+
+    def _freeze(self) -> dict[str, Any]:
+        document = super()._freeze()
+        if self.max_messages is None:
+            return document
+        capped = cap_total(RangesDocument.parse(document), self.max_messages)
+        self.log.info("at most %d messages: %s", self.max_messages, [r.to_json() for r in capped.ranges])
+        return capped.to_json()
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        document = RangesDocument.parse(super().execute(context))  # the run's frozen ranges
+        function = self._function()
+        results: list[Any] = []
+        consumed = dropped = 0
+        with self.client() as client:
+            resumed = {r.partition: self._resume(client, document, r) for r in document.ranges}
+            cursors = {p: cursor for p, (_, cursor) in resumed.items()}
+            for offset_range in document.ranges:
+                partition, first = offset_range.partition, resumed[offset_range.partition][0]
+                for batch in self._batches(client, document.stream, OffsetRange(partition, first, offset_range.end)):
+                    returned = self._call(function, batch)
+                    consumed += len(batch)
+                    if self.return_results:
+                        kept = returned[: max(self.max_results - len(results), 0)]
+                        results.extend(kept)
+                        dropped += len(returned) - len(kept)
+                    if self.commit_cadence == "end_of_batch":
+                        cursors[partition] = self._commit(
+                            client, document.stream, partition, cursors[partition], batch[-1].offset
+                        )
+            if self.commit_cadence == "end_of_operator":
+                cursors = self._commit_all(client, document, cursors)
+        if dropped:
+            self.log.warning("%d results were not kept (max_results=%d)", dropped, self.max_results)
+        committed = {str(p): c for p, c in cursors.items() if c is not None}
+        self.log.info("consumed %d message(s); cursor %r at %s", consumed, self.cursor_id, committed)
+        output: dict[str, Any] = {"ranges": [r.to_json() for r in document.ranges], "messages": consumed}
+        output["committed"] = committed
+        if self.return_results:
+            output["results"] = results
+        return output
+
+    def _function(self) -> Callable[..., Any]:
+        function = self.apply_function if self.apply_function is not None else self.apply_function_batch
+        if isinstance(function, str):
+            try:
+                function = import_string(function)
+            except ImportError as exc:
+                raise AirflowFailException(f"{self.task_id}: cannot import {function!r}: {exc}") from exc
+        if not callable(function):
+            raise AirflowFailException(f"{self.task_id}: {function!r} is not callable")
+        return function
+
+    def _call(self, function: Callable[..., Any], batch: list[Message]) -> list[Any]:
+        """Run the function on a batch (per message or at once); its return values."""
+        if self.apply_function_batch is not None:
+            return [function(batch, *self.apply_function_args, **self.apply_function_kwargs)]
+        return [function(message, *self.apply_function_args, **self.apply_function_kwargs) for message in batch]
+
+    def _batches(self, client: LiftbridgeClient, stream: str, offset_range: OffsetRange) -> Iterator[list[Message]]:
+        batch: list[Message] = []
+        if offset_range.count <= 0:
+            return
+        for message in client.read_range(
+            stream, offset_range.partition, offset_range.start, offset_range.end, resume=True
+        ):
+            batch.append(message)
+            if len(batch) == self.max_batch_size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def _resume(
+        self, client: LiftbridgeClient, document: RangesDocument, offset_range: OffsetRange
+    ) -> tuple[int, int | None]:
+        """``(first offset to read, the cursor now)``: the range's start while the cursor is where the freeze
+        found it, or after the cursor where an earlier try of this run committed batches of the range; a
+        cursor moved anywhere else fails the task (someone else consumes it). No cursor: the start, None."""
+        if self.commit_cadence == "never" or not self.cursor_id:
+            return offset_range.start, None
+        partition = offset_range.partition
+        current = client.fetch_cursor(self.cursor_id, document.stream, partition)
+        self._gauge_lag(client, document.stream, partition, current)
+        frozen = frozen_cursor(document, partition)
+        if current == (offset_range.start - 1 if frozen is None else frozen):
+            return offset_range.start, current
+        if offset_range.start <= current < offset_range.end:
+            self.log.info("partition %d: resuming after offset %d, committed by an earlier try", partition, current)
+            return current + 1, current
+        raise AirflowFailException(
+            f"cursor {self.cursor_id!r} of {document.stream!r} partition {partition} is at {current}, neither where "
+            f"the freeze found it ({frozen}) nor inside the frozen range [{offset_range.start}, {offset_range.end}): "
+            "someone else moved it, so consuming would skip or repeat messages"
+        )
+
+    def _commit(self, client: LiftbridgeClient, stream: str, partition: int, expected: int | None, target: int) -> int:
+        """Move the cursor from ``expected`` to ``target`` (compare-and-set); returns ``target``."""
+        assert self.cursor_id is not None
+        current = client.fetch_cursor(self.cursor_id, stream, partition)
+        if current != expected:
+            raise AirflowFailException(
+                f"cursor {self.cursor_id!r} of {stream!r} partition {partition} is at {current}, expected "
+                f"{expected}: someone else moved it; not committing {target}"
+            )
+        client.set_cursor(self.cursor_id, stream, partition, target)
+        self._gauge_lag(client, stream, partition, target)
+        return target
+
+    def _commit_all(
+        self, client: LiftbridgeClient, document: RangesDocument, cursors: dict[int, int | None]
+    ) -> dict[int, int | None]:
+        """Every non-empty range's cursor to its last offset, each checked before any moves."""
+        assert self.cursor_id is not None
+        targets = {
+            r.partition: r.last for r in document.ranges if r.last is not None and r.last != cursors[r.partition]
+        }
+        for partition in targets:
+            current = client.fetch_cursor(self.cursor_id, document.stream, partition)
+            if current != cursors[partition]:
+                raise AirflowFailException(
+                    f"cursor {self.cursor_id!r} of {document.stream!r} partition {partition} is at {current}, "
+                    f"expected {cursors[partition]}: someone else moved it; no cursor was moved"
+                )
+        for partition, target in targets.items():
+            client.set_cursor(self.cursor_id, document.stream, partition, target)
+            self._gauge_lag(client, document.stream, partition, target)
+        return {**cursors, **targets}
+
+    def _gauge_lag(self, client: LiftbridgeClient, stream: str, partition: int, cursor: int) -> None:
+        assert self.cursor_id is not None
+        high_watermark = client.fetch_partition_metadata(stream, partition).high_watermark
+        lag = metrics.cursor_lag(high_watermark, cursor)
+        metrics.gauge(metrics.CURSOR_LAG, lag, stream=stream, partition=partition, cursor_id=self.cursor_id)
