@@ -109,13 +109,21 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [
             {
                 "integration-name": "Liftbridge",
-                "python-modules": ["liftbridge_provider.sensors.offset", "liftbridge_provider.sensors.lag"],
+                "python-modules": [
+                    "liftbridge_provider.sensors.offset",
+                    "liftbridge_provider.sensors.lag",
+                    "liftbridge_provider.sensors.message",
+                ],
             },
         ],
         "triggers": [
             {
                 "integration-name": "Liftbridge",
-                "python-modules": ["liftbridge_provider.triggers.offset", "liftbridge_provider.triggers.message"],
+                "python-modules": [
+                    "liftbridge_provider.triggers.offset",
+                    "liftbridge_provider.triggers.message",
+                    "liftbridge_provider.triggers.await_message",
+                ],
             },
         ],
         "queues": ["liftbridge_provider.queues.liftbridge.LiftbridgeMessageQueueProvider"],

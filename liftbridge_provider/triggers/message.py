@@ -15,7 +15,6 @@ All watchers in a triggerer with the same reader settings share one reader
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -29,6 +28,7 @@ from airflow.triggers.shared_stream import (
 )
 
 from liftbridge_provider.client import InvalidArgumentError, Message
+from liftbridge_provider.functions import import_function
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.triggers.watchers import WatcherError, reader_for, record_refusal
 from liftbridge_provider.watching import VALUE_FORMATS, WatchSettings, check_payload, message_payload
@@ -41,21 +41,6 @@ class Refusal(NamedTuple):
 
     message: Message
     error: Exception
-
-
-def import_function(dotted_path: str) -> PayloadFunction:
-    """The callable at ``package.module.name``; a clear error when it cannot be imported."""
-    module_name, _, name = dotted_path.rpartition(".")
-    try:
-        function = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise InvalidArgumentError(
-            f"apply_function {dotted_path!r} cannot be imported in the triggerer ({exc}); it must be a dotted "
-            "path to a function in a module on the triggerer's Python path"
-        ) from exc
-    if not callable(function):
-        raise InvalidArgumentError(f"apply_function {dotted_path!r} is not callable")
-    return function  # type: ignore[no-any-return]
 
 
 class LiftbridgeMessageTrigger(BaseEventTrigger):

@@ -14,11 +14,16 @@ from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.ranges import partition_offsets
 
 
-def _seconds(value: object, name: str, allowed: str = "a number of seconds > 0") -> float:
+def positive_seconds(value: object, name: str, allowed: str = "a number of seconds > 0") -> float:
     """A positive number of seconds; anything else is refused, naming it."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise InvalidArgumentError(f"{name} must be {allowed}, got {value!r}")
     return float(value)
+
+
+def optional_seconds(value: object, name: str) -> float | None:
+    """None, or a positive number of seconds."""
+    return None if value is None else positive_seconds(value, name, "None or a number of seconds > 0")
 
 
 def unmet_targets(targets: Mapping[int, int], high_watermarks: Mapping[int, int]) -> dict[int, int]:
@@ -53,8 +58,8 @@ class LiftbridgeOffsetTrigger(BaseTrigger):
         self.stream = stream
         self.targets = partition_offsets(targets, "target")
         self.liftbridge_conn_id = liftbridge_conn_id
-        self.poll_interval = _seconds(poll_interval, "poll_interval")
-        self.timeout = None if timeout is None else _seconds(timeout, "timeout", "None or a number of seconds > 0")
+        self.poll_interval = positive_seconds(poll_interval, "poll_interval")
+        self.timeout = optional_seconds(timeout, "timeout")
         self._client: AsyncLiftbridgeClient | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:

@@ -39,6 +39,7 @@ from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator,
 from liftbridge_provider.operators.consume import LiftbridgeConsumeOperator
 from liftbridge_provider.sensors.offset import LiftbridgePartitionOffsetSensor
 from liftbridge_provider.sensors.lag import LiftbridgeCursorLagSensor
+from liftbridge_provider.sensors.message import LiftbridgeMessageSensor
 """
 
 

@@ -71,3 +71,38 @@ def test_consume_operator_keeps_callables_out_of_its_template_fields() -> None:
     assert "apply_function" not in operator.template_fields
     assert "apply_function_batch" not in operator.template_fields
     assert "apply_function_kwargs" in operator.template_fields
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"apply_function": print, "deferrable": True}, "a deferrable sensor needs apply_function as a dotted path"),
+        ({"apply_function": 5}, "apply_function must be a callable or a dotted path"),
+        ({"start": "earliest"}, "start must be 'latest', 'cursor' or"),
+        ({"start": "cursor"}, "start='cursor' and commit_cursor need a cursor_id"),
+        ({"commit_cursor": True}, "start='cursor' and commit_cursor need a cursor_id"),
+    ],
+)
+def test_message_sensor_refuses_bad_settings_when_the_dag_is_parsed(kwargs: dict[str, Any], message: str) -> None:
+    from liftbridge_provider.sensors.message import LiftbridgeMessageSensor  # noqa: PLC0415
+
+    options: dict[str, Any] = {"task_id": "wait", "stream": "s", "apply_function": "m.f", "deferrable": False}
+    with pytest.raises(ValueError, match=message):
+        LiftbridgeMessageSensor(**{**options, **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"apply_function": print}, "apply_function must be a dotted path"),
+        ({"start_offsets": {}}, "start_offsets must name at least one partition"),
+        ({"start_offsets": {0: -1}}, "start_offsets offset of partition 0 must be a whole number >= 0"),
+        ({"timeout": 0}, "timeout must be None or a number of seconds > 0, got 0"),
+    ],
+)
+def test_await_message_trigger_refuses_bad_values(kwargs: dict[str, Any], message: str) -> None:
+    from liftbridge_provider.triggers.await_message import LiftbridgeAwaitMessageTrigger  # noqa: PLC0415
+
+    options: dict[str, Any] = {"stream": "s", "start_offsets": {0: 0}, "apply_function": "m.f"}
+    with pytest.raises(InvalidArgumentError, match=message):
+        LiftbridgeAwaitMessageTrigger(**{**options, **kwargs})
