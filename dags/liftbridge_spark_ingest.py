@@ -14,6 +14,10 @@ folders; the commit moves the cursor only from where the freeze found it.
 The next run ingests only what arrived since. The Spark job gets the whole
 ``liftbridge_default`` connection (brokers, port, TLS, timeouts) as JSON in
 the environment variable ``LIFTBRIDGE_CONN_JSON``.
+
+Lineage: publishing reports the stream as an output, freezing as an input,
+and the Spark step the stream in and the Parquet lake out (Airflow's hook
+lineage; the OpenLineage provider, when installed, emits it).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param
 
-from liftbridge_provider.hooks.liftbridge import liftbridge_connection_json
+from liftbridge_provider.hooks.liftbridge import LiftbridgeHook, liftbridge_connection_json
+from liftbridge_provider.lineage import report_ingest
 from liftbridge_provider.operators.publish import LiftbridgePublishOperator
 from liftbridge_provider.operators.ranges import LiftbridgeCommitCursorOperator, LiftbridgeOffsetRangesOperator
 from liftbridge_provider.operators.streams import LiftbridgeCreateStreamOperator
@@ -35,6 +40,14 @@ from liftbridge_provider.sensors.offset import LiftbridgePartitionOffsetSensor
 
 PROJECT = Path(__file__).resolve().parents[1]
 EVENT_TYPES = ("page_view", "add_to_cart", "purchase", "search")
+
+
+class IngestSubmitOperator(SparkSubmitOperator):
+    """spark-submit of the ingest job that reports its lineage: the stream in, the lake out."""
+
+    def execute(self, context: Any) -> Any:
+        report_ingest(LiftbridgeHook(), context["params"]["stream"], context["params"]["output_path"])
+        return super().execute(context)
 
 
 def generate_events(count: str | int, run_id: str) -> list[dict[str, Any]]:
@@ -87,7 +100,7 @@ with DAG(
     wait = LiftbridgePartitionOffsetSensor(
         task_id="wait_for_ranges", ranges=freeze.output, deferrable=True, poke_interval=2, timeout=600
     )
-    ingest = SparkSubmitOperator(
+    ingest = IngestSubmitOperator(
         task_id="spark_ingest",
         application=str(PROJECT / "spark_jobs" / "ingest.py"),
         conf={"spark.pyspark.python": sys.executable, "spark.ui.enabled": "false"},

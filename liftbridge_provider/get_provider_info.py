@@ -132,6 +132,7 @@ def get_provider_info() -> dict[str, Any]:
                 "schemes": ["liftbridge"],
                 "handler": "liftbridge_provider.assets.liftbridge.sanitize_uri",
                 "factory": "liftbridge_provider.assets.liftbridge.create_asset",
+                "to_openlineage_converter": "liftbridge_provider.assets.liftbridge.convert_asset_to_openlineage",
             }
         ],
         "connection-types": [

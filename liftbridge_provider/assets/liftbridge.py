@@ -1,11 +1,19 @@
-"""``liftbridge://`` asset URIs: ``liftbridge://<broker host:port>/<stream>``."""
+"""``liftbridge://`` asset URIs: ``liftbridge://<broker host:port>/<stream>``, and their OpenLineage form.
+
+OpenLineage names a stream as it names a Kafka topic (``kafka://host:port`` +
+topic): namespace ``liftbridge://<host:port>`` of a broker of the cluster,
+name the stream. The provider's hooks use the connection's first broker.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-from urllib.parse import SplitResult
+from typing import TYPE_CHECKING, Any
+from urllib.parse import SplitResult, urlsplit
 
 from airflow.sdk import Asset
+
+if TYPE_CHECKING:
+    from openlineage.client.event_v2 import Dataset
 
 from liftbridge_provider.client.requests import check_stream_name
 
@@ -23,4 +31,18 @@ def sanitize_uri(uri: SplitResult) -> SplitResult:
 
 def create_asset(*, broker: str, stream: str, extra: dict[str, Any] | None = None) -> Asset:
     """The asset for ``stream`` on the cluster reached at ``broker`` (``host:port``)."""
-    return Asset(uri=f"liftbridge://{broker}/{check_stream_name(stream)}", extra=extra)
+    return Asset(uri=stream_uri(broker, stream), extra=extra)
+
+
+def stream_uri(broker: str, stream: str) -> str:
+    """``liftbridge://<broker>/<stream>``."""
+    return f"liftbridge://{broker}/{check_stream_name(stream)}"
+
+
+def convert_asset_to_openlineage(asset: Asset, lineage_context: Any) -> Dataset:
+    """The OpenLineage dataset of a ``liftbridge://host:port/stream`` asset: namespace
+    ``liftbridge://host:port``, name ``stream`` (the OpenLineage provider calls this)."""
+    from openlineage.client.event_v2 import Dataset  # noqa: PLC0415 - only with the OpenLineage provider
+
+    parsed = urlsplit(asset.uri)
+    return Dataset(namespace=f"liftbridge://{parsed.netloc}", name=parsed.path.lstrip("/"))

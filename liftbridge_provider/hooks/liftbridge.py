@@ -9,8 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import BaseHook
+from airflow.sdk.lineage import get_hook_lineage_collector
 from airflow.sdk.log import mask_secret
 
+from liftbridge_provider.assets.liftbridge import stream_uri
 from liftbridge_provider.client import (
     AsyncLiftbridgeClient,
     ClientConfig,
@@ -103,6 +105,18 @@ class LiftbridgeHook(BaseHook):
     def get_conn(self) -> LiftbridgeClient:
         """The pooled client for this connection, shared by every task of this process."""
         return CLIENTS.get(self.liftbridge_conn_id, self.client_config())
+
+    def report_read(self, stream: str) -> None:
+        """Hook lineage: this task read ``stream`` (an input asset ``liftbridge://<first broker>/<stream>``)."""
+        get_hook_lineage_collector().add_input_asset(context=self, uri=self.stream_uri(stream))
+
+    def report_written(self, stream: str) -> None:
+        """Hook lineage: this task wrote to ``stream`` (an output asset)."""
+        get_hook_lineage_collector().add_output_asset(context=self, uri=self.stream_uri(stream))
+
+    def stream_uri(self, stream: str) -> str:
+        """The asset URI of ``stream``: the connection's first broker names the cluster (OpenLineage namespace)."""
+        return stream_uri(self.client_config().brokers[0], stream)
 
     async def aget_async_client(self) -> AsyncLiftbridgeClient:
         """A new asyncio client for this connection (for triggers); the caller closes it."""

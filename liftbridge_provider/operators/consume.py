@@ -106,6 +106,7 @@ class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
         results: list[Any] = []
         consumed = dropped = 0
         with self.client() as client:
+            self.hook.report_read(document.stream)
             resumed = {r.partition: self._resume(client, document, r) for r in document.ranges}
             cursors = {p: cursor for p, (_, cursor) in resumed.items()}
             for offset_range in document.ranges:

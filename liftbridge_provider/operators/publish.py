@@ -199,6 +199,7 @@ class LiftbridgePublishOperator(LiftbridgeBaseOperator):
         published, started, last_log = 0, time.monotonic(), time.monotonic()
         partitioner = self._partitioner()
         with self.client() as client:
+            self.hook.report_written(self.stream)
             records = iter(self._records())
             while chunk := list(itertools.islice(records, self.batch_size)):
                 batch = [self._message(published + index, record) for index, record in enumerate(chunk)]

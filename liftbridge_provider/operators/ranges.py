@@ -164,6 +164,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
 
     def _freeze(self) -> dict[str, Any]:
         with self.client() as client:
+            self.hook.report_read(self.stream)
             interval = self._interval()
             count = len(client.stream_info(self.stream).partitions)
             partitions = check_partitions(self.partitions, count, self.stream)

@@ -130,6 +130,7 @@ class LiftbridgeMessageSensor(BaseSensorOperator):
     def poke(self, context: Any) -> PokeReturnValue:
         with failing_without_retries(self.task_id):
             client = self.hook.get_conn()
+            self.hook.report_read(self.stream)
             positions = self._positions(client, context)
             function = self._function()
             for partition, start in positions.items():

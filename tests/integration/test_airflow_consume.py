@@ -133,3 +133,35 @@ def test_a_function_that_fails_leaves_the_cursor_before_it_and_the_retry_sees_it
     repeated = {o for (_, o), n in counts.items() if n > 1}
     assert repeated == (set(range(6)) if cadence == "end_of_operator" else {4, 5})
     assert client.fetch_cursor("c", stream, 0) == 9
+
+
+def test_consume_and_publish_report_the_stream_to_hook_lineage(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient, functions: tuple[str, Path]
+) -> None:
+    """Issue 14 (lineage): with the OpenLineage provider writing events to a file, the consume task's
+    event has the stream as its input and the publish task's as its output, named as documented."""
+    module, tmp_path = functions
+    stream = stream_name()
+    client.create_stream(stream, stream)
+    lineage = tmp_path / "openlineage.jsonl"
+    transport = json.dumps({"type": "file", "log_file_path": str(lineage), "append": True})
+    body = f"""
+        publish = LiftbridgePublishOperator(task_id="publish", stream={stream!r}, messages=["a", "b"])
+        consume = LiftbridgeConsumeOperator(
+            task_id="consume", stream={stream!r}, cursor_id="c", apply_function="{module}.remember",
+            apply_function_kwargs={{"log": {str(tmp_path / "seen.log")!r}}},
+        )
+        publish >> consume
+    """
+    run = run_dag(
+        airflow_home, body, {**connection_env(liftbridge_server), "AIRFLOW__OPENLINEAGE__TRANSPORT": transport}
+    )
+    assert run.ok(), run.output[-3000:]
+    dataset = {"namespace": f"liftbridge://{liftbridge_server.brokers[0]}", "name": stream}
+    completed = {}
+    for line in lineage.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("eventType") == "COMPLETE" and event["job"]["name"].endswith((".publish", ".consume")):
+            completed[event["job"]["name"].rsplit(".", 1)[1]] = event
+    assert [{k: d[k] for k in ("namespace", "name")} for d in completed["consume"]["inputs"]] == [dataset]
+    assert [{k: d[k] for k in ("namespace", "name")} for d in completed["publish"]["outputs"]] == [dataset]

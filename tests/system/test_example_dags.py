@@ -21,7 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_main_job_ingests_every_published_message_once(tmp_path: Path) -> None:
-    env = {**os.environ, "DEMO_AIRFLOW_HOME": str(tmp_path / "airflow"), "DEMO_OUTPUT": str(tmp_path / "lake")}
+    """The main job, with the OpenLineage provider writing its events to a file: the stream and the lake
+    show up as the Spark step's input and output (issue 14, lineage)."""
+    lineage = tmp_path / "openlineage.jsonl"
+    env = {
+        **os.environ,
+        "DEMO_AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "DEMO_OUTPUT": str(tmp_path / "lake"),
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage), "append": True}),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "liftbridge-demo",
+    }
     result = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "demo.py")],
         env=env,
@@ -37,6 +46,26 @@ def test_main_job_ingests_every_published_message_once(tmp_path: Path) -> None:
     assert "run 3: published 0, ingested 0 rows: nothing new" in printed
     assert "demo ok: 1500 messages published, 1500 rows in Parquet" in printed
     assert len(list((tmp_path / "lake" / "stream=demo-events").glob("partition=*/range=*"))) == 6
+    assert_lineage(lineage, tmp_path / "lake")
+
+
+def assert_lineage(events_file: Path, lake: Path) -> None:
+    """Completed task events name the stream (namespace liftbridge://host:port, name the stream) as publish's
+    output, freeze's input, and the Spark step's input with the lake (a file dataset) as its output."""
+    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
+    done: dict[str, tuple[set[tuple[str, str]], set[tuple[str, str]]]] = {}
+    for event in events:
+        if event.get("eventType") != "COMPLETE" or "." not in event["job"]["name"]:
+            continue
+        task = event["job"]["name"].split(".", 1)[1]
+        inputs, outputs = done.setdefault(task, (set(), set()))
+        inputs.update((d["namespace"], d["name"]) for d in event.get("inputs", []))
+        outputs.update((d["namespace"], d["name"]) for d in event.get("outputs", []))
+    streams = {(ns, name) for ns, name in done["spark_ingest"][0] if ns.startswith("liftbridge://127.0.0.1:")}
+    assert {name for _, name in streams} == {"demo-events"}, done
+    assert ("file", str(lake)) in done["spark_ingest"][1], done["spark_ingest"]
+    assert streams <= done["publish_events"][1], done["publish_events"]
+    assert streams <= done["freeze_ranges"][0], done["freeze_ranges"]
 
 
 def test_stream_admin_dag(liftbridge_server: DevServer, tmp_path: Path) -> None:

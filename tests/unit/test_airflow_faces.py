@@ -335,3 +335,21 @@ def test_a_total_cap_is_shared_evenly_across_partitions(
     assert tuple(r.count for r in capped.ranges) == expected
     assert all(r.start == 100 for r in capped.ranges)
     assert (capped.stream, capped.cursor_id) == ("s", "c")
+
+
+def test_lake_outputs_become_asset_uris() -> None:
+    from liftbridge_provider.lineage import lake_uri  # noqa: PLC0415
+
+    assert lake_uri("/data/lake") == "file:///data/lake"
+    assert lake_uri("s3a://bucket/lake") == "s3://bucket/lake"
+    assert lake_uri("hdfs://nn:8020/lake") == "hdfs://nn:8020/lake"
+    assert lake_uri("relative/lake").startswith("file:///")
+
+
+def test_liftbridge_assets_become_openlineage_datasets_named_like_kafka_topics() -> None:
+    from airflow.sdk import Asset  # noqa: PLC0415
+
+    from liftbridge_provider.assets.liftbridge import convert_asset_to_openlineage  # noqa: PLC0415
+
+    dataset = convert_asset_to_openlineage(Asset(uri="liftbridge://broker1:9292/orders"), None)
+    assert (dataset.namespace, dataset.name) == ("liftbridge://broker1:9292", "orders")
