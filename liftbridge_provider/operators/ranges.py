@@ -336,7 +336,8 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
     An empty range that starts past the cursor the freeze read (retention
     removed the offsets in between and ``on_data_loss="skip"`` skipped them)
     moves the cursor to ``start - 1`` if it has not moved; other empty ranges
-    leave it alone. Returns ``{partition: cursor offset}``.
+    leave it alone. Returns ``{partition: cursor offset}``, and sends each
+    partition's lag as the gauge ``liftbridge.cursor_lag``.
 
     Liftbridge has no server-side compare-and-set for cursors: between the
     check and the set (one round trip per partition) another writer can still
@@ -369,6 +370,9 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
                 if target != current:
                     client.set_cursor(cursor_id, document.stream, partition, target)
                     self.log.info("partition %d: cursor %r %d -> %d", partition, cursor_id, current, target)
+                high_watermark = client.fetch_partition_metadata(document.stream, partition).high_watermark
+                lag = metrics.cursor_lag(high_watermark, target)
+                metrics.gauge(metrics.CURSOR_LAG, lag, stream=document.stream, partition=partition, cursor_id=cursor_id)
         return {str(partition): target for partition, _, target in moves}
 
     def _planned_move(
