@@ -10,6 +10,7 @@ from typing import Any, Literal
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
+from liftbridge_provider import metrics
 from liftbridge_provider.client import LiftbridgeClient, Message
 from liftbridge_provider.functions import import_function
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
@@ -116,6 +117,8 @@ class LiftbridgeMessageSensor(BaseSensorOperator):
         elif self.start == "cursor":
             assert self.cursor_id is not None
             positions = {p: client.fetch_cursor(self.cursor_id, self.stream, p) + 1 for p in chosen}
+            for partition, position in positions.items():
+                self._gauge_lag(client, partition, position - 1)
         else:
             given = partition_offsets(self.start, "start")
             positions = {p: given[p] for p in chosen if p in given}
@@ -158,6 +161,13 @@ class LiftbridgeMessageSensor(BaseSensorOperator):
             self.log.info("cursor %r is already at %d: left alone", self.cursor_id, current)
             return
         client.set_cursor(self.cursor_id, self.stream, partition, offset)
+        self._gauge_lag(client, partition, offset)
+
+    def _gauge_lag(self, client: LiftbridgeClient, partition: int, cursor: int) -> None:
+        assert self.cursor_id is not None
+        high_watermark = client.fetch_partition_metadata(self.stream, partition).high_watermark
+        lag = metrics.cursor_lag(high_watermark, cursor)
+        metrics.gauge(metrics.CURSOR_LAG, lag, stream=self.stream, partition=partition, cursor_id=self.cursor_id)
 
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
