@@ -1,4 +1,6 @@
-"""Options of the ``liftbridge`` Spark source: strings in, a validated ReadOptions out.
+"""Options of the ``liftbridge`` Spark source and sink: strings in, validated ReadOptions / WriteOptions out.
+
+Reading (``spark.read`` and ``spark.readStream``):
 
 | option | meaning |
 |---|---|
@@ -20,20 +22,30 @@
 | ``batchSize`` | at most this many rows per Arrow record batch (default 10000) |
 | ``batchBytes`` | at most this many key + value + header bytes per Arrow record batch (default 64 MiB) |
 
-``ranges`` and the starting/ending options exclude each other; give one
-starting and one ending option. End offsets are exclusive (``[start, end)``);
-``latest`` is the high watermark + 1; an end time is exclusive too (messages
-received before it).
+| ``maxOffsetsPerTrigger`` | ``readStream``: at most this many offsets per micro-batch, shared by backlog |
+| ``commitCursorId`` | ``readStream``: a Liftbridge cursor moved to each committed micro-batch's end |
+
+``ranges`` and the starting/ending options exclude each other; a batch read
+gives one starting and one ending option. End offsets are exclusive
+(``[start, end)``); ``latest`` is the high watermark + 1; an end time is
+exclusive too (messages received before it). ``readStream`` takes a stream
+and a start (default ``latest``), never an end or ranges.
+
+Writing (``df.write`` and ``writeStream``; see :class:`WriteOptions`): ``brokers``,
+``stream``, the TLS options and ``requestTimeout`` as above, ``natsServers``,
+``ackPolicy``, ``batchSize``, ``partitioner``, ``useOffsets``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
-from liftbridge_provider.client import ClientConfig, TLSConfig
+from liftbridge_provider.client import AckPolicy, ClientConfig, NatsConfig, TLSConfig
 from liftbridge_provider.client.errors import InvalidArgumentError
-from liftbridge_provider.client.options import split_brokers
+from liftbridge_provider.client.options import split_brokers, split_nats_servers
+from liftbridge_provider.client.requests import check_cursor_id, check_stream_name
 from liftbridge_provider.ranges import partition_offsets
 
 DEFAULT_READ_TIMEOUT = 120.0
@@ -65,8 +77,11 @@ KNOWN = {
     "readtimeout",
     "batchsize",
     "batchbytes",
+    "maxoffsetspertrigger",
+    "commitcursorid",
     "path",  # spark.read.load(path) passes it; unused
 }
+STREAM_ONLY = ("maxOffsetsPerTrigger", "commitCursorId")
 
 
 @dataclass(frozen=True)
@@ -102,6 +117,8 @@ class ReadOptions:
     read_timeout: float
     batch_size: int
     batch_bytes: int
+    max_offsets_per_trigger: int | None = None
+    commit_cursor_id: str | None = None
 
 
 def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -126,8 +143,8 @@ def _number(options: Mapping[str, str], name: str, kind: type[int] | type[float]
     return number
 
 
-def parse_options(raw: Mapping[str, str]) -> ReadOptions:
-    """Validate the options Spark passes (a case-insensitive mapping of strings)."""
+def parse_options(raw: Mapping[str, str], mode: Literal["batch", "stream"] = "batch") -> ReadOptions:
+    """Validate the options Spark passes (a case-insensitive mapping of strings) for a batch or a stream read."""
     options = {key.lower(): value for key, value in raw.items()}
     unknown = sorted(set(options) - KNOWN)
     if unknown:
@@ -135,9 +152,37 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
     if "brokers" not in options:
         raise InvalidArgumentError("option brokers is required: host:port[,host:port...]")
     starting, ending = _bound(options, "starting"), _bound(options, "ending")
+    if mode == "stream":
+        return _stream_options(options, starting, ending)
+    given = [name for name in STREAM_ONLY if name.lower() in options]
+    if given:
+        raise InvalidArgumentError(f"option(s) {', '.join(given)} are for spark.readStream only")
+    return _read_options(options, starting, ending)
+
+
+def _stream_options(options: Mapping[str, str], starting: Bound | None, ending: Bound | None) -> ReadOptions:
+    if "ranges" in options or ending is not None:
+        raise InvalidArgumentError(
+            "spark.readStream reads on and on from its start: it takes no ranges and no ending option"
+        )
+    if "stream" not in options:
+        raise InvalidArgumentError("option stream is required for spark.readStream")
+    cursor_id = options.get("commitcursorid")
+    if cursor_id is not None:
+        check_cursor_id(cursor_id)
+    return replace(
+        _read_options(options, starting or Bound("startingOffsets", offsets="latest"), None, streaming=True),
+        max_offsets_per_trigger=_number(options, "maxOffsetsPerTrigger", int),  # type: ignore[arg-type]
+        commit_cursor_id=cursor_id,
+    )
+
+
+def _read_options(
+    options: Mapping[str, str], starting: Bound | None, ending: Bound | None, *, streaming: bool = False
+) -> ReadOptions:
     if "ranges" in options and (starting or ending):
         raise InvalidArgumentError("give either ranges or starting/ending offsets or timestamps, not both")
-    if "ranges" not in options and not (starting and ending):
+    if "ranges" not in options and not (starting and (ending or streaming)):
         raise InvalidArgumentError(
             "give ranges, or a start (startingOffsets, startingTimestamp or startingOffsetsByTimestamp) and an end "
             "(endingOffsets, endingTimestamp or endingOffsetsByTimestamp)"
@@ -150,16 +195,8 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
             partitions = tuple(int(p) for p in options["partitions"].split(",") if p.strip())
         except ValueError:
             raise InvalidArgumentError(f"option partitions must be numbers, got {options['partitions']!r}") from None
-    tls_values = [options.get(k) for k in ("tlscacert", "tlsclientcert", "tlsprivatekey", "tlsservername")]
-    tls = (
-        TLSConfig(ca=tls_values[0], cert=tls_values[1], key=tls_values[2], server_name=tls_values[3])
-        if any(tls_values)
-        else None
-    )
-    timeout = _number(options, "requestTimeout", float)
-    config = ClientConfig(brokers=split_brokers(options["brokers"]), tls=tls, request_timeout=float(timeout or 10.0))
     return ReadOptions(
-        config=config,
+        config=_client_config(options),
         stream=options.get("stream"),
         ranges=options.get("ranges"),
         starting_offsets=starting,
@@ -173,6 +210,21 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         read_timeout=float(_number(options, "readTimeout", float) or DEFAULT_READ_TIMEOUT),
         batch_size=int(_number(options, "batchSize", int) or DEFAULT_BATCH_SIZE),
         batch_bytes=_batch_bytes(options),
+    )
+
+
+def _client_config(options: Mapping[str, str]) -> ClientConfig:
+    """Brokers, TLS, request timeout and NATS servers of the (lower-cased) options."""
+    tls_values = [options.get(k) for k in ("tlscacert", "tlsclientcert", "tlsprivatekey", "tlsservername")]
+    tls = (
+        TLSConfig(ca=tls_values[0], cert=tls_values[1], key=tls_values[2], server_name=tls_values[3])
+        if any(tls_values)
+        else None
+    )
+    nats = NatsConfig(servers=split_nats_servers(options["natsservers"])) if options.get("natsservers") else None
+    timeout = _number(options, "requestTimeout", float)
+    return ClientConfig(
+        brokers=split_brokers(options["brokers"]), tls=tls, nats=nats, request_timeout=float(timeout or 10.0)
     )
 
 
@@ -211,3 +263,66 @@ def _batch_bytes(options: Mapping[str, str]) -> int:
             f"got {value}"
         )
     return value
+
+
+WRITE_KNOWN = {
+    "brokers",
+    "stream",
+    "tlscacert",
+    "tlsclientcert",
+    "tlsprivatekey",
+    "tlsservername",
+    "requesttimeout",
+    "natsservers",
+    "ackpolicy",
+    "batchsize",
+    "partitioner",
+    "useoffsets",
+    "path",
+}
+DEFAULT_WRITE_BATCH = 10_000
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """The sink's options, checked.
+
+    ``ack_policy``: ``all`` (default), ``leader`` or ``none``; ``batch_size``: rows
+    per ``publish_batch`` of a task (10,000); ``partitioner``: for rows without a
+    ``partition`` column value: ``key`` (default) or ``round_robin``; ``use_offsets``:
+    the ``offset`` column is each row's expected offset (optimistic concurrency
+    control streams: exactly once per partition, see docs/spark.md).
+    """
+
+    config: ClientConfig
+    stream: str
+    ack_policy: AckPolicy
+    batch_size: int
+    partitioner: str
+    use_offsets: bool
+
+
+def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
+    """Validate the options of ``df.write.format("liftbridge")`` / ``writeStream``."""
+    options = {key.lower(): value for key, value in raw.items()}
+    unknown = sorted(set(options) - WRITE_KNOWN)
+    if unknown:
+        raise InvalidArgumentError(f"unknown liftbridge sink option(s) {unknown}; see docs/spark.md")
+    for required in ("brokers", "stream"):
+        if required not in options:
+            raise InvalidArgumentError(f"option {required} is required to write to Liftbridge")
+    partitioner = options.get("partitioner", "key")
+    if partitioner not in ("key", "round_robin"):
+        raise InvalidArgumentError(f"option partitioner must be key or round_robin, got {partitioner!r}")
+    use_offsets = _flag(options, "useOffsets", False)
+    ack_policy = AckPolicy.parse(options.get("ackpolicy", "all"))
+    if use_offsets and ack_policy == AckPolicy.NONE:
+        raise InvalidArgumentError("option useOffsets needs acks: set ackPolicy to leader or all")
+    return WriteOptions(
+        config=_client_config(options),
+        stream=check_stream_name(options["stream"]),
+        ack_policy=ack_policy,
+        batch_size=int(_number(options, "batchSize", int) or DEFAULT_WRITE_BATCH),
+        partitioner=partitioner,
+        use_offsets=use_offsets,
+    )

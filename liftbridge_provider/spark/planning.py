@@ -10,7 +10,7 @@ ranges produce no slice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from liftbridge_provider.client.errors import InvalidArgumentError
@@ -55,3 +55,20 @@ def plan_slices(
         slices.remove(largest)
         slices.extend(_split(largest, (largest.count + 1) // 2))
     return sorted(slices)
+
+
+def rate_limit(start: Mapping[int, int], available: Mapping[int, int], max_rows: int | None) -> dict[int, int]:
+    """Where a micro-batch ends on each partition: ``available`` (exclusive ends), or, with ``max_rows``,
+    at most that many offsets in all, shared in proportion to each partition's backlog (largest remainders
+    first, so the shares add up exactly and a partition with any backlog is not starved forever) (pure)."""
+    backlog = {p: max(available.get(p, start[p]) - start[p], 0) for p in start}
+    total = sum(backlog.values())
+    if max_rows is None or total <= max_rows:
+        return {p: start[p] + backlog[p] for p in start}
+    if max_rows < 1:
+        raise InvalidArgumentError(f"maxOffsetsPerTrigger must be a whole number >= 1, got {max_rows!r}")
+    shares = {p: max_rows * backlog[p] // total for p in start}
+    remainders = sorted(start, key=lambda p: (-(max_rows * backlog[p] % total), p))
+    for p in remainders[: max_rows - sum(shares.values())]:
+        shares[p] += 1
+    return {p: start[p] + shares[p] for p in start}

@@ -21,7 +21,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
@@ -45,7 +52,7 @@ from liftbridge_provider.ranges import (
     partition_offsets,
 )
 from liftbridge_provider.spark.batches import record_batches
-from liftbridge_provider.spark.options import Bound, ReadOptions, parse_options
+from liftbridge_provider.spark.options import Bound, ReadOptions, parse_options, parse_write_options
 from liftbridge_provider.spark.planning import Slice, plan_slices
 
 log = logging.getLogger(__name__)
@@ -78,7 +85,7 @@ class LiftbridgeInputPartition(InputPartition):
     slice: Slice
 
 
-def _offsets(client: LiftbridgeClient, stream: str, bound: Bound, partitions: list[int]) -> dict[int, int]:
+def start_offsets(client: LiftbridgeClient, stream: str, bound: Bound, partitions: list[int]) -> dict[int, int]:
     """Concrete ``{partition: offset}`` for a JSON spec, "earliest"/"latest", or times."""
     if bound.times is not None:
         times = {p: bound.time_of(p) for p in partitions}
@@ -116,8 +123,8 @@ def resolve_ranges(options: ReadOptions, client: LiftbridgeClient) -> RangesDocu
         assert options.ending_offsets is not None
         count = len(client.stream_info(options.stream).partitions)
         wanted = check_partitions(options.partitions, count, options.stream)
-        starts = _offsets(client, options.stream, options.starting_offsets, wanted)
-        ends = _offsets(client, options.stream, options.ending_offsets, wanted)
+        starts = start_offsets(client, options.stream, options.starting_offsets, wanted)
+        ends = start_offsets(client, options.stream, options.ending_offsets, wanted)
         chosen = [p for p in wanted if p in starts or p in ends] if options.partitions is None else wanted
         missing = [p for p in chosen if p not in starts or p not in ends]
         if missing:
@@ -134,7 +141,7 @@ def resolve_ranges(options: ReadOptions, client: LiftbridgeClient) -> RangesDocu
         )
     count = len(client.stream_info(document.stream).partitions)
     check_partitions([r.partition for r in document.ranges], count, document.stream)
-    checked = tuple(_check_range(client, document.stream, r, options) for r in document.ranges)
+    checked = tuple(check_range(client, document.stream, r, options) for r in document.ranges)
     resolved = RangesDocument(document.stream, checked, document.cursor_id)
     log.info("liftbridge source reads %s", resolved.dumps())
     return resolved
@@ -168,7 +175,7 @@ def _check_time_start(client: LiftbridgeClient, options: ReadOptions, offset_ran
     log.warning("%s (failOnDataLoss=false)", message)
 
 
-def _check_range(client: LiftbridgeClient, stream: str, offset_range: OffsetRange, options: ReadOptions) -> OffsetRange:
+def check_range(client: LiftbridgeClient, stream: str, offset_range: OffsetRange, options: ReadOptions) -> OffsetRange:
     """The part of a range to read: refuses an end beyond the high watermark, applies failOnDataLoss.
 
     An empty range needs no call at all. The high watermark comes from the
@@ -246,11 +253,9 @@ class LiftbridgeReader(DataSourceReader):
 
 
 class LiftbridgeDataSource(DataSource):
-    """``spark.read.format("liftbridge")``: see :mod:`liftbridge_provider.spark.options` for the options."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        self.read_options = parse_options(options)  # bad options fail here, before any task runs
+    """``spark.read`` / ``readStream`` / ``write`` / ``writeStream`` ``.format("liftbridge")``: see
+    :mod:`liftbridge_provider.spark.options` for the options. Bad options fail on the driver, when Spark
+    asks for a reader or writer, before any task runs."""
 
     @classmethod
     def name(cls) -> str:
@@ -260,6 +265,22 @@ class LiftbridgeDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        with LiftbridgeClient(self.read_options.config) as client:
-            document = resolve_ranges(self.read_options, client)
-        return LiftbridgeReader(self.read_options, document)
+        read_options = parse_options(self.options)
+        with LiftbridgeClient(read_options.config) as client:
+            document = resolve_ranges(read_options, client)
+        return LiftbridgeReader(read_options, document)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from liftbridge_provider.spark.stream import LiftbridgeStreamReader  # noqa: PLC0415 - imports this module
+
+        return LiftbridgeStreamReader(parse_options(self.options, mode="stream"))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from liftbridge_provider.spark.sink import LiftbridgeWriter  # noqa: PLC0415 - imports this module
+
+        return LiftbridgeWriter(parse_write_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from liftbridge_provider.spark.sink import LiftbridgeStreamWriter  # noqa: PLC0415
+
+        return LiftbridgeStreamWriter(parse_write_options(self.options), schema)

@@ -7,7 +7,7 @@ import pytest
 from liftbridge_provider.client import InvalidArgumentError
 from liftbridge_provider.ranges import OffsetRange
 from liftbridge_provider.spark.options import parse_options
-from liftbridge_provider.spark.planning import Slice, plan_slices
+from liftbridge_provider.spark.planning import Slice, plan_slices, rate_limit
 
 RANGES = [OffsetRange(0, 0, 10), OffsetRange(1, 5, 5), OffsetRange(2, 100, 103)]
 
@@ -95,3 +95,24 @@ def test_bad_options_are_named(raw: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidArgumentError) as raised:
         parse_options(raw)
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("start", "available", "max_rows", "end"),
+    [
+        ({0: 0, 1: 0, 2: 0}, {0: 100, 1: 100, 2: 100}, None, {0: 100, 1: 100, 2: 100}),
+        ({0: 0, 1: 0, 2: 0}, {0: 100, 1: 100, 2: 100}, 30, {0: 10, 1: 10, 2: 10}),
+        ({0: 0, 1: 0, 2: 0}, {0: 300, 1: 100, 2: 0}, 40, {0: 30, 1: 10, 2: 0}),  # in proportion to the backlog
+        ({0: 5, 1: 7}, {0: 6, 1: 8}, 1, {0: 6, 1: 7}),  # equal remainders: the lower partition first
+        ({0: 0, 1: 0}, {0: 1000, 1: 1}, 10, {0: 10, 1: 0}),
+        ({0: 0, 1: 0}, {0: 3, 1: 2}, 100, {0: 3, 1: 2}),  # under the limit: everything
+        ({0: 10}, {0: 4}, 5, {0: 10}),  # never before the start (a lagging high watermark)
+    ],
+)
+def test_micro_batches_take_at_most_max_rows_shared_by_backlog(
+    start: dict[int, int], available: dict[int, int], max_rows: int | None, end: dict[int, int]
+) -> None:
+    result = rate_limit(start, available, max_rows)
+    assert result == end
+    if max_rows is not None:
+        assert sum(result[p] - start[p] for p in start) <= max_rows
