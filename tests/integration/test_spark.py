@@ -203,7 +203,10 @@ def test_empty_ranges_and_retention(
             {"stream": "S", "startingOffsets": "earliest", "endingOffsets": '{"0": 9}'},
             "must both give partitions [1, 2]",
         ),
-        ({"stream": "S", "startingOffsets": "earliest"}, "give ranges, or both startingOffsets and endingOffsets"),
+        (
+            {"stream": "S", "startingOffsets": "earliest"},
+            "give ranges, or a start (startingOffsets, startingTimestamp or startingOffsetsByTimestamp) and an end",
+        ),
         ({"ranges": "{}", "minPartitions": "0"}, "option minPartitions must be > 0"),
     ],
 )
