@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SPARK_BENCH_ARGS ?=
 
-.PHONY: setup venv tools golbbench browser proto lint test chaos bench demo clean
+.PHONY: setup venv tools golbbench browser proto lint test chaos bench demo dist clean
 
 setup: venv tools proto
 
@@ -79,5 +79,10 @@ bench: setup golbbench
 demo: setup
 	$(PY) tools/demo.py
 
+# What Spark executors need (this package, grpcio, protobuf, pyarrow, nats-py), packed with venv-pack into
+# dist/liftbridge-spark-env.tar.gz for spark-submit --archives (docs/spark.md, "On a cluster").
+dist:
+	@tools/pack-env.sh
+
 clean:
-	rm -rf $(VENV) .tools .devserver liftbridge_provider/_proto build *.egg-info
+	rm -rf $(VENV) .tools .devserver liftbridge_provider/_proto build dist *.egg-info

@@ -1,4 +1,4 @@
-"""The Parquet lake of a seed: written by the functions of ``spark_jobs/ingest.py``, read back with pyarrow.
+"""The Parquet lake of a seed: written by the ingest job's functions, read back with pyarrow.
 
 ``Lake.ingest`` does what ``ingest.main`` does (``ingest.run``: fenced pieces
 through the lake's ledger, the manifest, the job's own checks), on the
@@ -9,7 +9,6 @@ ingest, as the job's exit status would.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from liftbridge_provider.ranges import RangesDocument
+from liftbridge_provider.spark import ingest
 from tests.chaos.oracle import LakeRow
-
-JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
-if str(JOBS) not in sys.path:
-    sys.path.insert(0, str(JOBS))  # spark_jobs is a folder of scripts, not a package
-import ingest  # noqa: E402
 
 FOLDER = re.compile(r"stream=(?P<stream>[^/]+)/partition=(?P<partition>\d+)/range=(?P<start>\d+)-(?P<end>\d+)$")
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import uuid
@@ -307,31 +309,23 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_ingest_job_on_a_standalone_master_and_worker(
-    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str, tmp_path: Path
-) -> None:
+@contextlib.contextmanager
+def standalone_cluster(folder: Path, worker_env: dict[str, str]) -> Iterator[str]:
+    """A Spark standalone master and one worker (2 cores) on 127.0.0.1; yields the master URL."""
     port, master_ui, worker_ui = free_port(), free_port(), free_port()
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    logs = folder / "logs"
+    logs.mkdir(parents=True)
     master = subprocess.Popen(
-        [
-            SPARK_CLASS,
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--webui-port",
-            str(master_ui),
-        ],
+        [SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+         "--webui-port", str(master_ui)],
         env=SPARK_ENV,
         stdout=(logs / "master.log").open("w"),
         stderr=subprocess.STDOUT,
-    )
+    )  # fmt: skip
     worker = subprocess.Popen(
         [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host", "127.0.0.1",
-         "--webui-port", str(worker_ui), "--cores", "2", "--memory", "1g", "--work-dir", str(tmp_path / "work")],
-        env=SPARK_ENV,
+         "--webui-port", str(worker_ui), "--cores", "2", "--memory", "1g", "--work-dir", str(folder / "work")],
+        env=worker_env,
         stdout=(logs / "worker.log").open("w"),
         stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -342,16 +336,73 @@ def test_ingest_job_on_a_standalone_master_and_worker(
             assert worker.poll() is None, (logs / "worker.log").read_text()[-2000:]
             assert master.poll() is None, (logs / "master.log").read_text()[-2000:]
             time.sleep(0.5)
-        hw = high_watermarks(client, three)
-        document = RangesDocument(three, tuple(OffsetRange(p, 0, hw[p] + 1) for p in range(3)))
-        result = run_ingest(liftbridge_server.brokers, document, tmp_path / "lake", master=f"spark://127.0.0.1:{port}")
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        yield f"spark://127.0.0.1:{port}"
         assert "app-" in (logs / "master.log").read_text(), "the application ran on the standalone master"
-        assert len(parquet_rows(spark, tmp_path / "lake" / f"stream={three}")) == 3000
     finally:
         for process in (worker, master):
             process.terminate()
             process.wait(timeout=30)
+
+
+def test_ingest_job_on_a_standalone_master_and_worker(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str, tmp_path: Path
+) -> None:
+    with standalone_cluster(tmp_path / "cluster", SPARK_ENV) as master:
+        hw = high_watermarks(client, three)
+        document = RangesDocument(three, tuple(OffsetRange(p, 0, hw[p] + 1) for p in range(3)))
+        result = run_ingest(liftbridge_server.brokers, document, tmp_path / "lake", master=master)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert len(parquet_rows(spark, tmp_path / "lake" / f"stream={three}")) == 3000
+
+
+def test_the_packed_environment_is_the_only_way_the_code_reaches_executors_with_another_python(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str, tmp_path: Path
+) -> None:
+    """Issue 15 (a real cluster): the worker's Python is the bare interpreter this venv was made from (no
+    grpc, no pyarrow, no liftbridge_provider). Without the archive the job stops at once and says why (Spark
+    alone would report 'Failed to find the data source: liftbridge'); with `make dist`'s archive shipped by
+    --archives it ingests every offset. The job is submitted by the installed module's path."""
+    packed = subprocess.run(
+        [str(ROOT / "tools" / "pack-env.sh")], capture_output=True, text=True, timeout=900, check=False
+    )
+    assert packed.returncode == 0, packed.stdout + packed.stderr
+    archive = ROOT / "dist" / "liftbridge-spark-env.tar.gz"
+    bare = str(Path(sys.base_prefix) / "bin" / "python3")
+    assert subprocess.run([bare, "-c", "import grpc"], capture_output=True, check=False).returncode != 0
+    job = subprocess.run(
+        [sys.executable, "-m", "liftbridge_provider.spark.ingest", "--path"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    worker_env = {**SPARK_ENV, "PYSPARK_PYTHON": bare}
+    hw = high_watermarks(client, three)
+    document = RangesDocument(three, tuple(OffsetRange(p, 0, hw[p] + 1) for p in range(3)))
+
+    # Client mode: Spark plans a Python data source read in a Python worker on the driver, started with
+    # spark.pyspark.python, so ./env must exist where spark-submit runs too (docs/spark.md).
+    here = tmp_path / "submit"
+    (here / "env").mkdir(parents=True)
+    with tarfile.open(archive) as packed_env:
+        packed_env.extractall(here / "env", filter="tar")
+
+    def submit(*shipping: str, lake: Path) -> subprocess.CompletedProcess[str]:
+        command = [SPARK_SUBMIT, "--master", master, "--conf", "spark.ui.enabled=false",
+                   "--conf", f"spark.pyspark.driver.python={sys.executable}", *shipping, job,
+                   "--brokers", ",".join(liftbridge_server.brokers), "--ranges", document.dumps(),
+                   "--output", str(lake)]  # fmt: skip
+        return subprocess.run(
+            command, env=SPARK_ENV, cwd=here, capture_output=True, text=True, timeout=600, check=False
+        )
+
+    with standalone_cluster(tmp_path / "cluster", worker_env) as master:
+        without = submit("--conf", f"spark.pyspark.python={bare}", lake=tmp_path / "lake-without")
+        shipped = submit(
+            "--archives", f"{archive}#env", "--conf", "spark.pyspark.python=./env/bin/python", lake=tmp_path / "lake"
+        )
+    output = without.stdout + without.stderr
+    assert without.returncode != 0, output[-3000:]
+    assert "the executors' Python" in output, output[-3000:]
+    assert "cannot import liftbridge_provider" in output
+    assert shipped.returncode == 0, (shipped.stdout + shipped.stderr)[-3000:]
+    assert len(parquet_rows(spark, tmp_path / "lake" / f"stream={three}")) == 3000
 
 
 @pytest.mark.cluster

@@ -7,11 +7,7 @@ as Airflow writes it), not only ``--brokers``. Defect 11: ``--read-timeout``,
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -19,23 +15,10 @@ import pytest
 from liftbridge_provider.client import InvalidArgumentError
 from liftbridge_provider.connection import config_from_connection_json
 from liftbridge_provider.hooks import liftbridge as hook_module
+from liftbridge_provider.spark import ingest
 from liftbridge_provider.spark.options import parse_options
 
-INGEST = Path(__file__).resolve().parents[2] / "spark_jobs" / "ingest.py"
 PEM = "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----"
-
-
-def load_ingest() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("liftbridge_ingest_job", INGEST)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-ingest = load_ingest()
 
 
 def connection(**fields: Any) -> str:
@@ -100,10 +83,12 @@ def test_the_job_reads_the_connection_from_the_environment_or_the_argument() -> 
     env = {"LIFTBRIDGE_CONN_JSON": connection(host="a,b", port=9400, extra={"tls_ca_cert": PEM})}
     config = ingest.client_config(args(), env)
     assert config.brokers == ("a:9400", "b:9400")
+    assert config.tls is not None
     assert config.tls.ca == PEM
     given = ingest.client_config(args("--liftbridge-conn-json", connection(host="c")), env)
     assert given.brokers == ("c:9292",), "the argument wins over the environment"
     flags = ingest.client_config(args("--brokers", "d:1", "--tls-server-name", "n", "--request-timeout", "3"), env)
+    assert flags.tls is not None
     assert (flags.brokers, flags.tls.server_name, flags.request_timeout) == (("d:1",), "n", 3.0)
     assert ingest.client_config(args("--brokers", "e"), {}).brokers == ("e:9292",)
     with pytest.raises(InvalidArgumentError, match="give the connection"):

@@ -1,0 +1,417 @@
+"""Ingest frozen Liftbridge offset ranges into Parquet, every offset exactly once in the lake.
+
+    spark-submit "$(python -m liftbridge_provider.spark.ingest --path)" --ranges '<json>' --output DIR
+        [--liftbridge-conn-json '<json>' | --brokers HOST:PORT[,...]] [--stream NAME]
+        [--compacted] [--on-data-loss fail|skip] [--min-partitions N] [--max-records-per-partition N]
+        [--read-timeout S] [--batch-size N] [--batch-bytes N] [--read-from-replica] [--tls-ca-cert PATH ...]
+
+The connection is the JSON form of the Airflow ``liftbridge`` connection
+(``--liftbridge-conn-json``, else the ``LIFTBRIDGE_CONN_JSON`` environment
+variable): brokers, default port and TLS as the hook reads them; the flags
+``--brokers``, ``--tls-*``, ``--request-timeout`` and ``--read-from-replica``
+override its fields. ``--ranges`` is the document LiftbridgeOffsetRangesOperator
+returns, inline JSON or ``@path/to/file.json``. DIR may be any URI Spark
+writes (``file:``, ``hdfs:``, ``s3a:``...), or a plain path.
+
+Writes are fenced by a claim ledger (liftbridge_provider/lake.py): each range
+is trimmed to the offsets no earlier or concurrent run claimed, so overlapping
+ranges never write an offset twice, and a rerun completes what a crashed run
+claimed. Rows land in ``DIR/stream=<s>/partition=<p>/range=<start>-<end>/``;
+``DIR/stream=<s>/_manifests/<hash of the ranges>.json`` lists the pieces that
+hold each range. The job exits 1 when a piece holds fewer rows than offsets
+(unless ``--compacted``; with ``--on-data-loss skip`` a missing head is
+accepted) or an offset outside it; such a piece is not committed. It never
+moves a cursor: committing is the next task's job.
+
+Before reading, the job checks that the executors' Python can import this
+package (a cluster whose workers run another interpreter fails with Spark's
+"Failed to find the data source: liftbridge", which hides that) and says how
+to ship it (``make dist``, ``--archives``; docs/spark.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from liftbridge_provider.client import ClientConfig, InvalidArgumentError, TLSConfig
+from liftbridge_provider.connection import config_from_connection_json
+from liftbridge_provider.lake import Claim, Commit, LakeError, Ledger, plan_write
+from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.spark.lake_store import HadoopStore
+from liftbridge_provider.spark.source import LiftbridgeDataSource
+
+log = logging.getLogger("liftbridge.ingest")
+
+CONNECTION_ENV = "LIFTBRIDGE_CONN_JSON"
+CRASH_ENV = "LIFTBRIDGE_INGEST_CRASH_AT"  # tests only: "claimed", "staged" or "decided"
+CRASH_EXIT = 75
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--liftbridge-conn-json", help=f"the liftbridge connection as JSON (default: ${CONNECTION_ENV})"
+    )
+    parser.add_argument("--brokers", help="host:port[,host:port] (overrides the connection's host and port)")
+    parser.add_argument("--ranges", required=True, help="ranges document: JSON, or @file")
+    parser.add_argument("--output", required=True, help="output root folder or URI")
+    parser.add_argument("--stream", help="expected stream name (checked against the document)")
+    parser.add_argument("--min-partitions", type=int)
+    parser.add_argument("--max-records-per-partition", type=int)
+    parser.add_argument("--read-from-replica", action="store_true")
+    parser.add_argument(
+        "--compacted",
+        "--allow-gaps",
+        dest="compacted",
+        action="store_true",
+        help="the stream is compacted: missing offsets are normal, nothing is reported lost",
+    )
+    parser.add_argument(
+        "--on-data-loss",
+        choices=("fail", "skip"),
+        default="fail",
+        help="when retention removed a range's first offsets: fail (default) or start at the oldest one",
+    )
+    parser.add_argument("--tls-ca-cert")
+    parser.add_argument("--tls-client-cert")
+    parser.add_argument("--tls-private-key")
+    parser.add_argument("--tls-server-name")
+    parser.add_argument("--request-timeout", type=float, help="seconds per request (default 10)")
+    parser.add_argument("--read-timeout", type=float, help="seconds a read may go without a new message (default 120)")
+    parser.add_argument("--batch-size", type=int, help="rows per Arrow batch (default 10000)")
+    parser.add_argument("--batch-bytes", type=int, help="key+value+header bytes per Arrow batch (default 64 MiB)")
+    return parser.parse_args(argv)
+
+
+def load_ranges(value: str) -> RangesDocument:
+    text = Path(value[1:]).read_text() if value.startswith("@") else value
+    return RangesDocument.parse(text)
+
+
+def client_config(args: argparse.Namespace, environ: Mapping[str, str]) -> ClientConfig:
+    """The connection (argument, else environment) with the command line's overrides."""
+    text = args.liftbridge_conn_json or environ.get(CONNECTION_ENV)
+    if not text and not args.brokers:
+        raise InvalidArgumentError(f"give the connection (--liftbridge-conn-json or ${CONNECTION_ENV}) or --brokers")
+    config = config_from_connection_json(text) if text else ClientConfig.of(args.brokers)
+    overrides: dict[str, Any] = {}
+    if args.brokers:
+        overrides["brokers"] = args.brokers
+    tls_flags = (args.tls_ca_cert, args.tls_client_cert, args.tls_private_key, args.tls_server_name)
+    if any(tls_flags):
+        overrides["tls"] = TLSConfig(ca=tls_flags[0], cert=tls_flags[1], key=tls_flags[2], server_name=tls_flags[3])
+    if args.request_timeout is not None:
+        overrides["request_timeout"] = args.request_timeout
+    if args.read_from_replica:
+        overrides["read_isr_replica"] = True
+    return dataclasses.replace(config, **overrides) if overrides else config
+
+
+def _text(value: str | bytes | Path | None) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def source_options(config: ClientConfig, args: argparse.Namespace) -> dict[str, str]:
+    """The ``liftbridge`` source's options for this job (every range the same; ``ranges`` added per piece)."""
+    tls = config.tls
+    optional = {
+        "tlsCaCert": _text(tls.ca) if tls else None,
+        "tlsClientCert": _text(tls.cert) if tls else None,
+        "tlsPrivateKey": _text(tls.key) if tls else None,
+        "tlsServerName": tls.server_name if tls else None,
+        "minPartitions": args.min_partitions,
+        "maxRecordsPerPartition": args.max_records_per_partition,
+        "readTimeout": args.read_timeout,
+        "batchSize": args.batch_size,
+        "batchBytes": args.batch_bytes,
+    }
+    options = {
+        "brokers": ",".join(config.brokers),
+        "requestTimeout": str(config.request_timeout),
+        "readFromReplica": str(config.read_isr_replica).lower(),
+        "compacted": str(args.compacted).lower(),
+        "failOnDataLoss": str(args.on_data_loss == "fail").lower(),
+    }
+    options.update({k: str(v) for k, v in optional.items() if v is not None})
+    return options
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every piece of one run shares."""
+
+    store: HadoopStore
+    stream: str
+    stream_folder: str
+    run: str
+    options: dict[str, str]
+    compacted: bool
+    head_loss_ok: bool
+
+
+@dataclass
+class Outcome:
+    """What a run wrote: manifest entries (one per piece), problems found, gaps, the manifest's path."""
+
+    entries: list[dict[str, Any]]
+    problems: list[str]
+    gaps: list[str]
+    manifest: str
+
+
+def crash_point(name: str) -> None:
+    """Tests only: die here, as a killed driver would, when $LIFTBRIDGE_INGEST_CRASH_AT names this point."""
+    if os.environ.get(CRASH_ENV) == name:
+        log.error("crashing at %r (%s is set)", name, CRASH_ENV)
+        logging.shutdown()
+        os._exit(CRASH_EXIT)
+
+
+def entry_of(job: Job, claim: Claim) -> dict[str, Any]:
+    assert claim.commit is not None
+    return {
+        "partition": claim.partition,
+        "start": claim.start,
+        "end": claim.end,
+        "rows": claim.commit.rows,
+        "min_offset": claim.commit.min_offset,
+        "max_offset": claim.commit.max_offset,
+        "path": f"{job.stream_folder}/{claim.folder}",
+        "claim": claim.seq,
+        "run": claim.commit.run,
+    }
+
+
+def publish(job: Job, claim: Claim) -> None:
+    """Move a committed claim's winning staged folder to its range folder, unless that happened already.
+
+    The range folder is checked before the staged one: a rename is atomic, so
+    seeing the staged folder after missing the range folder means nobody moved it yet.
+    """
+    assert claim.commit is not None
+    final = f"{job.stream_folder}/{claim.folder}"
+    if job.store.exists(final):
+        return
+    staged = f"{job.stream_folder}/{claim.commit.staging}"
+    if job.store.exists(staged):
+        job.store.mkdirs(final.rsplit("/", 1)[0])
+        if job.store.rename(staged, final):
+            log.info("partition %d [%d, %d): published %s", claim.partition, claim.start, claim.end, final)
+            return
+    if not job.store.exists(final):
+        raise LakeError(
+            f"claim {claim.seq} of partition {claim.partition} is committed, but neither {final} nor its "
+            f"staged folder {staged} exists: the lake lost offsets [{claim.start}, {claim.end})"
+        )
+
+
+def write_piece(spark: SparkSession, job: Job, ledger: Ledger, claim: Claim) -> list[str]:
+    """Read a claimed piece into this run's staged folder, check it, commit it unless another run did; problems."""
+    staging = claim.staging_folder(job.run)
+    folder = f"{job.stream_folder}/{staging}"
+    piece = RangesDocument(job.stream, (OffsetRange(claim.partition, claim.start, claim.end),))
+    frame = spark.read.format("liftbridge").options(**job.options, ranges=piece.dumps()).load()
+    frame.write.mode("overwrite").parquet(folder)
+    stats = (
+        spark.read.parquet(folder)
+        .agg(F.count("*").alias("rows"), F.min("offset").alias("min"), F.max("offset").alias("max"))
+        .first()
+    )
+    assert stats is not None
+    crash_point("staged")
+    commit = Commit(staging, int(stats["rows"]), stats["min"], stats["max"], job.run)
+    found = problems([entry_of(job, dataclasses.replace(claim, commit=commit))], job.compacted, job.head_loss_ok)
+    if found:
+        job.store.delete(folder)
+        return [f"{problem} (not committed; claim {claim.seq} stays open for a rerun)" for problem in found]
+    winner = ledger.commit(claim, commit)
+    if winner.staging != staging:
+        job.store.delete(folder)  # another run committed this piece first: its rows are the lake's
+    crash_point("decided")
+    publish(job, dataclasses.replace(claim, commit=winner))
+    log.info(
+        "partition %d [%d, %d): %d rows, claim %d (%s)",
+        claim.partition,
+        claim.start,
+        claim.end,
+        winner.rows,
+        claim.seq,
+        "written" if winner.staging == staging else f"committed by run {winner.run}",
+    )
+    return []
+
+
+def ingest_range(spark: SparkSession, job: Job, offset_range: OffsetRange) -> Outcome:
+    """Claim what no run claimed yet of one range, write every open piece overlapping it; its manifest entries."""
+    ledger = Ledger(job.store, job.stream_folder, offset_range.partition, job.run)
+    for claim in ledger.claims():
+        if claim.committed:
+            publish(job, claim)  # finish a rename that a crash interrupted
+    plan = ledger.claim(offset_range)
+    crash_point("claimed")
+    found = []
+    for claim in plan.write:
+        found += write_piece(spark, job, ledger, claim)
+    final = plan_write(ledger.claims(), offset_range)
+    for claim in final.held:
+        publish(job, claim)  # another run may have committed without publishing yet
+    gaps = [f"partition {offset_range.partition}: the lake misses offsets [{s}, {e})" for s, e in final.gaps]
+    entries = [entry_of(job, claim) for claim in final.held]
+    found += problems(entries, job.compacted, job.head_loss_ok)
+    if not final.settled and not found:
+        open_pieces = [(c.seq, c.start, c.end) for c in final.write] + [(None, r.start, r.end) for r in final.claim]
+        found.append(f"partition {offset_range.partition}: pieces (claim, start, end) {open_pieces} are not committed")
+    return Outcome(entries, found, gaps, "")
+
+
+def problems(entries: list[dict[str, Any]], allow_gaps: bool, head_loss_ok: bool = False) -> list[str]:
+    """What is wrong with the rows of each piece: shortfalls, or offsets outside it.
+
+    ``allow_gaps`` (compacted streams) accepts any shortfall; ``head_loss_ok``
+    (``--on-data-loss skip``) accepts a piece whose first offsets are missing
+    but which holds every offset from its first row to its end.
+    """
+    found = []
+    for e in entries:
+        spanned = e["end"] - e["start"]
+        if e["rows"] and (e["min_offset"] < e["start"] or e["max_offset"] >= e["end"]):
+            outside = f"offsets {e['min_offset']}-{e['max_offset']} outside [{e['start']}, {e['end']})"
+            found.append(f"partition {e['partition']}: {outside}")
+            continue
+        head_lost = e["rows"] == 0 or e["rows"] == e["end"] - e["min_offset"]
+        if e["rows"] > spanned or (e["rows"] < spanned and not allow_gaps and not (head_loss_ok and head_lost)):
+            found.append(
+                f"partition {e['partition']}: {e['rows']} rows for {spanned} offsets [{e['start']}, {e['end']})"
+            )
+    return found
+
+
+def write_manifest(store: HadoopStore, stream_folder: str, document: RangesDocument, outcome: Outcome, run: str) -> str:
+    """Write ``_manifests/<hash of the ranges>.json`` beside the data, through the output's filesystem."""
+    digest = hashlib.sha256(document.dumps().encode()).hexdigest()[:16]
+    path = f"{stream_folder}/_manifests/{digest}.json"
+    manifest = {
+        "ranges": document.to_json(),
+        "written": outcome.entries,
+        "total_rows": sum(e["rows"] for e in outcome.entries),
+        "gaps": outcome.gaps,
+        "run": run,
+    }
+    store.write(path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    return path
+
+
+def run(
+    spark: SparkSession,
+    args: argparse.Namespace,
+    *,
+    store: HadoopStore | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Outcome:
+    """Ingest every non-empty range of ``args.ranges`` with ``spark``; raises InvalidArgumentError, LakeError."""
+    document = load_ranges(args.ranges)
+    if args.stream and args.stream != document.stream:
+        raise InvalidArgumentError(f"--stream {args.stream} differs from the ranges document's {document.stream}")
+    config = client_config(args, os.environ if environ is None else environ)
+    store = store or HadoopStore(spark, args.output)
+    job = Job(
+        store=store,
+        stream=document.stream,
+        stream_folder=f"{store.root}/stream={document.stream}",
+        run=uuid.uuid4().hex[:12],
+        options=source_options(config, args),
+        compacted=args.compacted,
+        head_loss_ok=args.on_data_loss == "skip",
+    )
+    total = Outcome([], [], [], "")
+    for offset_range in document.ranges:
+        if offset_range.count > 0:
+            outcome = ingest_range(spark, job, offset_range)
+            total.entries += outcome.entries
+            total.problems += outcome.problems
+            total.gaps += outcome.gaps
+    for gap in total.gaps:
+        log.warning("%s (no run claimed them; check the cursor history)", gap)
+    total.manifest = write_manifest(store, job.stream_folder, document, total, job.run)
+    return total
+
+
+def job_path() -> str:
+    """The file to give spark-submit for this job (the installed module itself)."""
+    return str(Path(__file__).resolve())
+
+
+def check_executors(spark: SparkSession) -> None:
+    """Fail with a clear message when the executors' Python lacks this package (and register the source)."""
+
+    def importable(_: object) -> bool:  # runs in the executor's Python: defined here, so shipped by value
+        import importlib.util  # noqa: PLC0415
+
+        return all(importlib.util.find_spec(name) is not None for name in ("liftbridge_provider", "grpc", "pyarrow"))
+
+    spark.dataSource.register(LiftbridgeDataSource)
+    python = spark.conf.get("spark.pyspark.python", None) or os.environ.get("PYSPARK_PYTHON") or "python3"
+    try:
+        found = spark.sparkContext.parallelize([0], 1).map(importable).collect()
+    except Exception as exc:  # the probe itself failed in the worker (e.g. no such interpreter)
+        raise LakeError(f"the executors could not run the Python probe with {python!r}: {exc}") from exc
+    if not all(found):
+        raise LakeError(
+            f"the executors' Python ({python!r}) cannot import liftbridge_provider, grpc or pyarrow, so Spark "
+            "would report 'Failed to find the data source: liftbridge': ship the packed environment "
+            "(make dist; spark-submit --archives dist/liftbridge-spark-env.tar.gz#env --conf "
+            "spark.pyspark.python=./env/bin/python), or install the package on every worker (docs/spark.md)"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:] == ["--path"]:
+        print(job_path())
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    try:  # refuse bad input before starting Spark
+        load_ranges(args.ranges)
+        client_config(args, os.environ)
+    except InvalidArgumentError as exc:
+        log.error("%s", exc)
+        return 2
+    spark = SparkSession.builder.appName("liftbridge-ingest").getOrCreate()
+    try:
+        check_executors(spark)
+        outcome = run(spark, args)
+    except (InvalidArgumentError, LakeError) as exc:
+        log.error("%s", exc)
+        return 2 if isinstance(exc, InvalidArgumentError) else 1
+    finally:
+        spark.stop()
+    for problem in outcome.problems:
+        log.error("%s", problem)
+    rows = sum(e["rows"] for e in outcome.entries)
+    log.info(
+        "the lake holds %d rows in %d piece(s) for these ranges; manifest %s",
+        rows,
+        len(outcome.entries),
+        outcome.manifest,
+    )
+    return 1 if outcome.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
