@@ -316,6 +316,7 @@ class LiftbridgeClient:
         stream: str,
         messages: Iterable[PublishMessage | bytes],
         *,
+        partition: int | None = None,
         partitioner: Partitioner | PartitionerName | None = None,
         ack_policy: AckPolicy | str = AckPolicy.LEADER,
         window: int = 1024,
@@ -332,14 +333,20 @@ class LiftbridgeClient:
         bounds the whole batch (default: none). Failed messages are listed in
         ``BatchResult.failures`` with their error; with ``raise_on_error``
         (default) a BatchPublishError carrying that result is raised instead.
-        Messages are never re-sent automatically (see ``may_be_stored``). ``partitioner``
-        is a callable or ``"key"`` / ``"round_robin"``.
+        Messages are never re-sent automatically (see ``may_be_stored``). ``partition``
+        sends every message to that partition (as :meth:`publish`); else
+        ``partitioner``, a callable or ``"key"`` / ``"round_robin"``, chooses for
+        each message without a ``partition`` of its own (default: partition 0).
         """
         check_timeout("ack_wait", ack_wait)
         check_timeout("timeout", timeout)
         build.check_flag(raise_on_error, "raise_on_error")
         build.check_batch_messages(messages)
         chooser = resolve_partitioner(partitioner)
+        if partition is not None:
+            if chooser is not None:
+                raise InvalidArgumentError("give either partition or partitioner, not both", stream=stream)
+            chooser = _to_partition(build.check_offset(partition, "partition"))
         policy = AckPolicy.parse(ack_policy)
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise InvalidArgumentError(f"window must be a whole number >= 1, got {window!r}")
@@ -871,6 +878,15 @@ _ENDED_EMPTY = -2  # _first_retained: the subscription ended before any message 
 def _log_is_empty(exc: LiftbridgeError) -> bool:
     """The server could not look a time up in the log: its (only) segment holds no message."""
     return exc.code == grpc.StatusCode.INTERNAL and "failed to find log segment for timestamp" in exc.message.lower()
+
+
+def _to_partition(partition: int) -> Partitioner:
+    """A partitioner that sends every message to ``partition`` (checked against the stream's count later)."""
+
+    def chosen(stream: str, key: bytes | None, value: bytes, partitions: int) -> int:
+        return partition
+
+    return chosen
 
 
 def _sized(failure: PublishFailure, requests: Sequence[api.PublishRequest]) -> PublishFailure:

@@ -303,6 +303,21 @@ def test_publish_batch_100k_keeps_order_and_contiguous_offsets(client: Liftbridg
     assert sum(len(e) for e in per_partition.values()) == 100_000
 
 
+def test_publish_batch_to_one_partition_like_publish(client: LiftbridgeClient) -> None:
+    """Issue 16: publish_batch(partition=N) sends every message there, as publish(partition=N) does."""
+    name = new_stream(client, partitions=2)
+    result = client.publish_batch(name, [b"a", b"b", PublishMessage(b"c", key=b"k")], partition=1)
+    assert [a.partition for a in result.acks if a is not None] == [1, 1, 1]
+    assert [m.value for m in client.read_range(name, 1, 0, 3)] == [b"a", b"b", b"c"]
+    with pytest.raises(InvalidArgumentError, match="no partition 2"):
+        client.publish_batch(name, [b"x"], partition=2)
+    with pytest.raises(InvalidArgumentError, match="give either partition or partitioner"):
+        client.publish_batch(name, [b"x"], partition=0, partitioner="key")
+    with pytest.raises(InvalidArgumentError, match="partition must be a whole number >= 0"):
+        client.publish_batch(name, [b"x"], partition=-1)
+    assert client.fetch_partition_metadata(name, 0).high_watermark == -1, "nothing reached partition 0"
+
+
 def test_publish_batch_reports_failures_by_index(client: LiftbridgeClient) -> None:
     name = new_stream(client, partitions=2)
     client.set_stream_readonly(name, partitions=[1])
