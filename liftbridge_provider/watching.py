@@ -24,10 +24,11 @@ import base64
 import dataclasses
 import json
 import math
-from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
+from liftbridge_provider.client.activity import OPS, decode_activity
 from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.client.messages import Message
 from liftbridge_provider.client.requests import check_cursor_id, check_partition, check_stream_name
@@ -35,7 +36,7 @@ from liftbridge_provider.ranges import RangesDocument, ranges_from_offsets
 
 MODES = ("message", "batch")
 START_FROM = ("earliest", "latest")
-VALUE_FORMATS = ("text", "base64")
+VALUE_FORMATS = ("text", "base64", "activity")
 
 
 def _choice(value: object, name: str, allowed: tuple[str, ...]) -> str:
@@ -205,6 +206,29 @@ def message_payload(message: Message, value_format: str = "text") -> dict[str, A
         "headers_encoding": headers_format,
         "timestamp": message.timestamp,
     }
+
+
+def activity_payload(message: Message, ops: Sequence[str] | None) -> dict[str, Any] | None:
+    """The JSON event for one message of ``__activity``: where it is and the decoded change (``activity``:
+    the fields of :class:`~liftbridge_provider.client.ActivityEvent`); None for an op not in ``ops``."""
+    event = decode_activity(message)
+    if ops is not None and event.op not in ops:
+        return None
+    activity = asdict(event)
+    activity["partitions"], activity["streams"] = list(event.partitions), list(event.streams)
+    return {"stream": message.stream, "partition": message.partition, "offset": message.offset, "activity": activity}
+
+
+def check_activity_ops(ops: object) -> tuple[str, ...] | None:
+    """None, or a list of activity op names (``OPS``), each known."""
+    if ops is None:
+        return None
+    if isinstance(ops, str) or not isinstance(ops, Sequence) or not ops:
+        raise InvalidArgumentError(f"activity_ops must be a non-empty list of {sorted(OPS.values())}, got {ops!r}")
+    unknown = [op for op in ops if op not in OPS.values()]
+    if unknown:
+        raise InvalidArgumentError(f"unknown activity op(s) {unknown}; known: {sorted(OPS.values())}")
+    return tuple(ops)
 
 
 def batch_due(pending: int, first_seen: float | None, now: float, max_messages: int, max_wait: float) -> bool:

@@ -9,6 +9,7 @@ with LiftbridgeClient("127.0.0.1:9292") as client:
         print(message.offset, message.value)
 """
 
+from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.aio import AsyncLiftbridgeClient
 from liftbridge_provider.client.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.client.errors import (
@@ -42,10 +43,12 @@ from liftbridge_provider.client.requests import ALL_BROKERS
 from liftbridge_provider.client.subscription import Subscription
 
 __all__ = [
+    "ACTIVITY_STREAM",
     "ALL_BROKERS",
     "Ack",
     "AckPolicy",
     "AckTimeoutError",
+    "ActivityEvent",
     "AsyncLiftbridgeClient",
     "BatchPublishError",
     "BatchResult",
@@ -83,6 +86,7 @@ __all__ = [
     "Subscription",
     "TLSConfig",
     "UnavailableError",
+    "decode_activity",
     "partition_by_key",
     "partition_by_round_robin",
 ]

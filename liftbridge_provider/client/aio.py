@@ -27,6 +27,7 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client import plans
 from liftbridge_provider.client import requests as build
+from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.connections import aio_connect
 from liftbridge_provider.client.errors import ClientClosedError, LiftbridgeError
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
@@ -172,6 +173,15 @@ class AsyncLiftbridgeClient:
                 await asyncio.sleep(reopen.delay)
                 with contextlib.suppress(LiftbridgeError):
                     await self._refresh((), reopen.refresh)
+
+    async def activity(
+        self, *, start: StartPosition | None = None, timeout: float | None = None
+    ) -> AsyncGenerator[ActivityEvent, None]:
+        """The activity stream as typed events (an async generator), as :meth:`LiftbridgeClient.activity`."""
+        async for message in self.subscribe(
+            ACTIVITY_STREAM, 0, start=start or StartPosition.earliest(), timeout=timeout
+        ):
+            yield decode_activity(message)
 
     async def _open_and_read(self, state: SubscriptionState) -> AsyncIterator[api.Message]:
         """One Subscribe call as the state asks, without its empty confirmation message."""

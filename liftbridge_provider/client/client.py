@@ -16,6 +16,7 @@ import grpc
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import plans
 from liftbridge_provider.client import requests as build
+from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.connections import ConnectionPool
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
@@ -579,6 +580,30 @@ class LiftbridgeClient:
             resubscribe_wait=resubscribe_wait if resubscribe_wait is not None else self.config.resubscribe_wait,
         )
         return Subscription(self._router, state)
+
+    def activity(
+        self,
+        *,
+        start: StartPosition | None = None,
+        stop: StopPosition | None = None,
+        timeout: float | None = None,
+        idle_timeout: float | None = None,
+    ) -> Iterator[ActivityEvent]:
+        """The activity stream (``__activity``) as typed :class:`ActivityEvent` objects: streams created,
+        deleted, paused, resumed, set readonly, consumer groups joined and left.
+
+        Positions and budgets as :meth:`subscribe` (default: from the earliest
+        event, until cancelled). The server must run with
+        ``activity.stream.enabled`` (NoSuchStreamError otherwise).
+        """
+        subscription = self.subscribe(
+            ACTIVITY_STREAM,
+            start=start or StartPosition.earliest(),
+            stop=stop,
+            timeout=timeout,
+            idle_timeout=idle_timeout,
+        )
+        return (decode_activity(message) for message in _closing(subscription))
 
     def read_range(
         self,

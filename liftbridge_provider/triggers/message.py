@@ -28,10 +28,18 @@ from airflow.triggers.shared_stream import (
 )
 
 from liftbridge_provider.client import InvalidArgumentError, Message
+from liftbridge_provider.client.activity import ACTIVITY_STREAM
 from liftbridge_provider.functions import import_function
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.triggers.watchers import WatcherError, reader_for, record_refusal
-from liftbridge_provider.watching import VALUE_FORMATS, WatchSettings, check_payload, message_payload
+from liftbridge_provider.watching import (
+    VALUE_FORMATS,
+    WatchSettings,
+    activity_payload,
+    check_activity_ops,
+    check_payload,
+    message_payload,
+)
 
 PayloadFunction = Callable[[dict[str, Any]], "dict[str, Any] | None"]
 
@@ -58,7 +66,10 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
     :param cursor_id: the cursor holding the watcher's position (default ``airflow-<mode>-watcher``).
     :param mode: ``message`` (default) or ``batch``.
     :param start_from: with no stored position, ``earliest`` (default) or ``latest``.
-    :param value_format: message mode: ``text`` (UTF-8, base64 when not UTF-8; default) or ``base64``.
+    :param value_format: message mode: ``text`` (UTF-8, base64 when not UTF-8; default) or ``base64``;
+        ``activity`` for ``stream="__activity"``: the payload's ``activity`` is the decoded change.
+    :param activity_ops: with ``value_format="activity"``: only these changes fire events (e.g.
+        ``["create_stream"]``; default all), the others pass without an event.
     :param apply_function: message mode: dotted path to ``f(payload) -> payload | None``,
         run in the triggerer; None skips the message. A function that raises, or returns
         something other than a dict of JSON values or None, refuses the message.
@@ -81,6 +92,7 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
         mode: str = "message",
         start_from: str = "earliest",
         value_format: str = "text",
+        activity_ops: Sequence[str] | None = None,
         apply_function: str | None = None,
         max_in_flight: int = 1,
         max_messages: int = 1000,
@@ -108,6 +120,11 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
             raise InvalidArgumentError(
                 f"apply_function must be a dotted path such as 'pkg.mod.fn', got {apply_function!r}"
             )
+        if value_format == "activity" and (stream != ACTIVITY_STREAM or mode != "message"):
+            raise InvalidArgumentError(f"value_format='activity' reads stream {ACTIVITY_STREAM!r} in message mode")
+        if activity_ops is not None and value_format != "activity":
+            raise InvalidArgumentError("activity_ops filters the activity stream: give value_format='activity'")
+        self.activity_ops = check_activity_ops(activity_ops)
         if mode == "batch" and apply_function is not None:
             raise InvalidArgumentError("apply_function works on single messages; it cannot be used with mode='batch'")
         self.value_format = value_format
@@ -125,6 +142,7 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
                 "mode": s.mode,
                 "start_from": s.start_from,
                 "value_format": self.value_format,
+                "activity_ops": list(self.activity_ops) if self.activity_ops is not None else None,
                 "apply_function": self.apply_function,
                 "max_in_flight": s.max_in_flight,
                 "max_messages": s.max_messages,
@@ -180,7 +198,12 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
     def _payload(self, raw: Any) -> dict[str, Any] | None:
         if not isinstance(raw, Message):
             return dict(raw)  # a batch document
-        payload = message_payload(raw, self.value_format)
+        if self.value_format == "activity":
+            payload = activity_payload(raw, self.activity_ops)
+            if payload is None:
+                return None  # a change the watcher does not fire for
+        else:
+            payload = message_payload(raw, self.value_format)
         if self.apply_function is not None:
             return check_payload(self._function(payload), self.apply_function)
         return payload

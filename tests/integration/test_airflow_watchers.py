@@ -760,3 +760,30 @@ def test_event_one_watcher_fails_to_store_in_time_is_delivered_again_not_skipped
         counts = offsets_of(payloads)
         assert sorted(counts) == [(0, o) for o in range(6)]
         assert_repeats_identical_and_bounded(payloads, per_partition=2)  # the events in flight at the stop
+
+
+def test_an_activity_watcher_fires_for_the_changes_it_was_told_about(
+    home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
+) -> None:
+    """Issue 16: a watcher on __activity with value_format='activity' fires an asset event per stream created
+    (activity_ops), not for the deletion, and the events carry the decoded change."""
+    env = _env(home, connection(liftbridge_server))
+    with LiftbridgeClient(liftbridge_server.brokers) as client:
+        register_watcher(
+            home, env, liftbridge_server, "__activity", asset="shape",
+            options='value_format="activity", activity_ops=["create_stream"], start_from="latest", cursor_id="shape"',
+        )  # fmt: skip
+        triggerer = triggerer_factory(env)
+        triggerer.start()
+        wait_until(lambda: "Liftbridge watcher subscribed" in triggerer.log_text(), "the watcher", triggerer)
+        names = [f"shape-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+        for name in names:
+            client.create_stream(name, name, partitions=2)
+        client.delete_stream(names[0])
+        wait_until(lambda: len(asset_payloads(home, "shape")) >= 2, "two creations", triggerer)
+        time.sleep(3)  # the deletion passes without an event
+        payloads = asset_payloads(home, "shape")
+    triggerer.stop()
+    created = [p["activity"] for p in payloads if p["activity"]["stream"] in names]
+    assert [(a["op"], a["stream"], a["partitions"]) for a in created] == [("create_stream", n, [0, 1]) for n in names]
+    assert all(p["activity"]["op"] == "create_stream" for p in payloads)

@@ -502,6 +502,28 @@ def test_offset_at_time_is_right_where_the_servers_time_index_is_wrong(client: L
     assert client.offset_at_time(name, 0, stamps[9] + 1) == 10
 
 
+def test_the_activity_stream_tells_what_happened_to_streams(client: LiftbridgeClient) -> None:
+    """Issue 16: __activity as typed events, in the order the cluster applied them."""
+    name = new_stream(client, partitions=2)
+    client.pause_stream(name, partitions=[1])
+    client.set_stream_readonly(name, partitions=[0])
+    client.delete_stream(name)
+    mine = []
+    for event in client.activity(idle_timeout=5):
+        if event.stream == name:
+            mine.append(event)
+        if event.op == "delete_stream" and event.stream == name:
+            break
+    ops = [e.op for e in mine]
+    assert ops == ["create_stream", "pause_stream", "set_stream_readonly", "delete_stream"]
+    created, paused, readonly, _deleted = mine
+    assert created.partitions == (0, 1)
+    assert (paused.partitions, paused.resume_all) == ((1,), False)
+    assert (readonly.partitions, readonly.readonly) == ((0,), True)
+    assert [e.id for e in mine] == sorted(e.id for e in mine), "Raft order"
+    assert all(e.offset >= 0 and e.timestamp > 0 for e in mine)
+
+
 def test_subscription_timeout(client: LiftbridgeClient) -> None:
     name = new_stream(client)
     started = time.monotonic()

@@ -19,8 +19,10 @@ from liftbridge_provider.watching import (
     AdvanceDecision,
     Outcome,
     WatchSettings,
+    activity_payload,
     batch_document,
     batch_due,
+    check_activity_ops,
     check_payload,
     dead_letter_headers,
     decide_advance,
@@ -216,7 +218,7 @@ def test_trigger_serializes_every_setting_and_shares_by_reader_settings() -> Non
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"value_format": "hex"}, "value_format must be one of text, base64; got 'hex'"),
+        ({"value_format": "hex"}, "value_format must be one of text, base64, activity; got 'hex'"),
         ({"apply_function": "nodots"}, "apply_function must be a dotted path"),
         ({"mode": "batch", "apply_function": "m.f"}, "cannot be used with mode='batch'"),
     ],
@@ -250,3 +252,45 @@ def test_readers_with_other_settings_cannot_move_the_same_cursor() -> None:
         asyncio.run(first.aclose())
     other._claim_position()  # the first reader closed: its cursor is free again
     asyncio.run(other.aclose())
+
+
+def activity_message(event: api.ActivityStreamEvent, offset: int = 7) -> Message:
+    raw = api.Message(offset=offset, value=event.SerializeToString(), stream="__activity", timestamp=5)
+    return Message(raw)
+
+
+def test_activity_payloads_decode_the_change_and_filter_by_op() -> None:
+    created = api.ActivityStreamEvent(
+        id=42, op=api.CREATE_STREAM, createStreamOp=api.CreateStreamOp(stream="orders", partitions=[0, 1])
+    )
+    payload = activity_payload(activity_message(created), None)
+    assert payload is not None
+    assert payload["offset"] == 7
+    activity = payload["activity"]
+    assert (activity["id"], activity["op"], activity["stream"], activity["partitions"]) == (
+        42,
+        "create_stream",
+        "orders",
+        [0, 1],
+    )
+    joined = api.ActivityStreamEvent(
+        id=43, op=api.JOIN_CONSUMER_GROUP,
+        joinConsumerGroupOp=api.JoinConsumerGroupOp(groupId="g", consumerId="c", streams=["a", "b"]),
+    )  # fmt: skip
+    assert activity_payload(activity_message(joined), ("create_stream",)) is None, "filtered out"
+    kept = activity_payload(activity_message(joined), ("join_consumer_group",))
+    assert kept is not None
+    assert (kept["activity"]["group_id"], kept["activity"]["streams"]) == ("g", ["a", "b"])
+
+
+def test_activity_settings_are_checked() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"unknown activity op\(s\) \['made_up'\]"):
+        check_activity_ops(["made_up"])
+    with pytest.raises(InvalidArgumentError, match="value_format='activity' reads stream '__activity'"):
+        LiftbridgeMessageTrigger(stream="orders", value_format="activity")
+    with pytest.raises(InvalidArgumentError, match="activity_ops filters the activity stream"):
+        LiftbridgeMessageTrigger(stream="__activity", activity_ops=["create_stream"])
+    trigger = LiftbridgeMessageTrigger(stream="__activity", value_format="activity", activity_ops=["delete_stream"])
+    classpath, kwargs = trigger.serialize()
+    assert kwargs["activity_ops"] == ["delete_stream"]
+    assert LiftbridgeMessageTrigger(**kwargs).serialize() == (classpath, kwargs)
