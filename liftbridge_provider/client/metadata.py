@@ -21,11 +21,13 @@ from liftbridge_provider.client.options import format_address
 
 @dataclass(frozen=True)
 class BrokerInfo:
-    """A broker as the cluster advertises it."""
+    """A broker as the cluster advertises it, with how many partitions it holds (as a replica) and leads."""
 
     id: str
     host: str
     port: int
+    partition_count: int = 0
+    leader_count: int = 0
 
     @property
     def address(self) -> str:
@@ -164,7 +166,7 @@ def _known_brokers(
     was cached is missing from its answers for up to 2 min after it is back,
     even as it leads partitions.
     """
-    brokers = {b.id: BrokerInfo(b.id, b.host, b.port) for b in response.brokers}
+    brokers = {b.id: BrokerInfo(b.id, b.host, b.port, b.partitionCount, b.leaderCount) for b in response.brokers}
     named = {r for s in streams.values() for p in s.partitions.values() for r in (*p.replicas, p.leader or "")}
     for broker_id in named - brokers.keys():
         if broker_id in previous.brokers:

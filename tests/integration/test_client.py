@@ -81,6 +81,9 @@ def test_create_fetch_and_delete_stream(client: LiftbridgeClient, liftbridge_ser
     assert {p.leader for p in info.partitions.values()} == {"n1"}
     assert info.subject == name.replace("-", ".")
     assert [b.address for b in client.metadata().brokers.values()] == liftbridge_server.brokers
+    (broker,) = client.fetch_metadata().brokers.values()
+    assert broker.leader_count >= 4, "the one node leads the 4 new partitions (and __cursors, ...)"
+    assert broker.partition_count >= broker.leader_count
     with pytest.raises(StreamExistsError):
         client.create_stream("other.subject", name)
     client.delete_stream(name)
