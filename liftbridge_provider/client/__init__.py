@@ -12,6 +12,7 @@ with LiftbridgeClient("127.0.0.1:9292") as client:
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.aio import AsyncLiftbridgeClient
 from liftbridge_provider.client.client import LiftbridgeClient, PublishMessage
+from liftbridge_provider.client.consumer import Consumer, ConsumerError
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
     BeyondHighWatermarkError,
@@ -56,6 +57,8 @@ __all__ = [
     "BrokerInfo",
     "ClientClosedError",
     "ClientConfig",
+    "Consumer",
+    "ConsumerError",
     "CursorsDisabledError",
     "EncryptionError",
     "EnvelopeError",

@@ -18,6 +18,7 @@ from liftbridge_provider.client import plans
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.connections import ConnectionPool
+from liftbridge_provider.client.consumer import AutoOffset, Consumer
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
     BeyondHighWatermarkError,
@@ -571,6 +572,20 @@ class LiftbridgeClient:
         request = build.subscribe_request(
             stream, partition, start or StartPosition.new_only(), stop, read_isr_replica=replica, resume=resume
         )
+        return self._subscription(
+            request, stop, timeout=timeout, idle_timeout=idle_timeout, resubscribe_wait=resubscribe_wait
+        )
+
+    def _subscription(
+        self,
+        request: api.SubscribeRequest,
+        stop: StopPosition | None,
+        *,
+        timeout: float | None = None,
+        idle_timeout: float | None = None,
+        resubscribe_wait: float | None = None,
+    ) -> Subscription:
+        """A Subscription for a checked request (also a consumer group member's, with its ``consumer``)."""
         state = SubscriptionState(
             self.config,
             request,
@@ -884,6 +899,50 @@ class LiftbridgeClient:
         except LiftbridgeError as exc:
             exc.stream, exc.partition = request.stream, request.partition
             raise
+
+    # -- consumer groups -------------------------------------------------------
+
+    def consumer(
+        self,
+        group_id: str,
+        consumer_id: str | None = None,
+        *,
+        auto_checkpoint: float | None = 5.0,
+        auto_offset: AutoOffset = "latest",
+        fetch_assignments_interval: float | None = None,
+    ) -> Consumer:
+        """A member of consumer group ``group_id`` (as go-liftbridge's ``CreateConsumer``); call its
+        ``subscribe(streams)``, then iterate ``messages()``.
+
+        The group's coordinator spreads the streams' partitions over its members,
+        moving them as members join, leave or time out. Each partition is read
+        from the group's committed position (cursor ``__group:<group_id>``), or,
+        with none, from ``auto_offset``: ``"latest"`` (default, new messages only),
+        ``"earliest"``, or ``"none"`` (an error). Processed offsets are
+        checkpointed every ``auto_checkpoint`` seconds (default 5; None: only by
+        ``checkpoint()``, before a partition moves, and on close). Assignments are
+        fetched every ``fetch_assignments_interval`` seconds (default 0.4 x the
+        server's consumer timeout); an unresponsive coordinator is reported. The
+        server needs cursors (``cursors.stream.partitions`` > 0).
+        """
+        return Consumer(
+            self,
+            group_id,
+            consumer_id,
+            auto_checkpoint=auto_checkpoint,
+            auto_offset=auto_offset,
+            fetch_assignments_interval=fetch_assignments_interval,
+        )
+
+    def _group_call(self, method: str, request: Any, *, broker: str | None = None, timeout: float | None = None) -> Any:
+        """A consumer group RPC: on any broker (join, leave, report), or on ``broker`` (the coordinator)."""
+
+        def call(stub: Any, remaining: float) -> Any:
+            return getattr(stub, method)(request, timeout=remaining)
+
+        if broker is None:
+            return self._router.call_any(call, timeout=timeout)
+        return self._router.call_broker(broker, call, timeout=timeout)
 
     # -- plumbing --------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import plans
 from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.connections import ConnectionPool
-from liftbridge_provider.client.errors import LiftbridgeError
+from liftbridge_provider.client.errors import LiftbridgeError, UnavailableError
 from liftbridge_provider.client.metadata import Metadata, MetadataCache, PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.retry import Deadline
@@ -78,6 +78,17 @@ class Router:
         return self.run(
             plans.any_broker(self.config, self.metadata.snapshot, rpc, self.deadline(timeout), stream=stream)
         )
+
+    def call_broker(self, broker_id: str, rpc: plans.Rpc, *, timeout: float | None = None) -> Any:
+        """``rpc`` on the broker ``broker_id`` (e.g. a consumer group's coordinator), retried there only."""
+        deadline = self.deadline(timeout)
+        snapshot = self.metadata.snapshot
+        if broker_id not in snapshot.brokers:
+            snapshot = self.metadata.refresh(timeout=deadline.remaining())
+        broker = snapshot.brokers.get(broker_id)
+        if broker is None:
+            raise UnavailableError(f"broker {broker_id!r} is not in the cluster's metadata")
+        return self.run(plans.any_broker(self.config, snapshot, rpc, deadline, addresses=[broker.address]))
 
     def call_leader(
         self,

@@ -1,0 +1,348 @@
+"""A consumer group member (the synchronous front end of :class:`~liftbridge_provider.client.groups.Membership`).
+
+``client.consumer("billing")`` returns a :class:`Consumer`; ``subscribe(streams)``
+joins the group and starts a thread that fetches the member's assignments
+(the heartbeat) and reads each assigned partition on a thread of its own;
+``messages()`` hands the messages over in one iterator. A message counts as
+processed once the iterator is asked for the next one (or the ``with`` block
+ends without an error); processed offsets are checkpointed to the group's
+cursors every ``auto_checkpoint`` seconds, before a partition moves to another
+member, and on close. Delivery is at least once: what was read but not
+checkpointed when a member stops is read again by the partition's next owner.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Literal
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client import requests as build
+from liftbridge_provider.client.errors import InvalidArgumentError, LiftbridgeError, LiftbridgeTimeoutError
+from liftbridge_provider.client.groups import AfterFailure, Membership, Partition, group_cursor
+from liftbridge_provider.client.messages import Message, StartPosition
+from liftbridge_provider.client.options import check_seconds, check_timeout
+
+if TYPE_CHECKING:
+    from liftbridge_provider.client.client import LiftbridgeClient
+    from liftbridge_provider.client.subscription import Subscription
+
+log = logging.getLogger(__name__)
+
+AutoOffset = Literal["earliest", "latest", "none"]
+AUTO_OFFSETS = ("earliest", "latest", "none")
+
+
+class ConsumerError(LiftbridgeError):
+    """A consumer group member cannot go on (e.g. no committed position with ``auto_offset="none"``)."""
+
+
+@dataclass
+class _Reader:
+    """One assigned partition being read: its subscription, thread, and a token that tells its messages apart."""
+
+    token: int
+    thread: threading.Thread
+    subscription: Subscription | None = None
+    cancelled: bool = False
+
+
+class Consumer:
+    """One member of a consumer group; see the module docstring and :meth:`LiftbridgeClient.consumer`."""
+
+    def __init__(
+        self,
+        client: LiftbridgeClient,
+        group_id: str,
+        consumer_id: str | None = None,
+        *,
+        auto_checkpoint: float | None = 5.0,
+        auto_offset: AutoOffset = "latest",
+        fetch_assignments_interval: float | None = None,
+    ) -> None:
+        if not isinstance(group_id, str) or not group_id or "," in group_id:
+            raise InvalidArgumentError(f"group_id must be a non-empty string without commas, got {group_id!r}")
+        if consumer_id is not None and (not isinstance(consumer_id, str) or not consumer_id):
+            raise InvalidArgumentError(f"consumer_id must be a non-empty string or None, got {consumer_id!r}")
+        if auto_offset not in AUTO_OFFSETS:
+            raise InvalidArgumentError(f"auto_offset must be one of {', '.join(AUTO_OFFSETS)}, got {auto_offset!r}")
+        if auto_checkpoint is not None:
+            check_seconds("auto_checkpoint", auto_checkpoint)
+        if fetch_assignments_interval is not None:
+            check_seconds("fetch_assignments_interval", fetch_assignments_interval)
+        self._client = client
+        self.group_id = group_id
+        self.consumer_id = consumer_id or uuid.uuid4().hex
+        self.auto_checkpoint = auto_checkpoint
+        self.auto_offset = auto_offset
+        self._membership: Membership | None = None
+        self._fetch_interval = fetch_assignments_interval
+        self._lock = threading.RLock()
+        self._readers: dict[Partition, _Reader] = {}
+        self._tokens = iter(range(1, 2**62))
+        self._arrivals: queue.Queue[tuple[Partition, int, Message | BaseException]] = queue.Queue(maxsize=10_000)
+        self._processed: dict[Partition, int] = {}
+        self._checkpointed: dict[Partition, int] = {}
+        self._closed = threading.Event()
+        self._protocol: threading.Thread | None = None
+        self._last_checkpoint = time.monotonic()
+        self._handed: tuple[Partition, int] | None = None  # handed over, not yet known to be processed
+
+    # -- the user's side -------------------------------------------------------------------------
+
+    @property
+    def assignments(self) -> frozenset[Partition]:
+        """The partitions this member reads now."""
+        with self._lock:
+            return frozenset(self._readers)
+
+    def subscribe(self, streams: Sequence[str]) -> None:
+        """Join the group for ``streams`` and start following its assignments (once per consumer)."""
+        names = tuple(build.check_stream_names(streams))
+        if not names:
+            raise InvalidArgumentError("give at least one stream")
+        if self._membership is not None:
+            raise InvalidArgumentError("this consumer has subscribed already; create another for other streams")
+        for name in names:
+            self._client.stream_info(name)  # a missing stream fails here (NoSuchStreamError)
+        self._membership = Membership(self.group_id, self.consumer_id, names, self._fetch_interval)
+        self._join()
+        self._protocol = threading.Thread(target=self._follow, name=f"liftbridge-group-{self.group_id}", daemon=True)
+        self._protocol.start()
+
+    def messages(self, *, timeout: float | None = None, idle_timeout: float | None = None) -> Iterator[Message]:
+        """The messages of every assigned partition, as they arrive, until closed (or a budget, in seconds,
+        runs out: LiftbridgeTimeoutError). Asking for the next message marks the last one processed."""
+        check_timeout("timeout", timeout)
+        check_timeout("idle_timeout", idle_timeout)
+        ends = None if timeout is None else time.monotonic() + timeout
+        while not self._closed.is_set():
+            waited = time.monotonic()
+            limits = [x for x in (idle_timeout, None if ends is None else ends - waited) if x is not None]
+            try:
+                partition, token, item = self._arrivals.get(timeout=min([0.2, *limits]))
+            except queue.Empty:
+                if ends is not None and time.monotonic() >= ends:
+                    raise LiftbridgeTimeoutError(f"consumer timed out after {timeout:g}s") from None
+                if idle_timeout is not None and time.monotonic() - waited >= idle_timeout:
+                    raise LiftbridgeTimeoutError(f"no message for {idle_timeout:g}s") from None
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            with self._lock:
+                reader = self._readers.get(partition)
+                if reader is None or reader.token != token:
+                    continue  # read before the partition moved: its next owner reads it again
+            self._handed = (partition, item.offset)
+            yield item
+            self._mark(partition, item.offset)
+
+    def checkpoint(self) -> None:
+        """Store the processed offsets of every partition read (the group's cursors)."""
+        with self._lock:
+            moves = {p: o for p, o in self._processed.items() if o > self._checkpointed.get(p, -1)}
+        for (stream, partition), offset in moves.items():
+            self._client.set_cursor(group_cursor(self.group_id), stream, partition, offset)
+            with self._lock:
+                self._checkpointed[(stream, partition)] = max(offset, self._checkpointed.get((stream, partition), -1))
+        self._last_checkpoint = time.monotonic()
+
+    def close(self, *, last_processed: bool = True) -> None:
+        """Stop reading, checkpoint what was processed (with ``last_processed``, the last message handed
+        over too), and leave the group."""
+        if self._closed.is_set():
+            return
+        if last_processed and self._handed is not None:
+            self._mark(*self._handed)
+        self._closed.set()
+        if self._protocol is not None:
+            self._protocol.join(timeout=self._client.config.request_timeout + 5)
+        self._stop_readers(self.assignments)
+        try:
+            self.checkpoint()
+        finally:
+            if self._membership is not None and self._membership.joined:
+                self._leave()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close(last_processed=exc_type is None)  # an error while handling it: read it again
+
+    def _mark(self, partition: Partition, offset: int) -> None:
+        self._handed = None
+        with self._lock:
+            if offset > self._processed.get(partition, -1):
+                self._processed[partition] = offset
+
+    # -- the group protocol (on the protocol thread) ---------------------------------------------
+
+    def _join(self) -> None:
+        membership = self._membership
+        assert membership is not None
+        request = api.JoinConsumerGroupRequest(
+            groupId=self.group_id, consumerId=self.consumer_id, streams=list(membership.streams)
+        )
+        response = self._client._group_call("JoinConsumerGroup", request)
+        membership.on_joined(
+            response.coordinator,
+            response.epoch,
+            response.consumerTimeout,
+            response.coordinatorTimeout,
+            time.monotonic(),
+        )
+        log.info("consumer %s joined group %s (coordinator %s, epoch %d)", self.consumer_id, self.group_id,
+                 response.coordinator, response.epoch)  # fmt: skip
+
+    def _leave(self) -> None:
+        request = api.LeaveConsumerGroupRequest(groupId=self.group_id, consumerId=self.consumer_id)
+        try:
+            self._client._group_call("LeaveConsumerGroup", request)
+        except LiftbridgeError as exc:  # the group drops a silent member after its timeout anyway
+            log.warning("consumer %s could not leave group %s: %s", self.consumer_id, self.group_id, exc)
+        assert self._membership is not None
+        self._membership.left()
+
+    def _follow(self) -> None:
+        """Fetch assignments (the heartbeat), rebalance, checkpoint, until closed."""
+        membership = self._membership
+        assert membership is not None
+        while not self._closed.is_set():
+            try:
+                self._fetch_assignments(membership)
+            except LiftbridgeError as exc:
+                self._after_failure(membership, exc)
+            except Exception:  # keep following: a bug here must not silently stop the member's heartbeat
+                log.exception("consumer %s: assignment fetch failed", self.consumer_id)
+            if self.auto_checkpoint is not None and time.monotonic() - self._last_checkpoint >= self.auto_checkpoint:
+                self._checkpoint_logged()
+            self._closed.wait(min(membership.interval(), self.auto_checkpoint or membership.interval()))
+
+    def _fetch_assignments(self, membership: Membership) -> None:
+        request = api.FetchConsumerGroupAssignmentsRequest(
+            groupId=self.group_id, consumerId=self.consumer_id, epoch=membership.epoch
+        )
+        assert membership.coordinator is not None
+        timeout = min(self._client.config.request_timeout, membership.interval())
+        response = self._client._group_call("FetchConsumerGroupAssignments", request, broker=membership.coordinator,
+                                            timeout=timeout)  # fmt: skip
+        assignments = {a.stream: list(a.partitions) for a in response.assignments}
+        rebalance = membership.on_assignments(response.epoch, assignments, time.monotonic(), self.assignments)
+        if rebalance.stop or rebalance.start:
+            log.info("consumer %s (epoch %d): stop %s, start %s", self.consumer_id, rebalance.epoch,
+                     sorted(rebalance.stop), sorted(rebalance.start))  # fmt: skip
+        if rebalance.stop:
+            self._stop_readers(rebalance.stop)
+            self._checkpoint_logged()
+        for partition in sorted(rebalance.start):
+            self._start_reader(partition, rebalance.epoch)
+
+    def _after_failure(self, membership: Membership, exc: LiftbridgeError) -> None:
+        decision = membership.on_fetch_failed(exc.code, exc.message, time.monotonic())
+        log.info("consumer %s: assignment fetch failed (%s): %s", self.consumer_id, exc, decision.value)
+        try:
+            if decision is AfterFailure.REJOIN:
+                self._stop_readers(self.assignments)
+                self._checkpoint_logged()
+                membership.left()
+                self._join()
+            elif decision is AfterFailure.RELEARN:
+                self._relearn(membership)
+            elif decision is AfterFailure.REPORT:
+                request = api.ReportConsumerGroupCoordinatorRequest(
+                    groupId=self.group_id, consumerId=self.consumer_id, coordinator=membership.coordinator or "",
+                    epoch=membership.epoch,
+                )  # fmt: skip
+                self._client._group_call("ReportConsumerGroupCoordinator", request)
+                log.warning("consumer %s reported coordinator %s of group %s as unresponsive",
+                            self.consumer_id, membership.coordinator, self.group_id)  # fmt: skip
+        except LiftbridgeError as again:
+            log.info("consumer %s: %s failed too: %s", self.consumer_id, decision.value, again)
+
+    def _relearn(self, membership: Membership) -> None:
+        response = self._client._unary(
+            "FetchMetadata", api.FetchMetadataRequest(groups=[self.group_id]), timeout=None, stream=None
+        )
+        for group in response.groupMetadata:
+            if group.groupId == self.group_id and group.error == api.ConsumerGroupMetadata.OK:
+                membership.on_group_metadata(group.coordinator, group.epoch)
+
+    def _checkpoint_logged(self) -> None:
+        try:
+            self.checkpoint()
+        except LiftbridgeError as exc:
+            log.warning("consumer %s: checkpoint failed (tried again later): %s", self.consumer_id, exc)
+
+    # -- the partitions' readers -----------------------------------------------------------------
+
+    def _start_reader(self, partition: Partition, epoch: int) -> None:
+        token = next(self._tokens)
+        thread = threading.Thread(target=self._read, args=(partition, token, epoch), daemon=True,
+                                  name=f"liftbridge-group-{self.group_id}-{partition[0]}-{partition[1]}")  # fmt: skip
+        with self._lock:
+            self._readers[partition] = _Reader(token, thread)
+        thread.start()
+
+    def _stop_readers(self, partitions: frozenset[Partition]) -> None:
+        with self._lock:
+            readers = [self._readers.pop(p) for p in partitions if p in self._readers]
+            for reader in readers:
+                reader.cancelled = True
+                if reader.subscription is not None:
+                    reader.subscription.cancel()
+        for reader in readers:
+            reader.thread.join(timeout=5)
+
+    def _read(self, partition: Partition, token: int, epoch: int) -> None:
+        stream, number = partition
+        try:
+            start = self._start_of(stream, number)
+            if start is None:
+                return
+            request = build.subscribe_request(stream, number, start, None)
+            request.consumer.CopyFrom(
+                api.Consumer(groupId=self.group_id, groupEpoch=epoch, consumerId=self.consumer_id)
+            )
+            subscription = self._client._subscription(request, None)
+            with self._lock:
+                reader = self._readers.get(partition)
+                if reader is None or reader.token != token or reader.cancelled:
+                    return
+                reader.subscription = subscription
+            for message in subscription:
+                self._arrivals.put((partition, token, message))
+        except LiftbridgeError as exc:
+            log.info("consumer %s: reading %s/%d ended: %s", self.consumer_id, stream, number, exc)
+            with self._lock:
+                reader = self._readers.get(partition)
+                if reader is not None and reader.token == token:
+                    del self._readers[partition]  # the next fetch starts it again if it is still ours
+            if isinstance(exc, ConsumerError):
+                self._arrivals.put((partition, token, exc))
+
+    def _start_of(self, stream: str, partition: int) -> StartPosition | None:
+        """After the group's committed position, else ``auto_offset`` (``none``: an error for the reader)."""
+        committed = self._client.fetch_cursor(group_cursor(self.group_id), stream, partition)
+        if committed >= 0:
+            with self._lock:
+                self._checkpointed.setdefault((stream, partition), committed)
+            return StartPosition.at_offset(committed + 1)
+        if self.auto_offset == "earliest":
+            return StartPosition.earliest()
+        if self.auto_offset == "latest":
+            return StartPosition.new_only()
+        raise ConsumerError(
+            f"group {self.group_id!r} has no committed position on {stream}/{partition} and auto_offset='none'",
+            stream=stream,
+            partition=partition,
+        )

@@ -1,0 +1,140 @@
+"""A consumer group member's decisions, without I/O (the server's protocol, as go-liftbridge runs it).
+
+A member joins its group (any broker: the metadata leader decides), then asks
+the group's coordinator for its assignments every ``fetch_interval`` seconds;
+that fetch is also its heartbeat (the coordinator drops a member it has not
+heard from for the consumer timeout, 15 s by default). Every change of the
+group (a member joins, leaves or times out; a new coordinator) bumps the
+group's epoch; a member subscribes to its partitions with the epoch it was
+given, and the server refuses an older epoch's subscription when a newer one
+holds the partition. :class:`Membership` is told what happened and answers
+what to do next:
+
+- an assignment answer: which partitions to start reading and which to stop
+  (all of them again when the epoch changed);
+- a failed fetch: learn the group's coordinator and epoch again (the broker
+  was not the coordinator, or the epoch moved), report the coordinator as
+  unresponsive once it has not answered for the coordinator timeout (the
+  server elects another when most members do), join again when the group
+  forgot this member (it timed out, or the group is gone), or just try again.
+
+Positions are kept in cursors named ``__group:<group id>`` (as go-liftbridge).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+GROUP_CURSOR_PREFIX = "__group:"
+FETCH_SHARE = 0.4  # of the consumer timeout: the default time between assignment fetches
+
+
+def group_cursor(group_id: str) -> str:
+    """The cursor id that holds a group's positions."""
+    return f"{GROUP_CURSOR_PREFIX}{group_id}"
+
+
+Partition = tuple[str, int]
+
+
+class AfterFailure(enum.Enum):
+    """What a member does after an assignment fetch failed."""
+
+    RETRY = "retry"  # a transient failure: try again at the next fetch
+    RELEARN = "relearn"  # ask the metadata for the group's coordinator and epoch, then fetch
+    REPORT = "report"  # tell the metadata leader the coordinator is unresponsive
+    REJOIN = "rejoin"  # the group forgot this member: join again
+
+
+@dataclass(frozen=True)
+class Rebalance:
+    """Partitions to stop reading and to start reading (with the epoch the member now holds)."""
+
+    stop: frozenset[Partition]
+    start: frozenset[Partition]
+    epoch: int
+
+
+@dataclass
+class Membership:
+    """One member's view of its group; see the module docstring.
+
+    :param group_id: the group.
+    :param consumer_id: this member.
+    :param streams: the streams the member consumes.
+    :param fetch_interval: seconds between assignment fetches (None: 0.4 x the server's consumer timeout).
+    """
+
+    group_id: str
+    consumer_id: str
+    streams: tuple[str, ...]
+    fetch_interval: float | None = None
+    coordinator: str | None = None
+    epoch: int = 0  # the group's epoch as this member last learned it (sent with every fetch)
+    subscribed_epoch: int | None = None  # the epoch the member's subscriptions carry
+    consumer_timeout: float = 15.0
+    coordinator_timeout: float = 15.0
+    assigned: frozenset[Partition] = frozenset()
+    last_answer: float | None = None  # monotonic time of the coordinator's last answer
+    _reported: set[tuple[str, int]] = field(default_factory=set)
+
+    @property
+    def joined(self) -> bool:
+        return self.coordinator is not None
+
+    def on_joined(
+        self, coordinator: str, epoch: int, consumer_timeout_ns: int, coordinator_timeout_ns: int, now: float
+    ) -> None:
+        """The join answer: the coordinator, the epoch, and the server's timeouts (nanoseconds)."""
+        self.coordinator, self.epoch = coordinator, epoch
+        self.consumer_timeout = consumer_timeout_ns / 1e9 or self.consumer_timeout
+        self.coordinator_timeout = coordinator_timeout_ns / 1e9 or self.coordinator_timeout
+        self.last_answer = now
+
+    def interval(self) -> float:
+        """Seconds until the next assignment fetch."""
+        return self.fetch_interval if self.fetch_interval is not None else FETCH_SHARE * self.consumer_timeout
+
+    def on_assignments(
+        self, epoch: int, assignments: Mapping[str, Sequence[int]], now: float, running: frozenset[Partition]
+    ) -> Rebalance:
+        """The coordinator's answer, against the partitions being read now: what to stop and start
+        (everything again when the epoch changed: subscriptions carry it)."""
+        wanted = frozenset((stream, p) for stream, partitions in assignments.items() for p in partitions)
+        changed_epoch = epoch != self.subscribed_epoch
+        stop = running if changed_epoch else running - wanted
+        start = wanted if changed_epoch else wanted - running
+        self.epoch = self.subscribed_epoch = epoch
+        self.assigned, self.last_answer = wanted, now
+        return Rebalance(stop, start, epoch)
+
+    def on_fetch_failed(self, code: grpc.StatusCode | None, details: str, now: float) -> AfterFailure:
+        """Decide after a failed assignment fetch (``code`` None: the coordinator is unknown)."""
+        text = details.lower()
+        if code == grpc.StatusCode.NOT_FOUND or "not a member" in text:
+            return AfterFailure.REJOIN
+        if code == grpc.StatusCode.FAILED_PRECONDITION:
+            return AfterFailure.RELEARN  # not the coordinator, or the epoch moved
+        silent_for = now - (self.last_answer if self.last_answer is not None else now)
+        if self.coordinator is not None and silent_for >= self.coordinator_timeout:
+            report = (self.coordinator, self.epoch)
+            if report not in self._reported:
+                self._reported.add(report)
+                return AfterFailure.REPORT
+            return AfterFailure.RELEARN
+        return AfterFailure.RETRY
+
+    def on_group_metadata(self, coordinator: str, epoch: int) -> bool:
+        """The metadata's view of the group; True when it differs from this member's (then fetch again)."""
+        changed = (coordinator, epoch) != (self.coordinator, self.epoch)
+        self.coordinator, self.epoch = coordinator, epoch
+        return changed
+
+    def left(self) -> frozenset[Partition]:
+        """This member left (or is leaving): every partition to stop reading."""
+        stopped, self.assigned, self.coordinator, self.subscribed_epoch = self.assigned, frozenset(), None, None
+        return stopped

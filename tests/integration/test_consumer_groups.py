@@ -1,0 +1,182 @@
+"""Consumer groups (issue 16): members share a stream's partitions, follow rebalances, resume from checkpoints.
+
+One node with a 3 s consumer timeout, so that a member that stops heartbeating is dropped quickly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from liftbridge_provider.client import ConsumerError, InvalidArgumentError, LiftbridgeClient, Message, PublishMessage
+from liftbridge_provider.client.groups import group_cursor
+from liftbridge_provider.devserver import DevServer, start_single
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[DevServer]:
+    with start_single(extra_config={"groups.consumer.timeout": "3s", "groups.coordinator.timeout": "3s"}) as node:
+        yield node
+
+
+@pytest.fixture(scope="module")
+def client(server: DevServer) -> Iterator[LiftbridgeClient]:
+    with LiftbridgeClient(server.brokers) as shared:
+        yield shared
+
+
+def new_stream(client: LiftbridgeClient, partitions: int = 4) -> str:
+    name = f"cg-{uuid.uuid4().hex[:8]}"
+    client.create_stream(name, name, partitions=partitions)
+    return name
+
+
+def publish(client: LiftbridgeClient, stream: str, count: int, partitions: int = 4, first: int = 0) -> None:
+    batch = [PublishMessage(f"m{n}".encode(), partition=n % partitions) for n in range(first, first + count)]
+    client.publish_batch(stream, batch, ack_policy="all")
+
+
+def wait_until(condition: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {seconds}s waiting for {what}"
+        time.sleep(0.1)
+
+
+class Member:
+    """A consumer read on a thread, remembering every (partition, offset) it was handed."""
+
+    def __init__(self, client: LiftbridgeClient, group: str, stream: str, **options: Any) -> None:
+        self.consumer = client.consumer(group, fetch_assignments_interval=0.5, **options)
+        self.consumer.subscribe([stream])
+        self.seen: list[tuple[int, int]] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for message in self.consumer.messages():
+                self.seen.append((message.partition, message.offset))
+        except BaseException as exc:  # reported to the test
+            self.error = exc
+
+    def partitions(self) -> set[int]:
+        return {p for _, p in self.consumer.assignments}
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.thread.join(10)
+
+
+def test_members_share_partitions_and_every_message_is_read(client: LiftbridgeClient) -> None:
+    stream, group = new_stream(client), f"g-{uuid.uuid4().hex[:6]}"
+    first = Member(client, group, stream, auto_offset="earliest")
+    wait_until(lambda: first.partitions() == {0, 1, 2, 3}, 20, "the only member to get all 4 partitions")
+    second = Member(client, group, stream, auto_offset="earliest")
+    wait_until(lambda: len(first.partitions()) == 2 and len(second.partitions()) == 2, 20, "a 2 + 2 split")
+    assert first.partitions().isdisjoint(second.partitions())
+    publish(client, stream, 400)
+    wait_until(lambda: len(set(first.seen) | set(second.seen)) == 400, 30, "all 400 messages")
+    for member in (first, second):
+        member.close()
+    assert first.error is None, first.error
+    assert second.error is None, second.error
+    seen = Counter(first.seen + second.seen)
+    assert sorted(seen) == [(p, o) for p in range(4) for o in range(100)]
+    assert max(seen.values()) == 1, "no partition was read by two members at once"
+    committed = [client.fetch_cursor(group_cursor(group), stream, p) for p in range(4)]
+    assert committed == [99, 99, 99, 99], "every processed offset was checkpointed on close"
+
+
+def covered(*members: Member) -> set[tuple[int, int]]:
+    return {seen for member in members for seen in member.seen}
+
+
+def upto(offsets: int) -> set[tuple[int, int]]:
+    """Every (partition, offset) of the 4 partitions below ``offsets``."""
+    return {(p, o) for p in range(4) for o in range(offsets)}
+
+
+def test_a_member_that_leaves_or_dies_hands_its_partitions_over_from_the_checkpoint(
+    client: LiftbridgeClient,
+) -> None:
+    stream, group = new_stream(client), f"g-{uuid.uuid4().hex[:6]}"
+    stayer = Member(client, group, stream, auto_offset="earliest", auto_checkpoint=0.5)
+    leaver = Member(client, group, stream, auto_offset="earliest", auto_checkpoint=0.5)
+    wait_until(lambda: len(stayer.partitions()) == 2 and len(leaver.partitions()) == 2, 20, "a 2 + 2 split")
+    publish(client, stream, 200)
+    wait_until(lambda: len(set(stayer.seen) | set(leaver.seen)) == 200, 30, "the first 200")
+    leaver.close()  # leaves the group: its partitions move at once
+    wait_until(lambda: stayer.partitions() == {0, 1, 2, 3}, 20, "the stayer to take all partitions")
+    publish(client, stream, 200, first=200)
+    wait_until(lambda: covered(stayer, leaver) >= upto(100), 30, "the next 200")
+    # A member that stops heartbeating (its process died) is dropped after the consumer timeout (3 s here).
+    dead = Member(client, group, stream, auto_offset="earliest")
+    wait_until(lambda: len(dead.partitions()) == 2, 20, "the newcomer to get 2 partitions")
+    dead.consumer._closed.set()  # stops its heartbeat and reading, never leaves: as if killed
+    wait_until(lambda: stayer.partitions() == {0, 1, 2, 3}, 30, "the dead member's partitions back")
+    publish(client, stream, 40, first=400)
+    wait_until(lambda: covered(stayer, leaver, dead) >= upto(110), 30, "the last 40")
+    stayer.close()
+    assert not stayer.error, stayer.error
+    everything = Counter(stayer.seen + leaver.seen + dead.seen)
+    assert sorted(everything) == [(p, o) for p in range(4) for o in range(110)], "nothing lost"
+    # At least once: only what the dead member read after its last checkpoint can come twice.
+    assert sum(n - 1 for n in everything.values()) <= len(dead.seen)
+
+
+def test_auto_offset_none_without_a_committed_position_is_an_error(client: LiftbridgeClient) -> None:
+    stream = new_stream(client, partitions=1)
+    with client.consumer(f"g-{uuid.uuid4().hex[:6]}", auto_offset="none") as consumer:
+        consumer.subscribe([stream])
+        with pytest.raises(ConsumerError, match=r"no committed position .* auto_offset='none'"):
+            next(consumer.messages(timeout=20))
+
+
+def test_a_group_resumes_from_its_checkpoint_and_latest_skips_the_past(client: LiftbridgeClient) -> None:
+    stream, group = new_stream(client, partitions=1), f"g-{uuid.uuid4().hex[:6]}"
+    publish(client, stream, 10, partitions=1)
+    with client.consumer(group) as consumer:  # auto_offset latest: the 10 before are not read
+        consumer.subscribe([stream])
+        wait_until(lambda: consumer.assignments, 20, "the assignment")
+        time.sleep(1)  # the partition's reader is subscribed
+        publish(client, stream, 5, partitions=1, first=10)
+        got: list[Message] = []
+        for message in consumer.messages(timeout=20):
+            got.append(message)
+            if len(got) == 3:
+                break  # leaves the with block without an error: the third counts as processed
+    assert [m.offset for m in got] == [10, 11, 12]
+    assert client.fetch_cursor(group_cursor(group), stream, 0) == 12
+    with client.consumer(group) as again:
+        again.subscribe([stream])
+        rest = [m.offset for m in itertools_take(again.messages(timeout=20), 2)]
+    assert rest == [13, 14]
+
+
+def itertools_take(messages: Iterator[Message], count: int) -> list[Message]:
+    taken = []
+    for message in messages:
+        taken.append(message)
+        if len(taken) == count:
+            break
+    return taken
+
+
+def test_bad_consumer_settings_are_refused(client: LiftbridgeClient) -> None:
+    with pytest.raises(InvalidArgumentError, match="group_id must be a non-empty string"):
+        client.consumer("")
+    with pytest.raises(InvalidArgumentError, match="auto_offset must be one of earliest, latest, none"):
+        client.consumer("g", auto_offset="oldest")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="auto_checkpoint"):
+        client.consumer("g", auto_checkpoint=-1)
+    consumer = client.consumer("g")
+    with pytest.raises(InvalidArgumentError, match="give at least one stream"):
+        consumer.subscribe([])
