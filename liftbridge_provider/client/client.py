@@ -243,6 +243,8 @@ class LiftbridgeClient:
         partitioner: Partitioner | PartitionerName | None = None,
         ack_policy: AckPolicy | str = AckPolicy.LEADER,
         expected_offset: int | None = None,
+        ack_inbox: str | None = None,
+        correlation_id: str | None = None,
         timeout: float | None = None,
     ) -> Ack | None:
         """Publish one message and wait for its ack (None with ack policy NONE).
@@ -261,9 +263,17 @@ class LiftbridgeClient:
         ack of a unary call). With ack policy NONE, or with a TLS client
         certificate (the server may then check authorization, and v1.9.0 stores a
         message PublishAsync was denied), it is one unary Publish call instead.
+
+        ``ack_inbox`` (a NATS subject) and ``correlation_id`` are go-liftbridge's
+        ``AckInbox`` and ``CorrelationID``: the server publishes the ack to that
+        inbox, carrying that id, for whoever listens there (the call still waits
+        for it and returns it). With either the message goes by a unary Publish:
+        the server ignores a client's inbox on PublishAsync.
         """
         check_timeout("timeout", timeout)
         policy = AckPolicy.parse(ack_policy)
+        if correlation_id is not None and (not isinstance(correlation_id, str) or not correlation_id):
+            raise InvalidArgumentError(f"correlation_id must be a non-empty string, got {correlation_id!r}")
         chosen = self._choose_partition(stream, key, value, partition, resolve_partitioner(partitioner))
         request = build.publish_request(
             stream,
@@ -273,10 +283,12 @@ class LiftbridgeClient:
             headers=headers,
             ack_policy=policy,
             expected_offset=expected_offset,
+            correlation_id=correlation_id or "",
+            ack_inbox=ack_inbox or "",
         )
 
         try:
-            if policy == AckPolicy.NONE or self._may_be_authorized():
+            if policy == AckPolicy.NONE or self._may_be_authorized() or ack_inbox or correlation_id:
                 response = self._send_once("Publish", request, timeout, stream, chosen)
                 return None if policy == AckPolicy.NONE or not response.HasField("ack") else Ack(response.ack, chosen)
             response = self._publish_on_stream(request, timeout)

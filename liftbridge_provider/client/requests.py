@@ -325,8 +325,10 @@ def publish_request(
     ack_policy: AckPolicy = AckPolicy.LEADER,
     expected_offset: int | None = None,
     correlation_id: str = "",
+    ack_inbox: str = "",
 ) -> api.PublishRequest:
-    """A PublishRequest. ``expected_offset`` None means "next offset" (-1 on the wire)."""
+    """A PublishRequest. ``expected_offset`` None means "next offset" (-1 on the wire); ``ack_inbox`` a NATS
+    subject the server publishes the ack to (empty: its own)."""
     request = api.PublishRequest(
         stream=stream,
         partition=partition,
@@ -335,6 +337,8 @@ def publish_request(
         expectedOffset=-1 if expected_offset is None else check_offset(expected_offset, "expected_offset"),
         correlationId=correlation_id,
     )
+    if ack_inbox:
+        request.ackInbox = check_subject(ack_inbox)
     if key is not None:
         request.key = check_bytes(key, "key")
     if headers:

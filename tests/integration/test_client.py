@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import nats
 import pytest
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
@@ -42,6 +43,7 @@ from liftbridge_provider.client import (
     partition_by_key,
     partition_by_round_robin,
 )
+from liftbridge_provider.client.envelope import decode_ack
 from liftbridge_provider.client.requests import cursor_partition
 from liftbridge_provider.client.stream_reader import fast_path_available, messages_of
 from liftbridge_provider.devserver import DevServer, start_single
@@ -322,6 +324,34 @@ def test_publish_batch_to_one_partition_like_publish(client: LiftbridgeClient) -
     with pytest.raises(InvalidArgumentError, match="partition must be a whole number >= 0"):
         client.publish_batch(name, [b"x"], partition=-1)
     assert client.fetch_partition_metadata(name, 0).high_watermark == -1, "nothing reached partition 0"
+
+
+def test_an_ack_inbox_and_correlation_id_reach_whoever_listens_on_the_inbox(
+    client: LiftbridgeClient, liftbridge_server: DevServer
+) -> None:
+    """Issue 16 (go-liftbridge's AckInbox and CorrelationID): the server publishes the ack to the given NATS
+    inbox with the given id, and publish still returns it."""
+    name = new_stream(client)
+
+    async def publish_and_listen() -> tuple[Any, bytes]:
+        connection = await nats.connect(servers=liftbridge_server.nats_servers)
+        inbox = await connection.subscribe("my.acks.1", max_msgs=1)
+        ack = await asyncio.to_thread(
+            client.publish, name, b"x", ack_inbox="my.acks.1", correlation_id="order-7", ack_policy="all"
+        )
+        received = await inbox.next_msg(timeout=10)
+        await connection.close()
+        return ack, received.data
+
+    ack, data = asyncio.run(publish_and_listen())
+    assert ack is not None
+    assert (ack.correlation_id, ack.ack_inbox, ack.offset) == ("order-7", "my.acks.1", 0)
+    heard = decode_ack(data)
+    assert (heard.correlationId, heard.offset, heard.stream) == ("order-7", 0, name)
+    with pytest.raises(InvalidArgumentError, match=r"invalid subject 'my\.>'"):
+        client.publish(name, b"y", ack_inbox="my.>")
+    with pytest.raises(InvalidArgumentError, match="correlation_id must be a non-empty string"):
+        client.publish(name, b"y", correlation_id="")
 
 
 def test_publish_batch_reports_failures_by_index(client: LiftbridgeClient) -> None:
