@@ -15,11 +15,23 @@ def dial_address(config: ClientConfig, host: str, port: int) -> str:
     return format_address(host, port)
 
 
+CONNECT_SECONDS: dict[str, float] = {}
+"""Seconds the first connection to each address took in this process (``broker_selection="latency"``)."""
+
+
 def broker_addresses(config: ClientConfig, snapshot: Metadata) -> list[str]:
-    """Known brokers (from metadata) and the seeds, shuffled, without repeats."""
-    known = [dial_address(config, b.host, b.port) for b in snapshot.brokers.values()]
+    """Known brokers (from metadata) and the seeds, without repeats, in the order ``config.broker_selection``
+    picks: ``random`` (shuffled), ``workload`` (fewest partitions held plus led, as metadata counts them), or
+    ``latency`` (quickest first connection; brokers not connected yet first, so each gets measured)."""
+    known = {
+        dial_address(config, b.host, b.port): b.partition_count + b.leader_count for b in snapshot.brokers.values()
+    }
     addresses = list(dict.fromkeys([*known, *config.brokers]))
-    random.shuffle(addresses)
+    random.shuffle(addresses)  # ties stay random
+    if config.broker_selection == "workload":
+        addresses.sort(key=lambda a: known.get(a, 0))
+    elif config.broker_selection == "latency":
+        addresses.sort(key=lambda a: CONNECT_SECONDS.get(a, -1.0))
     return addresses
 
 

@@ -23,6 +23,7 @@ import grpc.aio
 import grpc.experimental
 
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
+from liftbridge_provider.client.addresses import CONNECT_SECONDS
 from liftbridge_provider.client.errors import ClientClosedError
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import Connection
@@ -53,6 +54,7 @@ class PooledChannel:
         if self.connected:
             return Connection.READY
         core = self.channel._channel  # type: ignore[attr-defined]  # grpc's cygrpc.Channel
+        started = time.monotonic()
         ends = time.time() + max(timeout, 0.001)  # gRPC's core takes wall-clock deadlines
         try:
             state = core.check_connectivity_state(True)
@@ -62,6 +64,8 @@ class PooledChannel:
         except ValueError:  # the channel was closed meanwhile
             return Connection.REFUSED
         self.connected = state == _CORE_READY
+        if self.connected:
+            CONNECT_SECONDS.setdefault(self.address, time.monotonic() - started)
         return _CORE_SETTLED.get(state, Connection.SILENT)
 
 

@@ -195,6 +195,9 @@ def _pem_files(cert: str | bytes | Path, key: str | bytes | Path | None) -> Iter
         yield paths[0], paths[1]
 
 
+BROKER_SELECTIONS = ("random", "workload", "latency")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClientConfig:
     """Everything a :class:`~liftbridge_provider.client.LiftbridgeClient` needs to connect.
@@ -218,6 +221,10 @@ class ClientConfig:
     :param grpc_options: extra gRPC channel arguments.
     :param nats: the cluster's NATS servers: ``publish_batch`` then publishes straight to
         the streams' NATS subjects (the fast path); None keeps it on gRPC PublishAsync.
+    :param broker_selection: the order calls that any broker can serve try the brokers in:
+        ``random`` (default), ``workload`` (fewest partitions held and led first) or
+        ``latency`` (quickest to connect first), as go-liftbridge's
+        ``SetConnectToLowWorkloadServer`` / ``SetConnectToLowLatencyServer``.
     """
 
     brokers: tuple[str, ...]
@@ -233,8 +240,13 @@ class ClientConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     grpc_options: tuple[tuple[str, Any], ...] = ()
     nats: NatsConfig | None = None
+    broker_selection: str = "random"
 
     def __post_init__(self) -> None:
+        if self.broker_selection not in BROKER_SELECTIONS:
+            raise InvalidArgumentError(
+                f"broker_selection must be one of {', '.join(BROKER_SELECTIONS)}, got {self.broker_selection!r}"
+            )
         object.__setattr__(self, "brokers", split_brokers(self.brokers))
         for name in ("request_timeout", "keep_alive_time", "resubscribe_wait", "liveness_interval", "ack_wait"):
             check_seconds(name, getattr(self, name))

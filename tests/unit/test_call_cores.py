@@ -16,14 +16,17 @@ import pytest
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import (
+    InvalidArgumentError,
     LiftbridgeError,
     LiftbridgeTimeoutError,
     NoSuchStreamError,
     PartitionPausedError,
     StreamExistsError,
     UnavailableError,
+    addresses,
     plans,
 )
+from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.reading import NoLeaderYet, Reopen, SubscriptionState, Verdict
@@ -424,3 +427,24 @@ def test_unsettled_means_paused_with_offsets_above_the_high_watermark(
     """Chaos seeds 29/35: only a paused partition whose leader holds more than it committed is resumed."""
     info = PartitionInfo("s", 0, "a", ("a", "b"), ("a", "b"), high_watermark, newest, paused, False)
     assert plans.unsettled(info) is expected
+
+
+def test_brokers_are_tried_in_the_order_the_selection_picks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16: go-liftbridge's low-workload and low-latency server selection."""
+    brokers = {
+        "a": BrokerInfo("a", "a.example", 9292, partition_count=9, leader_count=3),
+        "b": BrokerInfo("b", "b.example", 9292, partition_count=2, leader_count=1),
+        "c": BrokerInfo("c", "c.example", 9292, partition_count=5, leader_count=5),
+    }
+    snapshot = Metadata(MappingProxyType(brokers), MappingProxyType({}), 0.0)
+    workload = ClientConfig(brokers=("a.example",), broker_selection="workload")
+    assert broker_addresses(workload, snapshot) == ["b.example:9292", "c.example:9292", "a.example:9292"]
+    monkeypatch.setattr(
+        addresses, "CONNECT_SECONDS", {"a.example:9292": 0.004, "b.example:9292": 0.020, "c.example:9292": 0.001}
+    )
+    latency = ClientConfig(brokers=("a.example",), broker_selection="latency")
+    assert broker_addresses(latency, snapshot) == ["c.example:9292", "a.example:9292", "b.example:9292"]
+    monkeypatch.setattr(addresses, "CONNECT_SECONDS", {"a.example:9292": 0.004})
+    assert broker_addresses(latency, snapshot)[-1] == "a.example:9292", "the unmeasured ones first"
+    with pytest.raises(InvalidArgumentError, match="broker_selection must be one of random, workload, latency"):
+        ClientConfig(brokers=("a",), broker_selection="closest")
