@@ -922,6 +922,7 @@ class LiftbridgeClient:
         auto_checkpoint: float | None = 5.0,
         auto_offset: AutoOffset = "latest",
         fetch_assignments_interval: float | None = None,
+        read: bool = True,
     ) -> Consumer:
         """A member of consumer group ``group_id`` (as go-liftbridge's ``CreateConsumer``); call its
         ``subscribe(streams)``, then iterate ``messages()``.
@@ -935,7 +936,8 @@ class LiftbridgeClient:
         ``checkpoint()``, before a partition moves, and on close). Assignments are
         fetched every ``fetch_assignments_interval`` seconds (default 0.4 x the
         server's consumer timeout); an unresponsive coordinator is reported. The
-        server needs cursors (``cursors.stream.partitions`` > 0).
+        server needs cursors (``cursors.stream.partitions`` > 0). ``read=False``:
+        the member only follows its assignments and the caller reads them.
         """
         return Consumer(
             self,
@@ -944,6 +946,7 @@ class LiftbridgeClient:
             auto_checkpoint=auto_checkpoint,
             auto_offset=auto_offset,
             fetch_assignments_interval=fetch_assignments_interval,
+            read=read,
         )
 
     def _group_call(self, method: str, request: Any, *, broker: str | None = None, timeout: float | None = None) -> Any:

@@ -49,7 +49,7 @@ class _Reader:
     """One assigned partition being read: its subscription, thread, and a token that tells its messages apart."""
 
     token: int
-    thread: threading.Thread
+    thread: threading.Thread | None  # None: the member does not read (``read=False``)
     subscription: Subscription | None = None
     cancelled: bool = False
 
@@ -66,6 +66,7 @@ class Consumer:
         auto_checkpoint: float | None = 5.0,
         auto_offset: AutoOffset = "latest",
         fetch_assignments_interval: float | None = None,
+        read: bool = True,
     ) -> None:
         if not isinstance(group_id, str) or not group_id or "," in group_id:
             raise InvalidArgumentError(f"group_id must be a non-empty string without commas, got {group_id!r}")
@@ -84,6 +85,8 @@ class Consumer:
         self.auto_offset = auto_offset
         self._membership: Membership | None = None
         self._fetch_interval = fetch_assignments_interval
+        self._reads = read  # False: only follow the assignments (the caller reads the partitions itself)
+        self._settled_since = time.monotonic()
         self._lock = threading.RLock()
         self._readers: dict[Partition, _Reader] = {}
         self._tokens = iter(range(1, 2**62))
@@ -143,6 +146,16 @@ class Consumer:
             self._handed = (partition, item.offset)
             yield item
             self._mark(partition, item.offset)
+
+    def wait_for_assignments(self, *, settle: float, timeout: float) -> frozenset[Partition]:
+        """The member's partitions once they stayed the same for ``settle`` seconds (members joining at
+        about the same time settle the group), or as they are when ``timeout`` seconds passed."""
+        check_seconds("settle", settle)
+        check_seconds("timeout", timeout)
+        ends = time.monotonic() + timeout
+        while time.monotonic() < ends and time.monotonic() - self._settled_since < settle:
+            self._closed.wait(0.1)
+        return self.assignments
 
     def checkpoint(self) -> None:
         """Store the processed offsets of every partition read (the group's cursors)."""
@@ -239,6 +252,7 @@ class Consumer:
         assignments = {a.stream: list(a.partitions) for a in response.assignments}
         rebalance = membership.on_assignments(response.epoch, assignments, time.monotonic(), self.assignments)
         if rebalance.stop or rebalance.start:
+            self._settled_since = time.monotonic()
             log.info("consumer %s (epoch %d): stop %s, start %s", self.consumer_id, rebalance.epoch,
                      sorted(rebalance.stop), sorted(rebalance.start))  # fmt: skip
         if rebalance.stop:
@@ -287,11 +301,14 @@ class Consumer:
 
     def _start_reader(self, partition: Partition, epoch: int) -> None:
         token = next(self._tokens)
-        thread = threading.Thread(target=self._read, args=(partition, token, epoch), daemon=True,
-                                  name=f"liftbridge-group-{self.group_id}-{partition[0]}-{partition[1]}")  # fmt: skip
+        thread = None
+        if self._reads:
+            name = f"liftbridge-group-{self.group_id}-{partition[0]}-{partition[1]}"
+            thread = threading.Thread(target=self._read, args=(partition, token, epoch), daemon=True, name=name)
         with self._lock:
             self._readers[partition] = _Reader(token, thread)
-        thread.start()
+        if thread is not None:
+            thread.start()
 
     def _stop_readers(self, partitions: frozenset[Partition]) -> None:
         with self._lock:
@@ -301,7 +318,8 @@ class Consumer:
                 if reader.subscription is not None:
                     reader.subscription.cancel()
         for reader in readers:
-            reader.thread.join(timeout=5)
+            if reader.thread is not None:
+                reader.thread.join(timeout=5)
 
     def _read(self, partition: Partition, token: int, epoch: int) -> None:
         stream, number = partition

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -10,11 +11,21 @@ from airflow.sdk.module_loading import import_string  # type: ignore[attr-define
 
 from liftbridge_provider import metrics
 from liftbridge_provider.client import LiftbridgeClient, Message
+from liftbridge_provider.client.groups import group_cursor
+from liftbridge_provider.operators._base import failing_without_retries
 from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator, frozen_cursor
 from liftbridge_provider.ranges import OffsetRange, RangesDocument, cap_total
 
 CommitCadence = Literal["end_of_operator", "end_of_batch", "never"]
 CADENCES = ("end_of_operator", "end_of_batch", "never")
+
+
+def _member_id(context: Any) -> str:
+    """A consumer id naming the task try (unique across triggerers, retries and mapped copies)."""
+    ti = context.get("ti") or context.get("task_instance")
+    parts = [getattr(ti, name, None) for name in ("dag_id", "task_id", "run_id", "map_index", "try_number")]
+    named = ".".join(str(p) for p in parts if p is not None)
+    return f"airflow.{named}.{uuid.uuid4().hex[:8]}" if named else f"airflow.{uuid.uuid4().hex}"
 
 
 class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
@@ -47,6 +58,13 @@ class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
     :param max_batch_size: messages per batch, per partition (default 1000).
     :param return_results: push the function's return values to XCom (JSON),
         at most ``max_results`` of them (default 1000; the rest are counted, not kept).
+    :param group_id: read as a member of this consumer group: the task joins it, takes
+        the partitions the group assigns it once the group settled (``group_settle``
+        seconds without a change, default 5), consumes those from the group's
+        committed position (cursor ``__group:<group_id>``, shared with any other
+        member of the group, Airflow or not), commits there, and leaves. Several
+        tasks (e.g. mapped) with one group share a stream's partitions. Not with
+        ``cursor_id`` or ``partitions``.
 
     Returns ``{"ranges": [...], "messages": n, "committed": {partition: offset}}``,
     plus ``"results"`` with ``return_results``.
@@ -68,8 +86,14 @@ class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
         max_batch_size: int = 1000,
         return_results: bool = False,
         max_results: int = 1000,
+        group_id: str | None = None,
+        group_settle: float = 5.0,
         **kwargs: Any,
     ) -> None:
+        if group_id is not None:
+            if cursor_id is not None or kwargs.get("partitions") is not None:
+                raise ValueError("a group member uses the group's cursor and partitions: no cursor_id or partitions")
+            cursor_id = group_cursor(group_id)
         super().__init__(stream=stream, cursor_id=cursor_id, **kwargs)
         if (apply_function is None) == (apply_function_batch is None):
             raise ValueError("give exactly one of apply_function or apply_function_batch")
@@ -91,6 +115,8 @@ class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
         self.max_batch_size = max_batch_size
         self.return_results = return_results
         self.max_results = max_results
+        self.group_id = group_id
+        self.group_settle = group_settle
 
     def _freeze(self) -> dict[str, Any]:
         document = super()._freeze()
@@ -101,6 +127,24 @@ class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
         return capped.to_json()
 
     def execute(self, context: Any) -> dict[str, Any]:
+        if self.group_id is None:
+            return self._consume(context)
+        with self.client() as client:
+            member = client.consumer(self.group_id, _member_id(context), read=False, auto_checkpoint=None,
+                                     fetch_assignments_interval=min(1.0, self.group_settle / 2))  # fmt: skip
+        try:
+            with failing_without_retries(self.task_id):
+                member.subscribe([self.stream])
+            assigned = member.wait_for_assignments(settle=self.group_settle, timeout=max(60.0, 4 * self.group_settle))
+            self.partitions = sorted(p for s, p in assigned if s == self.stream)
+            self.log.info("group %r assigned this task partitions %s", self.group_id, self.partitions)
+            if not self.partitions:
+                return {"ranges": [], "messages": 0, "committed": {}}
+            return self._consume(context)
+        finally:
+            member.close(last_processed=False)  # leaves the group; the cursor was committed by _consume
+
+    def _consume(self, context: Any) -> dict[str, Any]:
         document = RangesDocument.parse(super().execute(context))  # the run's frozen ranges
         function = self._function()
         results: list[Any] = []

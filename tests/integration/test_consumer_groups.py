@@ -5,6 +5,7 @@ One node with a 3 s consumer timeout, so that a member that stops heartbeating i
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -17,6 +18,7 @@ import pytest
 from liftbridge_provider.client import ConsumerError, InvalidArgumentError, LiftbridgeClient, Message, PublishMessage
 from liftbridge_provider.client.groups import group_cursor
 from liftbridge_provider.devserver import DevServer, start_single
+from tests.chaos.batch import StateStore
 
 
 @pytest.fixture(scope="module")
@@ -180,3 +182,37 @@ def test_bad_consumer_settings_are_refused(client: LiftbridgeClient) -> None:
     consumer = client.consumer("g")
     with pytest.raises(InvalidArgumentError, match="give at least one stream"):
         consumer.subscribe([])
+
+
+def test_consume_tasks_in_one_group_share_the_partitions_and_each_message_is_handled_once(
+    server: DevServer, client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16 (consumer groups in Airflow): two LiftbridgeConsumeOperator tasks with one group_id, run at
+    the same time (as two workers would), split the stream's partitions; every message is handled once and
+    the group's cursors end at the last offsets. Run in this process with a minimal task context."""
+    from liftbridge_provider.operators.consume import LiftbridgeConsumeOperator  # noqa: PLC0415 - needs Airflow
+
+    monkeypatch.setenv("AIRFLOW_CONN_GROUP_TEST", json.dumps({"conn_type": "liftbridge", "host": server.brokers[0]}))
+    stream, group = new_stream(client), f"g-{uuid.uuid4().hex[:6]}"
+    publish(client, stream, 200)
+    handled: list[tuple[int, int]] = []
+    outputs: dict[str, Any] = {}
+
+    def run(task_id: str) -> None:
+        operator = LiftbridgeConsumeOperator(
+            task_id=task_id, stream=stream, group_id=group, group_settle=3, liftbridge_conn_id="group_test",
+            apply_function=lambda message: handled.append((message.partition, message.offset)),
+        )  # fmt: skip
+        outputs[task_id] = operator.execute({"run_id": "r1", "task_state_store": StateStore()})
+
+    workers = [threading.Thread(target=run, args=(f"consume_{n}",)) for n in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    assert sorted(outputs) == ["consume_0", "consume_1"], outputs
+    taken = [{r["partition"] for r in outputs[t]["ranges"]} for t in sorted(outputs)]
+    assert taken[0].isdisjoint(taken[1])
+    assert taken[0] | taken[1] == {0, 1, 2, 3}
+    assert sorted(handled) == [(p, o) for p in range(4) for o in range(50)], "each message once"
+    assert [client.fetch_cursor(group_cursor(group), stream, p) for p in range(4)] == [49] * 4
