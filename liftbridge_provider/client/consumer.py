@@ -23,10 +23,18 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
-from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import requests as build
-from liftbridge_provider.client.errors import InvalidArgumentError, LiftbridgeError, LiftbridgeTimeoutError
-from liftbridge_provider.client.groups import AfterFailure, Membership, Partition, group_cursor
+from liftbridge_provider.client import group_requests as ask
+from liftbridge_provider.client.errors import LiftbridgeError
+from liftbridge_provider.client.groups import (
+    AfterFailure,
+    ConsumerError,
+    Membership,
+    Partition,
+    Progress,
+    ReadBudget,
+    group_cursor,
+    start_of,
+)
 from liftbridge_provider.client.messages import Message, StartPosition
 from liftbridge_provider.client.options import check_seconds, check_timeout
 
@@ -37,11 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 AutoOffset = Literal["earliest", "latest", "none"]
-AUTO_OFFSETS = ("earliest", "latest", "none")
-
-
-class ConsumerError(LiftbridgeError):
-    """A consumer group member cannot go on (e.g. no committed position with ``auto_offset="none"``)."""
+__all__ = ["AutoOffset", "Consumer", "ConsumerError"]
 
 
 @dataclass
@@ -68,16 +72,7 @@ class Consumer:
         fetch_assignments_interval: float | None = None,
         read: bool = True,
     ) -> None:
-        if not isinstance(group_id, str) or not group_id or "," in group_id:
-            raise InvalidArgumentError(f"group_id must be a non-empty string without commas, got {group_id!r}")
-        if consumer_id is not None and (not isinstance(consumer_id, str) or not consumer_id):
-            raise InvalidArgumentError(f"consumer_id must be a non-empty string or None, got {consumer_id!r}")
-        if auto_offset not in AUTO_OFFSETS:
-            raise InvalidArgumentError(f"auto_offset must be one of {', '.join(AUTO_OFFSETS)}, got {auto_offset!r}")
-        if auto_checkpoint is not None:
-            check_seconds("auto_checkpoint", auto_checkpoint)
-        if fetch_assignments_interval is not None:
-            check_seconds("fetch_assignments_interval", fetch_assignments_interval)
+        ask.check_consumer(group_id, consumer_id, auto_offset, auto_checkpoint, fetch_assignments_interval)
         self._client = client
         self.group_id = group_id
         self.consumer_id = consumer_id or uuid.uuid4().hex
@@ -91,8 +86,7 @@ class Consumer:
         self._readers: dict[Partition, _Reader] = {}
         self._tokens = iter(range(1, 2**62))
         self._arrivals: queue.Queue[tuple[Partition, int, Message | BaseException]] = queue.Queue(maxsize=10_000)
-        self._processed: dict[Partition, int] = {}
-        self._checkpointed: dict[Partition, int] = {}
+        self._progress = Progress()
         self._closed = threading.Event()
         self._protocol: threading.Thread | None = None
         self._last_checkpoint = time.monotonic()
@@ -108,11 +102,7 @@ class Consumer:
 
     def subscribe(self, streams: Sequence[str]) -> None:
         """Join the group for ``streams`` and start following its assignments (once per consumer)."""
-        names = tuple(build.check_stream_names(streams))
-        if not names:
-            raise InvalidArgumentError("give at least one stream")
-        if self._membership is not None:
-            raise InvalidArgumentError("this consumer has subscribed already; create another for other streams")
+        names = ask.check_subscribe(streams, self._membership is not None)
         for name in names:
             self._client.stream_info(name)  # a missing stream fails here (NoSuchStreamError)
         self._membership = Membership(self.group_id, self.consumer_id, names, self._fetch_interval)
@@ -123,19 +113,13 @@ class Consumer:
     def messages(self, *, timeout: float | None = None, idle_timeout: float | None = None) -> Iterator[Message]:
         """The messages of every assigned partition, as they arrive, until closed (or a budget, in seconds,
         runs out: LiftbridgeTimeoutError). Asking for the next message marks the last one processed."""
-        check_timeout("timeout", timeout)
-        check_timeout("idle_timeout", idle_timeout)
-        ends = None if timeout is None else time.monotonic() + timeout
+        budget = ReadBudget(check_timeout("timeout", timeout), check_timeout("idle_timeout", idle_timeout),
+                            time.monotonic())  # fmt: skip
         while not self._closed.is_set():
-            waited = time.monotonic()
-            limits = [x for x in (idle_timeout, None if ends is None else ends - waited) if x is not None]
             try:
-                partition, token, item = self._arrivals.get(timeout=min([0.2, *limits]))
+                partition, token, item = self._arrivals.get(timeout=budget.wait(time.monotonic()))
             except queue.Empty:
-                if ends is not None and time.monotonic() >= ends:
-                    raise LiftbridgeTimeoutError(f"consumer timed out after {timeout:g}s") from None
-                if idle_timeout is not None and time.monotonic() - waited >= idle_timeout:
-                    raise LiftbridgeTimeoutError(f"no message for {idle_timeout:g}s") from None
+                budget.check(time.monotonic())
                 continue
             if isinstance(item, BaseException):
                 raise item
@@ -146,6 +130,7 @@ class Consumer:
             self._handed = (partition, item.offset)
             yield item
             self._mark(partition, item.offset)
+            budget.delivered(time.monotonic())  # idle from when the next message is asked for
 
     def wait_for_assignments(self, *, settle: float, timeout: float) -> frozenset[Partition]:
         """The member's partitions once they stayed the same for ``settle`` seconds (members joining at
@@ -160,11 +145,11 @@ class Consumer:
     def checkpoint(self) -> None:
         """Store the processed offsets of every partition read (the group's cursors)."""
         with self._lock:
-            moves = {p: o for p, o in self._processed.items() if o > self._checkpointed.get(p, -1)}
-        for (stream, partition), offset in moves.items():
+            due = self._progress.due()
+        for (stream, partition), offset in due.items():
             self._client.set_cursor(group_cursor(self.group_id), stream, partition, offset)
             with self._lock:
-                self._checkpointed[(stream, partition)] = max(offset, self._checkpointed.get((stream, partition), -1))
+                self._progress.stored((stream, partition), offset)
         self._last_checkpoint = time.monotonic()
 
     def close(self, *, last_processed: bool = True) -> None:
@@ -195,18 +180,14 @@ class Consumer:
     def _mark(self, partition: Partition, offset: int) -> None:
         self._handed = None
         with self._lock:
-            if offset > self._processed.get(partition, -1):
-                self._processed[partition] = offset
+            self._progress.mark(partition, offset)
 
     # -- the group protocol (on the protocol thread) ---------------------------------------------
 
     def _join(self) -> None:
         membership = self._membership
         assert membership is not None
-        request = api.JoinConsumerGroupRequest(
-            groupId=self.group_id, consumerId=self.consumer_id, streams=list(membership.streams)
-        )
-        response = self._client._group_call("JoinConsumerGroup", request)
+        response = self._client._group_call("JoinConsumerGroup", ask.join(membership))
         membership.on_joined(
             response.coordinator,
             response.epoch,
@@ -218,12 +199,11 @@ class Consumer:
                  response.coordinator, response.epoch)  # fmt: skip
 
     def _leave(self) -> None:
-        request = api.LeaveConsumerGroupRequest(groupId=self.group_id, consumerId=self.consumer_id)
+        assert self._membership is not None
         try:
-            self._client._group_call("LeaveConsumerGroup", request)
+            self._client._group_call("LeaveConsumerGroup", ask.leave(self._membership))
         except LiftbridgeError as exc:  # the group drops a silent member after its timeout anyway
             log.warning("consumer %s could not leave group %s: %s", self.consumer_id, self.group_id, exc)
-        assert self._membership is not None
         self._membership.left()
 
     def _follow(self) -> None:
@@ -242,14 +222,11 @@ class Consumer:
             self._closed.wait(min(membership.interval(), self.auto_checkpoint or membership.interval()))
 
     def _fetch_assignments(self, membership: Membership) -> None:
-        request = api.FetchConsumerGroupAssignmentsRequest(
-            groupId=self.group_id, consumerId=self.consumer_id, epoch=membership.epoch
-        )
         assert membership.coordinator is not None
         timeout = min(self._client.config.request_timeout, membership.interval())
-        response = self._client._group_call("FetchConsumerGroupAssignments", request, broker=membership.coordinator,
-                                            timeout=timeout)  # fmt: skip
-        assignments = {a.stream: list(a.partitions) for a in response.assignments}
+        response = self._client._group_call("FetchConsumerGroupAssignments", ask.fetch_assignments(membership),
+                                            broker=membership.coordinator, timeout=timeout)  # fmt: skip
+        assignments = ask.assignments_of(response)
         rebalance = membership.on_assignments(response.epoch, assignments, time.monotonic(), self.assignments)
         if rebalance.stop or rebalance.start:
             self._settled_since = time.monotonic()
@@ -273,23 +250,15 @@ class Consumer:
             elif decision is AfterFailure.RELEARN:
                 self._relearn(membership)
             elif decision is AfterFailure.REPORT:
-                request = api.ReportConsumerGroupCoordinatorRequest(
-                    groupId=self.group_id, consumerId=self.consumer_id, coordinator=membership.coordinator or "",
-                    epoch=membership.epoch,
-                )  # fmt: skip
-                self._client._group_call("ReportConsumerGroupCoordinator", request)
+                self._client._group_call("ReportConsumerGroupCoordinator", ask.report_coordinator(membership))
                 log.warning("consumer %s reported coordinator %s of group %s as unresponsive",
                             self.consumer_id, membership.coordinator, self.group_id)  # fmt: skip
         except LiftbridgeError as again:
             log.info("consumer %s: %s failed too: %s", self.consumer_id, decision.value, again)
 
     def _relearn(self, membership: Membership) -> None:
-        response = self._client._unary(
-            "FetchMetadata", api.FetchMetadataRequest(groups=[self.group_id]), timeout=None, stream=None
-        )
-        for group in response.groupMetadata:
-            if group.groupId == self.group_id and group.error == api.ConsumerGroupMetadata.OK:
-                membership.on_group_metadata(group.coordinator, group.epoch)
+        response = self._client._unary("FetchMetadata", ask.group_metadata(membership), timeout=None, stream=None)
+        ask.learn_group(membership, response)
 
     def _checkpoint_logged(self) -> None:
         try:
@@ -325,12 +294,8 @@ class Consumer:
         stream, number = partition
         try:
             start = self._start_of(stream, number)
-            if start is None:
-                return
-            request = build.subscribe_request(stream, number, start, None)
-            request.consumer.CopyFrom(
-                api.Consumer(groupId=self.group_id, groupEpoch=epoch, consumerId=self.consumer_id)
-            )
+            assert self._membership is not None
+            request = ask.subscribe_as_member(self._membership, partition, start, epoch)
             subscription = self._client._subscription(request, None)
             with self._lock:
                 reader = self._readers.get(partition)
@@ -348,19 +313,9 @@ class Consumer:
             if isinstance(exc, ConsumerError):
                 self._arrivals.put((partition, token, exc))
 
-    def _start_of(self, stream: str, partition: int) -> StartPosition | None:
+    def _start_of(self, stream: str, partition: int) -> StartPosition:
         """After the group's committed position, else ``auto_offset`` (``none``: an error for the reader)."""
         committed = self._client.fetch_cursor(group_cursor(self.group_id), stream, partition)
-        if committed >= 0:
-            with self._lock:
-                self._checkpointed.setdefault((stream, partition), committed)
-            return StartPosition.at_offset(committed + 1)
-        if self.auto_offset == "earliest":
-            return StartPosition.earliest()
-        if self.auto_offset == "latest":
-            return StartPosition.new_only()
-        raise ConsumerError(
-            f"group {self.group_id!r} has no committed position on {stream}/{partition} and auto_offset='none'",
-            stream=stream,
-            partition=partition,
-        )
+        with self._lock:
+            self._progress.resumed((stream, partition), committed)
+        return start_of(committed, self.auto_offset, self.group_id, (stream, partition))

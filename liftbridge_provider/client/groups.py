@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from liftbridge_provider.client.errors import LiftbridgeError, LiftbridgeTimeoutError
+from liftbridge_provider.client.messages import StartPosition
+
 GROUP_CURSOR_PREFIX = "__group:"
 FETCH_SHARE = 0.4  # of the consumer timeout: the default time between assignment fetches
 
@@ -138,3 +141,86 @@ class Membership:
         """This member left (or is leaving): every partition to stop reading."""
         stopped, self.assigned, self.coordinator, self.subscribed_epoch = self.assigned, frozenset(), None, None
         return stopped
+
+
+class ConsumerError(LiftbridgeError):
+    """A consumer group member cannot go on (e.g. no committed position with ``auto_offset="none"``)."""
+
+
+def start_of(committed: int, auto_offset: str, group_id: str, partition: Partition) -> StartPosition:
+    """Where a member starts reading a partition: after the group's committed offset (-1: none),
+    else ``auto_offset`` (``earliest``, ``latest``: new messages only, ``none``: ConsumerError)."""
+    if committed >= 0:
+        return StartPosition.at_offset(committed + 1)
+    if auto_offset == "earliest":
+        return StartPosition.earliest()
+    if auto_offset == "latest":
+        return StartPosition.new_only()
+    stream, number = partition
+    raise ConsumerError(
+        f"group {group_id!r} has no committed position on {stream}/{number} and auto_offset='none'",
+        stream=stream,
+        partition=number,
+    )
+
+
+@dataclass
+class Progress:
+    """Processed and checkpointed offsets per partition (a member checkpoints the difference)."""
+
+    processed: dict[Partition, int] = field(default_factory=dict)
+    checkpointed: dict[Partition, int] = field(default_factory=dict)
+
+    def resumed(self, partition: Partition, committed: int) -> None:
+        """The group's committed offset, read when the partition was assigned."""
+        if committed >= 0:
+            self.checkpointed.setdefault(partition, committed)
+
+    def mark(self, partition: Partition, offset: int) -> None:
+        """``offset`` of ``partition`` was processed."""
+        if offset > self.processed.get(partition, -1):
+            self.processed[partition] = offset
+
+    def due(self) -> dict[Partition, int]:
+        """The offsets to checkpoint: processed beyond what is stored."""
+        return {p: o for p, o in self.processed.items() if o > self.checkpointed.get(p, -1)}
+
+    def stored(self, partition: Partition, offset: int) -> None:
+        """``offset`` was checkpointed."""
+        self.checkpointed[partition] = max(offset, self.checkpointed.get(partition, -1))
+
+
+POLL_SECONDS = 0.2  # how often a waiting member looks whether it was closed
+
+
+@dataclass
+class ReadBudget:
+    """The time limits of one ``messages()`` read: ``timeout`` seconds in all, ``idle_timeout`` seconds
+    without a message (either None: no limit). Times are ``time.monotonic()`` values."""
+
+    timeout: float | None
+    idle_timeout: float | None
+    started: float
+    last_message: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.last_message = self.started
+
+    def delivered(self, now: float) -> None:
+        self.last_message = now
+
+    def wait(self, now: float) -> float:
+        """Seconds to wait for the next message before looking again (at most POLL_SECONDS)."""
+        limits = [POLL_SECONDS]
+        if self.timeout is not None:
+            limits.append(self.started + self.timeout - now)
+        if self.idle_timeout is not None:
+            limits.append(self.last_message + self.idle_timeout - now)
+        return max(min(limits), 0.0)
+
+    def check(self, now: float) -> None:
+        """Raise LiftbridgeTimeoutError once a limit ran out."""
+        if self.timeout is not None and now - self.started >= self.timeout:
+            raise LiftbridgeTimeoutError(f"consumer timed out after {self.timeout:g}s")
+        if self.idle_timeout is not None and now - self.last_message >= self.idle_timeout:
+            raise LiftbridgeTimeoutError(f"no message for {self.idle_timeout:g}s")

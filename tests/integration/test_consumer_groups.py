@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 
-from liftbridge_provider.client import ConsumerError, InvalidArgumentError, LiftbridgeClient, Message, PublishMessage
+from liftbridge_provider.client import (
+    ConsumerError,
+    InvalidArgumentError,
+    LiftbridgeClient,
+    LiftbridgeTimeoutError,
+    Message,
+    PublishMessage,
+)
 from liftbridge_provider.client.groups import group_cursor
 from liftbridge_provider.devserver import DevServer, start_single
 from tests.chaos.batch import StateStore
@@ -170,6 +177,23 @@ def itertools_take(messages: Iterator[Message], count: int) -> list[Message]:
         if len(taken) == count:
             break
     return taken
+
+
+def test_idle_timeout_ends_a_quiet_read_by_its_deadline(client: LiftbridgeClient) -> None:
+    """Defect guarded: messages(idle_timeout=N) never ended for N above 0.2 s (the idle time was measured
+    per 0.2 s poll, so it restarted at every poll). It must end about N seconds after the last message."""
+    stream = new_stream(client, partitions=1)
+    publish(client, stream, 2, partitions=1)
+    with client.consumer(f"g-{uuid.uuid4().hex[:6]}", auto_offset="earliest") as consumer:
+        consumer.subscribe([stream])
+        started = time.monotonic()
+        messages = consumer.messages(idle_timeout=1.5, timeout=30)
+        got = [next(messages).offset, next(messages).offset]
+        with pytest.raises(LiftbridgeTimeoutError, match=r"no message for 1.5s"):
+            next(messages)
+        took = time.monotonic() - started
+    assert got == [0, 1]
+    assert took < 15, f"idle_timeout=1.5 ended only after {took:.1f}s (the 30 s timeout)"
 
 
 def test_bad_consumer_settings_are_refused(client: LiftbridgeClient) -> None:

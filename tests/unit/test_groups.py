@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 
-from liftbridge_provider.client.groups import AfterFailure, Membership, group_cursor
+from liftbridge_provider.client.errors import LiftbridgeTimeoutError
+from liftbridge_provider.client.groups import (
+    POLL_SECONDS,
+    AfterFailure,
+    ConsumerError,
+    Membership,
+    Progress,
+    ReadBudget,
+    group_cursor,
+    start_of,
+)
+from liftbridge_provider.client.messages import StartPosition
 
 
 def joined(fetch_interval: float | None = None) -> Membership:
@@ -57,3 +69,39 @@ def test_failed_fetches_relearn_report_once_rejoin_or_retry() -> None:
     assert member.on_group_metadata("b2", 8) is True
     assert (member.coordinator, member.epoch) == ("b2", 8)
     assert member.on_group_metadata("b2", 8) is False
+
+
+def test_a_partition_starts_after_the_committed_offset_else_from_auto_offset() -> None:
+    assert start_of(41, "none", "g", ("orders", 0)) == StartPosition.at_offset(42)
+    assert start_of(-1, "earliest", "g", ("orders", 0)) == StartPosition.earliest()
+    assert start_of(-1, "latest", "g", ("orders", 0)) == StartPosition.new_only()
+    with pytest.raises(ConsumerError, match=r"no committed position on orders/3 and auto_offset='none'"):
+        start_of(-1, "none", "g", ("orders", 3))
+
+
+def test_progress_checkpoints_only_what_moved_past_the_stored_offset() -> None:
+    progress = Progress()
+    progress.resumed(("orders", 0), 9)
+    progress.resumed(("orders", 1), -1)
+    progress.mark(("orders", 0), 9)
+    progress.mark(("orders", 1), 4)
+    progress.mark(("orders", 1), 2)  # an older offset never moves it back
+    assert progress.due() == {("orders", 1): 4}
+    progress.stored(("orders", 1), 4)
+    assert progress.due() == {}
+
+
+def test_a_read_budget_counts_idle_time_from_the_last_message_not_from_each_poll() -> None:
+    budget = ReadBudget(timeout=None, idle_timeout=1.5, started=100.0)
+    assert budget.wait(100.0) == POLL_SECONDS
+    for now in (100.2, 100.4, 101.0, 101.4):  # polls come and go: the idle time keeps adding up
+        budget.check(now)
+    assert budget.wait(101.4) == pytest.approx(0.1)
+    with pytest.raises(LiftbridgeTimeoutError, match=r"no message for 1.5s"):
+        budget.check(101.5)
+    budget.delivered(101.6)
+    budget.check(102.0)
+    overall = ReadBudget(timeout=2.0, idle_timeout=None, started=0.0)
+    assert overall.wait(1.9) == pytest.approx(0.1)
+    with pytest.raises(LiftbridgeTimeoutError, match=r"timed out after 2s"):
+        overall.check(2.0)
