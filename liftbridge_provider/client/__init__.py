@@ -11,6 +11,7 @@ with LiftbridgeClient("127.0.0.1:9292") as client:
 
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.aio import AsyncLiftbridgeClient
+from liftbridge_provider.client.aio_consumer import AsyncConsumer
 from liftbridge_provider.client.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.client.consumer import Consumer, ConsumerError
 from liftbridge_provider.client.errors import (
@@ -50,6 +51,7 @@ __all__ = [
     "AckPolicy",
     "AckTimeoutError",
     "ActivityEvent",
+    "AsyncConsumer",
     "AsyncLiftbridgeClient",
     "BatchPublishError",
     "BatchResult",

@@ -28,8 +28,10 @@ from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client import plans
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
+from liftbridge_provider.client.aio_consumer import AsyncConsumer
 from liftbridge_provider.client.connections import aio_connect
-from liftbridge_provider.client.errors import ClientClosedError, LiftbridgeError
+from liftbridge_provider.client.errors import ClientClosedError, LiftbridgeError, UnavailableError
+from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import EMPTY, Metadata, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig, check_timeout
@@ -142,10 +144,24 @@ class AsyncLiftbridgeClient:
         request = build.subscribe_request(
             stream, partition, start or StartPosition.new_only(), stop, read_isr_replica=replica, resume=resume
         )
+        stop_offset = stop.offset if stop is not None and stop.kind == api.STOP_OFFSET else None
+        async for message in self._subscription(request, stop_offset, timeout, idle_timeout, resubscribe_wait):
+            yield message
+
+    async def _subscription(
+        self,
+        request: api.SubscribeRequest,
+        stop_offset: int | None = None,
+        timeout: float | None = None,
+        idle_timeout: float | None = None,
+        resubscribe_wait: float | None = None,
+    ) -> AsyncGenerator[Message, None]:
+        """Carry out a built Subscribe request as the subscription state machine directs."""
+        stream, partition = request.stream, request.partition
         state = SubscriptionState(
             self.config,
             request,
-            stop_offset=stop.offset if stop is not None and stop.kind == api.STOP_OFFSET else None,
+            stop_offset=stop_offset,
             timeout=timeout,
             idle_timeout=idle_timeout,
             resubscribe_wait=resubscribe_wait if resubscribe_wait is not None else self.config.resubscribe_wait,
@@ -182,6 +198,42 @@ class AsyncLiftbridgeClient:
             ACTIVITY_STREAM, 0, start=start or StartPosition.earliest(), timeout=timeout
         ):
             yield decode_activity(message)
+
+    def consumer(
+        self,
+        group_id: str,
+        consumer_id: str | None = None,
+        *,
+        auto_checkpoint: float | None = 5.0,
+        auto_offset: AutoOffset = "latest",
+        fetch_assignments_interval: float | None = None,
+    ) -> AsyncConsumer:
+        """A member of consumer group ``group_id``, as :meth:`LiftbridgeClient.consumer`; ``await
+        subscribe(streams)``, then ``async for`` over ``messages()``."""
+        return AsyncConsumer(
+            self,
+            group_id,
+            consumer_id,
+            auto_checkpoint=auto_checkpoint,
+            auto_offset=auto_offset,
+            fetch_assignments_interval=fetch_assignments_interval,
+        )
+
+    async def _group_call(
+        self, method: str, request: Any, *, broker: str | None = None, timeout: float | None = None
+    ) -> Any:
+        """A consumer group RPC (or FetchMetadata for a group): on any broker, or on ``broker``."""
+        deadline = self._deadline(timeout)
+        addresses = None
+        if broker is not None:
+            if broker not in self._snapshot.brokers:
+                await self._refresh((), deadline.remaining())
+            known = self._snapshot.brokers.get(broker)
+            if known is None:
+                raise UnavailableError(f"broker {broker!r} is not in the cluster's metadata")
+            addresses = [known.address]
+        rpc: plans.Rpc = lambda stub, t: getattr(stub, method)(request, timeout=t)  # noqa: E731
+        return await self._run(plans.any_broker(self.config, self._snapshot, rpc, deadline, addresses=addresses))
 
     async def _open_and_read(self, state: SubscriptionState) -> AsyncIterator[api.Message]:
         """One Subscribe call as the state asks, without its empty confirmation message."""

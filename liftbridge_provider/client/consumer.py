@@ -21,10 +21,11 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from liftbridge_provider.client import group_requests as ask
 from liftbridge_provider.client.errors import LiftbridgeError
+from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.groups import (
     AfterFailure,
     ConsumerError,
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-AutoOffset = Literal["earliest", "latest", "none"]
 __all__ = ["AutoOffset", "Consumer", "ConsumerError"]
 
 

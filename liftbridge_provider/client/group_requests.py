@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import requests as build
@@ -11,6 +12,7 @@ from liftbridge_provider.client.groups import Membership, Partition
 from liftbridge_provider.client.messages import StartPosition
 from liftbridge_provider.client.options import check_seconds
 
+AutoOffset = Literal["earliest", "latest", "none"]
 AUTO_OFFSETS = ("earliest", "latest", "none")
 
 

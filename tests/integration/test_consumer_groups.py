@@ -5,6 +5,7 @@ One node with a 3 s consumer timeout, so that a member that stops heartbeating i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -16,6 +17,8 @@ from typing import Any
 import pytest
 
 from liftbridge_provider.client import (
+    AsyncConsumer,
+    AsyncLiftbridgeClient,
     ConsumerError,
     InvalidArgumentError,
     LiftbridgeClient,
@@ -240,3 +243,52 @@ def test_consume_tasks_in_one_group_share_the_partitions_and_each_message_is_han
     assert taken[0] | taken[1] == {0, 1, 2, 3}
     assert sorted(handled) == [(p, o) for p in range(4) for o in range(50)], "each message once"
     assert [client.fetch_cursor(group_cursor(group), stream, p) for p in range(4)] == [49] * 4
+
+
+def test_asyncio_members_share_partitions_with_a_sync_member_and_resume_from_the_checkpoint(
+    server: DevServer, client: LiftbridgeClient
+) -> None:
+    """Issue 16 (consumer groups in the asyncio client): two AsyncConsumer members and one sync member of
+    one group split a six-partition stream 2 + 2 + 2 with none doubled; the async members close (checkpoint
+    and leave), the sync member takes their partitions and goes on from their checkpoints."""
+    stream, group = new_stream(client, partitions=6), f"g-{uuid.uuid4().hex[:6]}"
+    sync_member = Member(client, group, stream, auto_offset="earliest", auto_checkpoint=0.5)
+
+    async def scenario() -> tuple[list[set[int]], list[tuple[int, int]]]:
+        """The split (async, async, sync) and what the async members read."""
+        async with AsyncLiftbridgeClient(server.brokers) as aio:
+            members = [aio.consumer(group, auto_offset="earliest", fetch_assignments_interval=0.5) for _ in range(2)]
+            for member in members:
+                await member.subscribe([stream])
+            every = [member.assignments for member in members]
+            ends = time.monotonic() + 30
+            while not (all(len(a) == 2 for a in every) and len(sync_member.partitions()) == 2):
+                assert time.monotonic() < ends, f"no 2 + 2 + 2 split: {every} {sync_member.partitions()}"
+                await asyncio.sleep(0.1)
+                every = [member.assignments for member in members]
+            sync_partitions = sync_member.partitions()
+            await asyncio.to_thread(publish, client, stream, 600, 6)
+            seen: list[tuple[int, int]] = []
+
+            async def read(member: AsyncConsumer, count: int) -> None:
+                async for message in member.messages(timeout=30):
+                    seen.append((message.partition, message.offset))
+                    if len([s for s in seen if (stream, s[0]) in member.assignments]) == count:
+                        return
+
+            await asyncio.gather(*(read(member, 200) for member in members))
+            for member in members:
+                await member.close()
+            return [*({p for _, p in a} for a in every), sync_partitions], seen
+
+    held, async_seen = asyncio.run(scenario())
+    assert set().union(*held) == set(range(6)), held
+    assert sum(len(h) for h in held) == 6, f"a partition held twice: {held}"
+    wait_until(lambda: sync_member.partitions() == set(range(6)), 30, "the sync member to take all partitions")
+    publish(client, stream, 60, partitions=6, first=600)
+    wait_until(lambda: len(set(sync_member.seen) | set(async_seen)) == 660, 30, "all 660 messages")
+    sync_member.close()
+    assert sync_member.error is None, sync_member.error
+    seen = Counter(sync_member.seen + async_seen)
+    assert sorted(seen) == [(p, o) for p in range(6) for o in range(110)], "nothing lost"
+    assert max(seen.values()) == 1, "closed async members checkpointed everything they handed over"
