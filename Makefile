@@ -37,7 +37,7 @@ tools:
 	@tools/install-servers.sh
 
 # The go-liftbridge reference program of `make bench` (tools/golbbench, pinned in its go.mod), built into
-# .tools/bin. Not part of setup: the tests do not need it.
+# .tools/bin. Not part of setup: the consumer group interop tests build it themselves when they run.
 golbbench:
 	@tools/install-golbbench.sh
 

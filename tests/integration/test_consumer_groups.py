@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +31,7 @@ from liftbridge_provider.client import (
 )
 from liftbridge_provider.client.groups import group_cursor
 from liftbridge_provider.devserver import DevServer, start_single
+from liftbridge_provider.devserver.binaries import find_binary
 from tests.chaos.batch import StateStore
 
 
@@ -292,3 +296,111 @@ def test_asyncio_members_share_partitions_with_a_sync_member_and_resume_from_the
     seen = Counter(sync_member.seen + async_seen)
     assert sorted(seen) == [(p, o) for p in range(6) for o in range(110)], "nothing lost"
     assert max(seen.values()) == 1, "closed async members checkpointed everything they handed over"
+
+
+@pytest.fixture(scope="module")
+def golbbench() -> Path:
+    """go-liftbridge's consumer group member (tools/golbbench group), built with Go if missing."""
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([str(root / "tools" / "install-golbbench.sh")], check=True, timeout=600)
+    return find_binary("golbbench", "GOLBBENCH_BIN")
+
+
+class GoMember:
+    """A go-liftbridge consumer group member in its own process, its handled (partition, offset) read
+    from its output."""
+
+    def __init__(self, binary: Path, server: DevServer, group: str, stream: str, checkpoint: str) -> None:
+        argv = [str(binary), "group", "--brokers", server.brokers[0], "--stream", stream, "--group", group,
+                "--checkpoint", checkpoint, "--fetch-interval", "500ms", "--timeout", "5m"]  # fmt: skip
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.seen: list[tuple[int, int]] = []
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        wait_until(lambda: "subscribed" in self.lines, 30, "the Go member to join")
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.strip())
+            if line.startswith("message "):
+                _, partition, offset = line.split()
+                self.seen.append((int(partition), int(offset)))
+
+    def stop(self, sig: signal.Signals) -> int:
+        self.process.send_signal(sig)
+        code = self.process.wait(30)
+        self.reader.join(10)
+        return code
+
+    def kill_on_exit(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+
+def test_a_go_liftbridge_member_and_a_python_member_share_a_group(
+    server: DevServer, client: LiftbridgeClient, golbbench: Path
+) -> None:
+    """Issue 16 (interop): go-liftbridge v2.4.0 and this client in one group split the partitions (2 + 2,
+    none read twice); the Go member checkpoints and leaves, and the Python member goes on from its
+    checkpoints with nothing lost or repeated."""
+    stream, group = new_stream(client), f"g-{uuid.uuid4().hex[:6]}"
+    python = Member(client, group, stream, auto_offset="earliest", auto_checkpoint=0.5)
+    go = GoMember(golbbench, server, group, stream, checkpoint="1s")
+    try:
+        wait_until(lambda: len(python.partitions()) == 2, 30, "the Python member to hold 2 of 4 partitions")
+        publish(client, stream, 400)
+        wait_until(lambda: len(set(python.seen) | set(go.seen)) == 400, 30, "all 400 messages")
+        assert {p for p, _ in python.seen}.isdisjoint({p for p, _ in go.seen}), "a partition read by both"
+        assert {p for p, _ in go.seen} == {0, 1, 2, 3} - python.partitions()
+        assert go.stop(signal.SIGTERM) == 0, go.lines[-3:]  # checkpoints, then leaves
+        wait_until(lambda: python.partitions() == {0, 1, 2, 3}, 30, "the Python member to take all 4")
+        publish(client, stream, 40, first=400)
+        wait_until(lambda: len(set(python.seen) | set(go.seen)) == 440, 30, "the last 40")
+    finally:
+        go.kill_on_exit()
+        python.close()
+    assert python.error is None, python.error
+    seen = Counter(python.seen + go.seen)
+    assert sorted(seen) == [(p, o) for p in range(4) for o in range(110)], "nothing lost"
+    assert max(seen.values()) == 1, "the Python member resumed from the Go member's checkpoints"
+
+
+def test_a_killed_member_hands_over_from_its_last_checkpoint_and_only_the_rest_repeats(
+    server: DevServer, client: LiftbridgeClient, golbbench: Path
+) -> None:
+    """Issue 16: a member killed with SIGKILL (a go-liftbridge process: no checkpoint, no leave) loses its
+    partitions once the group's consumer timeout (3 s here) passes; the Python member reads them on
+    from the group's committed offsets. Nothing is lost, and exactly the messages the dead member
+    handled after its last checkpoint are read again."""
+    stream, group = new_stream(client), f"g-{uuid.uuid4().hex[:6]}"
+    python = Member(client, group, stream, auto_offset="earliest", auto_checkpoint=0.5)
+    go = GoMember(golbbench, server, group, stream, checkpoint="0")  # checkpoints only when told
+    try:
+        wait_until(lambda: len(python.partitions()) == 2, 30, "the Python member to hold 2 of 4 partitions")
+        gone = sorted({0, 1, 2, 3} - python.partitions())
+        publish(client, stream, 200)
+        wait_until(lambda: len(set(python.seen) | set(go.seen)) == 200, 30, "the first 200")
+        go.process.send_signal(signal.SIGUSR1)  # checkpoint what it handled so far
+        wait_until(lambda: "checkpointed" in go.lines, 20, "the Go member's checkpoint")
+        publish(client, stream, 200, first=200)
+        wait_until(lambda: len(set(python.seen) | set(go.seen)) == 400, 30, "the next 200")
+        killed_at = time.monotonic()
+        assert go.stop(signal.SIGKILL) == -signal.SIGKILL
+        committed = {p: client.fetch_cursor(group_cursor(group), stream, p) for p in gone}
+        wait_until(lambda: python.partitions() == {0, 1, 2, 3}, 30, "the dead member's partitions")
+        took = time.monotonic() - killed_at
+        wait_until(lambda: Counter(python.seen)[(gone[0], 99)] == 1, 30, "the dead member's partitions read")
+    finally:
+        go.kill_on_exit()
+        python.close()
+    assert python.error is None, python.error
+    seen = Counter(python.seen + go.seen)
+    assert sorted(seen) == [(p, o) for p in range(4) for o in range(100)], "nothing lost"
+    repeated = sorted(key for key, count in seen.items() if count > 1)
+    expected = sorted((p, o) for p, o in go.seen if o > committed[p])
+    assert repeated == expected, f"repeats beyond the last checkpoint {committed}"
+    assert len(expected) == 100, "the Go member died with its half of the second 200 not checkpointed"
+    assert took < 3 + 2 * 0.5 + 5, f"the partitions moved {took:.1f}s after the kill (consumer timeout 3 s)"

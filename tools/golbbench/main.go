@@ -1,9 +1,11 @@
-// Command golbbench measures go-liftbridge, the reference Go client, against a running Liftbridge
-// server; bench/bench_client.py and bench/bench_spark.py run it next to the Python client.
+// Command golbbench runs go-liftbridge, the reference Go client, against a running Liftbridge server:
+// bench/bench_client.py and bench/bench_spark.py measure it next to the Python client, and the consumer
+// group interop tests run its group subcommand as a member next to Python members.
 //
 //	golbbench publish-async --brokers host:port --stream S --messages N --size B --window W
 //	golbbench publish-sync  --brokers host:port --stream S --messages N --size B
 //	golbbench subscribe     --brokers host:port --stream S --partition P --count N
+//	golbbench group         --brokers host:port --stream S --group G [--checkpoint D] (see group.go)
 //
 // Every subcommand prints one JSON line on stdout (see report.go) and exits 1 when a result is
 // wrong (a failed or missing ack, a missing or out-of-order message) or the time limit passed.
@@ -19,10 +21,11 @@ var commands = map[string]func(args []string) (*Result, error){
 	"publish-async": publishAsync,
 	"publish-sync":  publishSync,
 	"subscribe":     subscribe,
+	"group":         group,
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: golbbench publish-async|publish-sync|subscribe [flags] (golbbench <command> -h lists them)")
+	fmt.Fprintln(os.Stderr, "usage: golbbench publish-async|publish-sync|subscribe|group [flags] (golbbench <command> -h lists them)")
 }
 
 func main() {
