@@ -195,7 +195,10 @@ class AsyncConsumer:
         assert membership is not None
         while not self._closed.is_set():
             try:
-                await self._fetch_assignments(membership)
+                if membership.joined:
+                    await self._fetch_assignments(membership)
+                else:
+                    await self._rejoin(membership)
             except LiftbridgeError as exc:
                 await self._after_failure(membership, exc)
             except Exception:  # keep following: a bug here must not silently stop the member's heartbeat
@@ -223,7 +226,24 @@ class AsyncConsumer:
         for partition in sorted(rebalance.start):
             self._start_reader(partition, rebalance.epoch)
 
+    async def _rejoin(self, membership: Membership) -> None:
+        """Join again; when the group holds this member already, learn its coordinator and epoch instead."""
+        try:
+            await self._join()
+        except LiftbridgeError as exc:
+            if membership.on_join_failed(exc.code, exc.message) is not AfterFailure.RELEARN:
+                raise
+            log.info("consumer %s: %s; learning the group's coordinator", self.consumer_id, exc)
+            await self._relearn(membership)
+
+    async def _relearn(self, membership: Membership) -> None:
+        answer = await self._client._group_call("FetchMetadata", ask.group_metadata(membership))
+        ask.learn_group(membership, answer)
+
     async def _after_failure(self, membership: Membership, exc: LiftbridgeError) -> None:
+        if not membership.joined:
+            log.info("consumer %s: joining group %s failed (tried again): %s", self.consumer_id, self.group_id, exc)
+            return
         decision = membership.on_fetch_failed(exc.code, exc.message, time.monotonic())
         log.info("consumer %s: assignment fetch failed (%s): %s", self.consumer_id, exc, decision.value)
         try:
@@ -231,10 +251,9 @@ class AsyncConsumer:
                 await self._stop_readers(self.assignments)
                 await self._checkpoint_logged()
                 membership.left()
-                await self._join()
+                await self._rejoin(membership)
             elif decision is AfterFailure.RELEARN:
-                answer = await self._client._group_call("FetchMetadata", ask.group_metadata(membership))
-                ask.learn_group(membership, answer)
+                await self._relearn(membership)
             elif decision is AfterFailure.REPORT:
                 await self._client._group_call("ReportConsumerGroupCoordinator", ask.report_coordinator(membership))
                 log.warning("consumer %s reported coordinator %s of group %s as unresponsive",

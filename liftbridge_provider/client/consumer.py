@@ -212,7 +212,10 @@ class Consumer:
         assert membership is not None
         while not self._closed.is_set():
             try:
-                self._fetch_assignments(membership)
+                if membership.joined:
+                    self._fetch_assignments(membership)
+                else:
+                    self._rejoin(membership)
             except LiftbridgeError as exc:
                 self._after_failure(membership, exc)
             except Exception:  # keep following: a bug here must not silently stop the member's heartbeat
@@ -238,7 +241,20 @@ class Consumer:
         for partition in sorted(rebalance.start):
             self._start_reader(partition, rebalance.epoch)
 
+    def _rejoin(self, membership: Membership) -> None:
+        """Join again; when the group holds this member already, learn its coordinator and epoch instead."""
+        try:
+            self._join()
+        except LiftbridgeError as exc:
+            if membership.on_join_failed(exc.code, exc.message) is not AfterFailure.RELEARN:
+                raise
+            log.info("consumer %s: %s; learning the group's coordinator", self.consumer_id, exc)
+            self._relearn(membership)
+
     def _after_failure(self, membership: Membership, exc: LiftbridgeError) -> None:
+        if not membership.joined:
+            log.info("consumer %s: joining group %s failed (tried again): %s", self.consumer_id, self.group_id, exc)
+            return
         decision = membership.on_fetch_failed(exc.code, exc.message, time.monotonic())
         log.info("consumer %s: assignment fetch failed (%s): %s", self.consumer_id, exc, decision.value)
         try:
@@ -246,7 +262,7 @@ class Consumer:
                 self._stop_readers(self.assignments)
                 self._checkpoint_logged()
                 membership.left()
-                self._join()
+                self._rejoin(membership)
             elif decision is AfterFailure.RELEARN:
                 self._relearn(membership)
             elif decision is AfterFailure.REPORT:

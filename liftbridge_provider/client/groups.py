@@ -16,7 +16,12 @@ what to do next:
   was not the coordinator, or the epoch moved), report the coordinator as
   unresponsive once it has not answered for the coordinator timeout (the
   server elects another when most members do), join again when the group
-  forgot this member (it timed out, or the group is gone), or just try again.
+  forgot this member (it timed out, or the group is gone), or just try again;
+- a failed join (after the group seemed to forget the member): when the server
+  answers that the member belongs to the group already (a node answered a fetch
+  before it had applied the new group: NOT_FOUND, common right after joining a
+  cluster), learn the group's coordinator and epoch and go on as a member;
+  otherwise stay out and join again at the next round.
 
 Positions are kept in cursors named ``__group:<group id>`` (as go-liftbridge).
 """
@@ -131,10 +136,19 @@ class Membership:
             return AfterFailure.RELEARN
         return AfterFailure.RETRY
 
+    def on_join_failed(self, code: grpc.StatusCode | None, details: str) -> AfterFailure:
+        """Decide after a failed (re)join: RELEARN when the group holds this member already, else RETRY
+        (the member stays out; the next round joins again)."""
+        if code == grpc.StatusCode.FAILED_PRECONDITION and "already a member" in details.lower():
+            return AfterFailure.RELEARN
+        return AfterFailure.RETRY
+
     def on_group_metadata(self, coordinator: str, epoch: int) -> bool:
-        """The metadata's view of the group; True when it differs from this member's (then fetch again)."""
-        changed = (coordinator, epoch) != (self.coordinator, self.epoch)
-        self.coordinator, self.epoch = coordinator, epoch
+        """The metadata's view of the group ("": no coordinator now); True when it differs from this
+        member's (then fetch again)."""
+        known = coordinator or None
+        changed = (known, epoch) != (self.coordinator, self.epoch)
+        self.coordinator, self.epoch = known, epoch
         return changed
 
     def left(self) -> frozenset[Partition]:

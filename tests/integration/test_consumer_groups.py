@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import (
     AsyncConsumer,
     AsyncLiftbridgeClient,
@@ -30,7 +31,7 @@ from liftbridge_provider.client import (
     PublishMessage,
 )
 from liftbridge_provider.client.groups import group_cursor
-from liftbridge_provider.devserver import DevServer, start_single
+from liftbridge_provider.devserver import DevServer, start_cluster, start_single
 from liftbridge_provider.devserver.binaries import find_binary
 from tests.chaos.batch import StateStore
 
@@ -243,8 +244,10 @@ def test_consume_tasks_in_one_group_share_the_partitions_and_each_message_is_han
         worker.join(120)
     assert sorted(outputs) == ["consume_0", "consume_1"], outputs
     taken = [{r["partition"] for r in outputs[t]["ranges"]} for t in sorted(outputs)]
-    assert taken[0].isdisjoint(taken[1])
+    # Usually a 2 + 2 split; but a task that finished first leaves the group, and the one still settling
+    # may then be given every partition: it resumes the finished task's from its commit (nothing twice).
     assert taken[0] | taken[1] == {0, 1, 2, 3}
+    assert all(taken), f"both tasks got partitions: {taken}"
     assert sorted(handled) == [(p, o) for p in range(4) for o in range(50)], "each message once"
     assert [client.fetch_cursor(group_cursor(group), stream, p) for p in range(4)] == [49] * 4
 
@@ -404,3 +407,83 @@ def test_a_killed_member_hands_over_from_its_last_checkpoint_and_only_the_rest_r
     assert repeated == expected, f"repeats beyond the last checkpoint {committed}"
     assert len(expected) == 100, "the Go member died with its half of the second 200 not checkpointed"
     assert took < 3 + 2 * 0.5 + 5, f"the partitions moved {took:.1f}s after the kill (consumer timeout 3 s)"
+
+
+def group_coordinator(client: LiftbridgeClient, group: str) -> str:
+    """The group's coordinator as the metadata tells it ("" while it has none)."""
+    response = client._unary("FetchMetadata", api.FetchMetadataRequest(groups=[group]), timeout=10, stream=None)
+    return next((g.coordinator for g in response.groupMetadata if g.groupId == group), "")
+
+
+def test_members_report_a_killed_coordinator_and_go_on_under_the_new_one() -> None:
+    """Issue 16 (an unresponsive coordinator, as go-liftbridge reports it): the group's coordinator node is
+    SIGKILLed; its members find it silent for the coordinator timeout (3 s), report it, the metadata
+    leader names another, and the members go on: everything published before and after is read, and
+    nothing checkpointed before the kill is read again."""
+    settings = {"groups.consumer.timeout": "3s", "groups.coordinator.timeout": "3s"}
+    with start_cluster(extra_config=settings) as cluster, LiftbridgeClient(cluster.brokers) as client:
+        stream, group = f"cg-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:6]}"
+        client.create_stream(stream, stream, partitions=4, replication_factor=3)
+        members = [Member(client, group, stream, auto_offset="earliest", auto_checkpoint=0.5) for _ in range(2)]
+        try:
+            wait_until(lambda: all(len(m.partitions()) == 2 for m in members), 30, "a 2 + 2 split")
+            publish(client, stream, 200)
+            wait_until(lambda: len(covered(*members)) == 200, 30, "the first 200")
+            time.sleep(1.5)  # checkpointed (every 0.5 s)
+            coordinator = group_coordinator(client, group)
+            cluster.kill(coordinator)
+            killed_at = time.monotonic()
+            wait_until(lambda: group_coordinator(client, group) not in ("", coordinator), 60, "a new coordinator")
+            took = time.monotonic() - killed_at
+            publish(client, stream, 200, first=200)
+            wait_until(lambda: len(covered(*members)) == 400, 60, "the next 200")
+            # Defect guarded: a member whose assignment fetch came before the coordinator knew the new group
+            # (NOT_FOUND right after joining a cluster) rejoined, was told it was a member already, and then
+            # stayed out of the group for good (no coordinator: every later fetch failed an assertion).
+            wait_until(lambda: all(len(m.partitions()) == 2 for m in members), 30, "both members back at 2 each")
+        finally:
+            for member in members:
+                member.close()
+    for member in members:
+        assert member.error is None, member.error
+    seen = Counter(members[0].seen + members[1].seen)
+    assert sorted(seen) == [(p, o) for p in range(4) for o in range(100)], "nothing lost"
+    repeated = sorted(key for key, count in seen.items() if count > 1)
+    assert all(offset >= 50 for _, offset in repeated), f"checkpointed offsets read again: {repeated}"
+    assert took < 3 + 10, f"a new coordinator only {took:.1f}s after the kill (coordinator timeout 3 s)"
+
+
+def test_members_that_join_on_a_cluster_get_their_partitions() -> None:
+    """Defect guarded (issue 16): on a cluster, a member's first assignment fetch often reaches its
+    coordinator before that node applied the new group (measured: 36 of 60 joins on three nodes got
+    NOT_FOUND "consumer group does not exist"). The member then rejoined, the server answered "already
+    a member", and the member stayed out of its group for good (no coordinator; every later fetch failed).
+    Twelve single-member groups, six sync and six asyncio: every member must hold its two partitions."""
+    with start_cluster() as cluster, LiftbridgeClient(cluster.brokers) as client:
+        stream = f"cg-{uuid.uuid4().hex[:8]}"
+        client.create_stream(stream, stream, partitions=2, replication_factor=3)
+        consumers = [client.consumer(f"g{n}-{uuid.uuid4().hex[:6]}", fetch_assignments_interval=0.5) for n in range(6)]
+        try:
+            for consumer in consumers:
+                consumer.subscribe([stream])
+            wait_until(lambda: all(len(c.assignments) == 2 for c in consumers), 20, "every member to hold 2 partitions")
+        finally:
+            for consumer in consumers:
+                consumer.close()
+
+        async def asyncio_members() -> list[int]:
+            async with AsyncLiftbridgeClient(cluster.brokers) as aio:
+                members = [
+                    aio.consumer(f"a{n}-{uuid.uuid4().hex[:6]}", fetch_assignments_interval=0.5) for n in range(6)
+                ]
+                for member in members:
+                    await member.subscribe([stream])
+                ends = time.monotonic() + 20
+                while time.monotonic() < ends and not all(len(m.assignments) == 2 for m in members):
+                    await asyncio.sleep(0.1)
+                held = [len(m.assignments) for m in members]
+                for member in members:
+                    await member.close()
+                return held
+
+        assert asyncio.run(asyncio_members()) == [2] * 6, "every asyncio member to hold 2 partitions"

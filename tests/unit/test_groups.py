@@ -71,6 +71,25 @@ def test_failed_fetches_relearn_report_once_rejoin_or_retry() -> None:
     assert member.on_group_metadata("b2", 8) is False
 
 
+def test_a_rejoin_told_already_a_member_learns_the_group_instead_and_other_failures_retry() -> None:
+    """Issue 16 defect: a NOT_FOUND fetch from a node that had not applied the new group, then "already a
+    member" on the rejoin, left the member out of its group for good."""
+    member = joined()
+    assert (
+        member.on_fetch_failed(grpc.StatusCode.NOT_FOUND, "consumer group does not exist", 101.0) is AfterFailure.REJOIN
+    )
+    member.left()
+    assert (member.joined, member.coordinator) == (False, None)
+    already = "consumer is already a member of the consumer group"
+    assert member.on_join_failed(grpc.StatusCode.FAILED_PRECONDITION, already) is AfterFailure.RELEARN
+    assert member.on_join_failed(grpc.StatusCode.UNAVAILABLE, "down") is AfterFailure.RETRY
+    assert member.on_join_failed(grpc.StatusCode.NOT_FOUND, "stream does not exist") is AfterFailure.RETRY
+    assert member.on_group_metadata("b3", 9) is True
+    assert (member.joined, member.coordinator, member.epoch) == (True, "b3", 9)
+    assert member.on_group_metadata("", 10) is True
+    assert (member.joined, member.coordinator) == (False, None), "no coordinator named: join again"
+
+
 def test_a_partition_starts_after_the_committed_offset_else_from_auto_offset() -> None:
     assert start_of(41, "none", "g", ("orders", 0)) == StartPosition.at_offset(42)
     assert start_of(-1, "earliest", "g", ("orders", 0)) == StartPosition.earliest()
