@@ -35,13 +35,15 @@ from liftbridge_provider.spark.lake_store import HadoopStore, _link_exclusive
 from tests.spark_session import local_spark
 
 ROOT = Path(__file__).resolve().parents[2]
-INGEST = ROOT / "spark_jobs" / "ingest.py"
+INGEST = ROOT / "spark_jobs" / "ingest.py"  # what spark-submit runs: it calls the job module's main
+JOB_MODULE = ROOT / "liftbridge_provider" / "spark" / "ingest.py"
 SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
 SPARK_ENV = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
 
 
 def load_ingest() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("liftbridge_ingest_job", INGEST)
+    """A fresh copy of the job module, so that a test can replace its crash_point without touching others'."""
+    spec = importlib.util.spec_from_file_location("liftbridge_ingest_job", JOB_MODULE)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
