@@ -27,6 +27,7 @@ from liftbridge_provider.client.errors import (
     AckTimeoutError,
     InvalidArgumentError,
     LiftbridgeError,
+    LiftbridgeTimeoutError,
     NoSuchPartitionError,
     NoSuchStreamError,
     PartitionPausedError,
@@ -276,7 +277,7 @@ def partition_metadata(
 
 
 SETTLE_WAIT = 5.0
-"""Seconds, at most, a call waits for a leader to commit what it holds (a resumed partition, a cursor read)."""
+"""Seconds, at most, a call waits for a leader to commit what it holds after resuming a partition."""
 SETTLE_POLL = 0.1  # seconds between high watermark checks while settling
 RESUME_RETRY = 0.25  # seconds before a failed resume is tried again while settling
 
@@ -345,17 +346,35 @@ def committed(
 
 def cursor_read(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, *, partition: int) -> Plan[Any]:
     """FetchCursor (``rpc``) on the leader of ``__cursors`` partition ``partition``, once its high watermark
-    covers what it holds.
+    covers what the leader held when first asked.
 
-    A new leader's high watermark lags for a moment after a failover. The
-    server reads a cursor only up to the high watermark and caches what it
-    found, -1 included, until the cursor is set again (v1.9.0), so a read in
-    that moment would make a committed cursor read -1 for good. Waiting at
-    most :data:`SETTLE_WAIT` s (within the deadline) keeps this client from
-    asking then; if no leader answers yet, the call itself retries and reports.
+    A new leader's high watermark lags after a failover until the dead leader
+    leaves the ISR (``clustering.replica.max.lag.time``). The server reads a
+    cursor only up to the high watermark and caches what it found, -1
+    included, until the cursor is set again (v1.9.0), so a read in that lag
+    would make a committed cursor read -1 for good. This waits for the lag to
+    end within the call's deadline and never reads before: when the deadline
+    comes first, LiftbridgeTimeoutError (try again later). If no leader answers
+    yet, the call itself retries and reports.
     """
-    wait = Deadline(min(deadline.remaining(), SETTLE_WAIT))
-    yield from committed(config, snapshot, wait, CURSORS_STREAM, partition)
+    try:
+        seen: PartitionInfo | None = yield from partition_metadata(
+            config, snapshot, deadline, CURSORS_STREAM, partition, settle=False
+        )
+    except LiftbridgeError:
+        seen = None
+    if seen is not None and seen.high_watermark < seen.newest_offset:
+        target = seen.newest_offset
+        seen = yield from committed(config, snapshot, deadline, CURSORS_STREAM, partition, target=target, seen=seen)
+        if seen is None or seen.high_watermark < target:
+            watermark = "unknown" if seen is None else seen.high_watermark
+            raise LiftbridgeTimeoutError(
+                f"cursor read on {CURSORS_STREAM}/{partition}: its leader's high watermark ({watermark}) did not "
+                f"reach offset {target} by the deadline (a leader failover); not read, as the server would answer "
+                "-1 for a committed cursor and keep that answer; try again",
+                stream=CURSORS_STREAM,
+                partition=partition,
+            )
     return (yield from leader_call(config, snapshot, rpc, deadline, stream=CURSORS_STREAM, partition=partition))
 
 
