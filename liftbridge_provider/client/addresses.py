@@ -35,6 +35,14 @@ def broker_addresses(config: ClientConfig, snapshot: Metadata) -> list[str]:
     return addresses
 
 
+def leader_first(addresses: list[str], leader: str | None) -> list[str]:
+    """``addresses`` with the partition leader's first (its broker stores the messages without a NATS hop
+    to another node, and a frozen follower is not picked before it); unchanged when no leader is known."""
+    if leader is None:
+        return addresses
+    return [leader, *(a for a in addresses if a != leader)]
+
+
 def replica_address(
     config: ClientConfig, snapshot: Metadata, stream: str, partition: int, any_isr_replica: bool
 ) -> str | None:

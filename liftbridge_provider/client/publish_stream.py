@@ -38,7 +38,7 @@ from liftbridge_provider.client.errors import AckTimeoutError, ClientClosedError
 from liftbridge_provider.client.plans import CONNECT_TRY, Connection, NotSent
 
 log = logging.getLogger(__name__)
-SUSPECT_FOR = 30.0  # seconds a broker whose ack timed out is tried last
+SUSPECT_FOR = 30.0  # seconds a broker whose ack timed out or whose stream broke is tried last
 
 
 class StreamClosed(Exception):
@@ -246,6 +246,8 @@ class PublishStreams:
             ) from None
         except LiftbridgeError as exc:
             exc.stream, exc.partition = request.stream, request.partition
+            if isinstance(exc, UnavailableError):  # its connection broke: the next publishes try others first
+                self._suspects[stream.address] = time.monotonic() + SUSPECT_FOR
             raise
 
 

@@ -26,6 +26,7 @@ import grpc.aio
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
+from liftbridge_provider.client.addresses import leader_first, replica_address
 from liftbridge_provider.client.errors import (
     EncryptionError,
     IncorrectOffsetError,
@@ -149,7 +150,7 @@ class BatchPublisher:
         self._space = asyncio.Event()
         attempt = 0  # consecutive broken streams without a single ack in between
         while not self._window.done:
-            addresses = self._router.broker_addresses()
+            addresses = self._broker_order()
             address = addresses[attempt % len(addresses)]
             acked_before = self._window.acked
             try:
@@ -163,6 +164,16 @@ class BatchPublisher:
                     break
                 await asyncio.sleep(self._bounded(backoff_delay(attempt)))
         return self._window.result()
+
+    def _broker_order(self) -> list[str]:
+        """Brokers to stream the batch to: the leader of the first message's partition first, then the rest
+        in the client's ``broker_selection`` order (a randomly picked frozen follower failed whole batches)."""
+        snapshot = self._router.metadata.snapshot
+        try:
+            leader = replica_address(self._router.config, snapshot, self._stream, self._requests[0].partition, False)
+        except LiftbridgeError:  # the snapshot does not know the partition yet
+            leader = None
+        return leader_first(self._router.broker_addresses(), leader)
 
     async def _stream_to(self, address: str) -> None:
         async with self._router.pool.aio_channel(address) as channel:

@@ -26,7 +26,7 @@ from liftbridge_provider.client import (
     addresses,
     plans,
 )
-from liftbridge_provider.client.addresses import broker_addresses
+from liftbridge_provider.client.addresses import broker_addresses, leader_first
 from liftbridge_provider.client.metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.reading import NoLeaderYet, Reopen, SubscriptionState, Verdict
@@ -448,3 +448,11 @@ def test_brokers_are_tried_in_the_order_the_selection_picks(monkeypatch: pytest.
     assert broker_addresses(latency, snapshot)[-1] == "a.example:9292", "the unmeasured ones first"
     with pytest.raises(InvalidArgumentError, match="broker_selection must be one of random, workload, latency"):
         ClientConfig(brokers=("a",), broker_selection="closest")
+
+
+def test_a_batch_goes_to_its_partition_leader_first() -> None:
+    """CI defect (2026-11-24): publish_batch streamed to a randomly ordered broker, so with a follower frozen
+    one batch in three went to it and every message timed out while the leader was fine."""
+    assert leader_first(["a:1", "b:2", "c:3"], "c:3") == ["c:3", "a:1", "b:2"]
+    assert leader_first(["a:1", "b:2"], None) == ["a:1", "b:2"]
+    assert leader_first(["a:1"], "z:9") == ["z:9", "a:1"], "a leader the seeds do not list is still tried first"
