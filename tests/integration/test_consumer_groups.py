@@ -229,20 +229,24 @@ def test_consume_tasks_in_one_group_share_the_partitions_and_each_message_is_han
     publish(client, stream, 200)
     handled: list[tuple[int, int]] = []
     outputs: dict[str, Any] = {}
+    errors: dict[str, BaseException] = {}
 
     def run(task_id: str) -> None:
         operator = LiftbridgeConsumeOperator(
             task_id=task_id, stream=stream, group_id=group, group_settle=3, liftbridge_conn_id="group_test",
             apply_function=lambda message: handled.append((message.partition, message.offset)),
         )  # fmt: skip
-        outputs[task_id] = operator.execute({"run_id": "r1", "task_state_store": StateStore()})
+        try:
+            outputs[task_id] = operator.execute({"run_id": "r1", "task_state_store": StateStore()})
+        except BaseException as exc:  # reported by the assertion below (a thread's error is otherwise lost)
+            errors[task_id] = exc
 
     workers = [threading.Thread(target=run, args=(f"consume_{n}",)) for n in range(2)]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join(120)
-    assert sorted(outputs) == ["consume_0", "consume_1"], outputs
+    assert sorted(outputs) == ["consume_0", "consume_1"], (outputs, errors)
     taken = [{r["partition"] for r in outputs[t]["ranges"]} for t in sorted(outputs)]
     # Usually a 2 + 2 split; but a task that finished first leaves the group, and the one still settling
     # may then be given every partition: it resumes the finished task's from its commit (nothing twice).
