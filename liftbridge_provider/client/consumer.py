@@ -27,6 +27,7 @@ from liftbridge_provider.client import group_requests as ask
 from liftbridge_provider.client.errors import LiftbridgeError
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.groups import (
+    JOIN_ATTEMPTS,
     AfterFailure,
     ConsumerError,
     Membership,
@@ -187,7 +188,15 @@ class Consumer:
     def _join(self) -> None:
         membership = self._membership
         assert membership is not None
-        response = self._client._group_call("JoinConsumerGroup", ask.join(membership))
+        for attempt in range(1, JOIN_ATTEMPTS + 1):
+            try:
+                response = self._client._group_call("JoinConsumerGroup", ask.join(membership))
+                break
+            except LiftbridgeError as exc:
+                crossed = membership.on_join_failed(exc.code, exc.message) is AfterFailure.REJOIN
+                if attempt == JOIN_ATTEMPTS or not crossed:
+                    raise
+                log.info("consumer %s: %s (another member created the group); joining again", self.consumer_id, exc)
         membership.on_joined(
             response.coordinator,
             response.epoch,

@@ -17,6 +17,9 @@ what to do next:
   unresponsive once it has not answered for the coordinator timeout (the
   server elects another when most members do), join again when the group
   forgot this member (it timed out, or the group is gone), or just try again;
+- a failed join that crossed another member's first join of a new group (the
+  server creates a group on its first join and refuses a second create): join
+  again at once, it now joins the existing group;
 - a failed join (after the group seemed to forget the member): when the server
   answers that the member belongs to the group already (a node answered a fetch
   before it had applied the new group: NOT_FOUND, common right after joining a
@@ -38,6 +41,8 @@ from liftbridge_provider.client.errors import LiftbridgeError, LiftbridgeTimeout
 from liftbridge_provider.client.messages import StartPosition
 
 GROUP_CURSOR_PREFIX = "__group:"
+JOIN_ATTEMPTS = 3
+"""Joins per call when each crosses another member's join that created the group (one more suffices)."""
 FETCH_SHARE = 0.4  # of the consumer timeout: the default time between assignment fetches
 
 
@@ -137,8 +142,12 @@ class Membership:
         return AfterFailure.RETRY
 
     def on_join_failed(self, code: grpc.StatusCode | None, details: str) -> AfterFailure:
-        """Decide after a failed (re)join: RELEARN when the group holds this member already, else RETRY
-        (the member stays out; the next round joins again)."""
+        """Decide after a failed (re)join: REJOIN at once when another member's join created the group
+        at the same moment (the server refuses the second create; a join of an existing group succeeds),
+        RELEARN when the group holds this member already, else RETRY (the member stays out; the next
+        round joins again)."""
+        if code == grpc.StatusCode.FAILED_PRECONDITION and "consumer group already exists" in details.lower():
+            return AfterFailure.REJOIN
         if code == grpc.StatusCode.FAILED_PRECONDITION and "already a member" in details.lower():
             return AfterFailure.RELEARN
         return AfterFailure.RETRY

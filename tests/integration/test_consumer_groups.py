@@ -216,6 +216,50 @@ def test_bad_consumer_settings_are_refused(client: LiftbridgeClient) -> None:
         consumer.subscribe([])
 
 
+def test_members_joining_a_new_group_at_the_same_moment_all_join(server: DevServer, client: LiftbridgeClient) -> None:
+    """Guards the defect CI found on 6b18e32 (the two-task operator test): the server creates a group on its
+    first join, and when two joins for a new group cross, the second create fails with FAILED_PRECONDITION
+    "consumer group already exists"; the client raised it, so a member that merely joined at the same time
+    as another could not join at all. Eight sync and eight asyncio members join new groups at once, five
+    rounds; every member must join and the group must hold every member."""
+    stream = new_stream(client)
+
+    def sync_round(group: str) -> list[BaseException]:
+        start, failures, consumers = threading.Barrier(8), [], []
+
+        def join() -> None:
+            consumer = client.consumer(group, fetch_assignments_interval=0.5)
+            consumers.append(consumer)
+            start.wait(10)
+            try:
+                consumer.subscribe([stream])
+            except BaseException as exc:  # collected and shown by the assertion
+                failures.append(exc)
+
+        threads = [threading.Thread(target=join) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        for consumer in consumers:
+            consumer.close()
+        return failures
+
+    async def async_round(group: str) -> list[BaseException]:
+        async with AsyncLiftbridgeClient(server.brokers) as aio:
+            members = [aio.consumer(group, fetch_assignments_interval=0.5) for _ in range(8)]
+            outcomes = await asyncio.gather(*(m.subscribe([stream]) for m in members), return_exceptions=True)
+            for member in members:
+                await member.close()
+        return [o for o in outcomes if isinstance(o, BaseException)]
+
+    for round_number in range(5):
+        failed = sync_round(f"race-{uuid.uuid4().hex[:6]}")
+        assert not failed, f"sync round {round_number}: {len(failed)} of 8 members could not join: {failed[:2]}"
+        failed = asyncio.run(async_round(f"race-{uuid.uuid4().hex[:6]}"))
+        assert not failed, f"asyncio round {round_number}: {len(failed)} of 8 members could not join: {failed[:2]}"
+
+
 def test_consume_tasks_in_one_group_share_the_partitions_and_each_message_is_handled_once(
     server: DevServer, client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

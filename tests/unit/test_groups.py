@@ -84,6 +84,8 @@ def test_a_rejoin_told_already_a_member_learns_the_group_instead_and_other_failu
     assert member.on_join_failed(grpc.StatusCode.FAILED_PRECONDITION, already) is AfterFailure.RELEARN
     assert member.on_join_failed(grpc.StatusCode.UNAVAILABLE, "down") is AfterFailure.RETRY
     assert member.on_join_failed(grpc.StatusCode.NOT_FOUND, "stream does not exist") is AfterFailure.RETRY
+    crossed = "consumer group already exists"  # another member's first join created the group meanwhile
+    assert member.on_join_failed(grpc.StatusCode.FAILED_PRECONDITION, crossed) is AfterFailure.REJOIN
     assert member.on_group_metadata("b3", 9) is True
     assert (member.joined, member.coordinator, member.epoch) == (True, "b3", 9)
     assert member.on_group_metadata("", 10) is True
