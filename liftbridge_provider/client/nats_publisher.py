@@ -145,6 +145,10 @@ class _ConnectionBroken(Exception):
         self.final = final
 
 
+class _DeadlineReached(Exception):
+    """A connect or flush, bounded by the batch deadline, was cut short by it."""
+
+
 class NatsBatchPublisher:
     """Sends one batch over NATS; not reusable.
 
@@ -190,17 +194,27 @@ class NatsBatchPublisher:
     async def _run(self) -> BatchResult:
         self._wakeup = asyncio.Event()
         attempt = 0
+        broken: _ConnectionBroken | None = None  # the last failure, while connections fail in a row
         while not self._window.done:
             acked_before = self._window.acked
             try:
                 await self._publish_over_one_connection()
-            except _ConnectionBroken as broken:
+            except _DeadlineReached:
+                # Cut short by the deadline: the deadline's doing, unless connecting had failed before it.
+                if broken is None:
+                    self._end_at_deadline()
+                else:
+                    self._window.fail_unsent(self._not_sent_error(broken))
+                break
+            except _ConnectionBroken as failure:
+                broken = failure
                 lost = self._window.lose_in_flight(self._errors.lost(broken.reason))
                 attempt = 0 if self._window.acked > acked_before else attempt + 1
                 log.warning("NATS connection broke (%s); %d awaiting an ack failed", broken.reason, lost)
                 if broken.final or attempt >= MAX_CONNECT_ATTEMPTS or self._deadline_passed():
                     self._window.fail_unsent(self._not_sent_error(broken))
                     break
+                broken = broken if attempt else None
                 await asyncio.sleep(self._bounded(backoff_delay(attempt)))
         return self._window.result()
 
@@ -227,7 +241,7 @@ class NatsBatchPublisher:
             now = time.monotonic()
             window.expire(now, self._errors.ack_timeout(self._ack_wait))
             if self._deadline_passed():
-                window.end_at_deadline(self._errors, self._deadline.timeout if self._deadline is not None else 0.0)
+                self._end_at_deadline()
                 return
             if self._lost is not None:
                 raise _ConnectionBroken(self._lost)
@@ -289,7 +303,11 @@ class NatsBatchPublisher:
         except nats.errors.Error as exc:
             final = _refused(exc)
             raise _ConnectionBroken(f"could not connect to NATS {list(config.servers)}: {exc!r}", final=final) from exc
-        except (OSError, TimeoutError) as exc:
+        except TimeoutError as exc:
+            if self._deadline_passed():
+                raise _DeadlineReached from exc
+            raise _ConnectionBroken(f"could not connect to NATS {list(config.servers)}: {exc!r}") from exc
+        except OSError as exc:
             raise _ConnectionBroken(f"could not connect to NATS {list(config.servers)}: {exc!r}") from exc
 
     async def _confirm(self, client: NatsClient) -> None:
@@ -297,6 +315,8 @@ class NatsBatchPublisher:
         try:
             await client.flush(timeout=max(int(self._bounded(FLUSH_TIMEOUT)), 1))
         except (nats.errors.Error, OSError, TimeoutError) as exc:
+            if isinstance(exc, (TimeoutError, nats.errors.TimeoutError)) and self._deadline_passed():
+                raise _DeadlineReached from exc
             raise _ConnectionBroken(f"NATS flush failed: {exc!r}") from exc
         except RuntimeError as exc:  # uvloop, as in _publish
             if client.is_connected:
@@ -356,6 +376,10 @@ class NatsBatchPublisher:
         return kind(f"not sent: {broken.reason}", stream=self._stream)
 
     # -- time ----------------------------------------------------------------------------
+
+    def _end_at_deadline(self) -> None:
+        """The batch deadline passed: what awaits an ack may be stored, the rest was not sent."""
+        self._window.end_at_deadline(self._errors, self._deadline.timeout if self._deadline is not None else 0.0)
 
     def _deadline_passed(self) -> bool:
         return self._deadline is not None and self._deadline.expired

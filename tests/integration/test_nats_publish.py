@@ -6,6 +6,7 @@ to two fresh streams, and compares what each stored and reported.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import uuid
@@ -205,6 +206,35 @@ def test_unreachable_nats_fails_every_message_unsent_by_the_deadline(liftbridge_
         ]
         assert "127.0.0.1:1" in str(result.failures[0].error)
         assert client.fetch_partition_metadata(name, 0).high_watermark == -1
+
+
+def test_batch_deadline_during_a_hung_nats_connect_fails_every_message_as_the_deadline(
+    liftbridge_server: DevServer,
+) -> None:
+    """Guards the defect CI found in test_batch_deadline_ends_the_batch_and_names_each_message (on 860747b):
+    when the NATS connect itself outlasted the batch deadline (a loaded machine, a frozen NATS server), the
+    batch failed every message with UnavailableError "could not connect ... TimeoutError()" although it was
+    the deadline that ended it. A listening socket that never answers stands for a NATS server frozen with
+    SIGSTOP (the kernel completes the TCP handshake; nothing else comes)."""
+    frozen = socket.socket()
+    frozen.bind(("127.0.0.1", 0))
+    frozen.listen(8)
+    address = f"127.0.0.1:{frozen.getsockname()[1]}"
+    nats = NatsConfig(servers=(address,), connect_timeout=10)
+    try:
+        with LiftbridgeClient(ClientConfig(brokers=tuple(liftbridge_server.brokers), nats=nats)) as client:
+            name = new_stream(client)
+            started = time.monotonic()
+            result = client.publish_batch(name, [b"a", b"b", b"c"], timeout=1.0, raise_on_error=False)
+            elapsed = time.monotonic() - started
+            assert client.fetch_partition_metadata(name, 0).high_watermark == -1
+    finally:
+        frozen.close()
+    assert elapsed < 3.0, f"a 1 s batch took {elapsed:.2f} s"
+    assert [(f.index, type(f.error), f.may_be_stored) for f in result.failures] == [
+        (n, AckTimeoutError, False) for n in range(3)
+    ]
+    assert "batch deadline (1s) passed" in str(result.failures[0].error)
 
 
 def test_frozen_partition_leader_fails_the_acks_by_ack_wait(liftbridge_cluster: DevServer) -> None:
