@@ -327,3 +327,35 @@ class Ledger:
             if current.seq == claim.seq and current.commit is not None:
                 return current.commit
         raise LakeError(f"claim {claim.seq} of {self.folder} has a commit file that cannot be read")
+
+
+def problems(entries: list[dict[str, Any]], allow_gaps: bool, head_loss_ok: bool = False) -> list[str]:
+    """What is wrong with the rows of each piece: shortfalls, or offsets outside it.
+
+    ``allow_gaps`` (compacted streams) accepts any shortfall; ``head_loss_ok``
+    (``--on-data-loss skip``) accepts a piece whose first offsets are missing
+    but which holds every offset from its first row to its end.
+    """
+    found = []
+    for e in entries:
+        spanned = e["end"] - e["start"]
+        if e["rows"] and (e["min_offset"] < e["start"] or e["max_offset"] >= e["end"]):
+            outside = f"offsets {e['min_offset']}-{e['max_offset']} outside [{e['start']}, {e['end']})"
+            found.append(f"partition {e['partition']}: {outside}")
+            continue
+        head_lost = e["rows"] == 0 or e["rows"] == e["end"] - e["min_offset"]
+        if e["rows"] > spanned or (e["rows"] < spanned and not allow_gaps and not (head_loss_ok and head_lost)):
+            found.append(
+                f"partition {e['partition']}: {e['rows']} rows for {spanned} offsets [{e['start']}, {e['end']})"
+            )
+    return found
+
+
+@dataclass
+class Outcome:
+    """What a run wrote: manifest entries (one per piece), problems found, gaps, the manifest's path."""
+
+    entries: list[dict[str, Any]]
+    problems: list[str]
+    gaps: list[str]
+    manifest: str

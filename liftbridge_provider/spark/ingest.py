@@ -2,8 +2,9 @@
 
     spark-submit "$(python -m liftbridge_provider.spark.ingest --path)" --ranges '<json>' --output DIR
         [--liftbridge-conn-json '<json>' | --brokers HOST:PORT[,...]] [--stream NAME]
-        [--compacted] [--on-data-loss fail|skip] [--min-partitions N] [--max-records-per-partition N]
-        [--read-timeout S] [--batch-size N] [--batch-bytes N] [--read-from-replica] [--tls-ca-cert PATH ...]
+        [--format parquet|delta] [--compacted] [--on-data-loss fail|skip] [--min-partitions N]
+        [--max-records-per-partition N] [--read-timeout S] [--batch-size N] [--batch-bytes N]
+        [--read-from-replica] [--tls-ca-cert PATH ...]
 
 The connection is the JSON form of the Airflow ``liftbridge`` connection
 (``--liftbridge-conn-json``, else the ``LIFTBRIDGE_CONN_JSON`` environment
@@ -18,9 +19,13 @@ is trimmed to the offsets no earlier or concurrent run claimed, so overlapping
 ranges never write an offset twice, and a rerun completes what a crashed run
 claimed. Rows land in ``DIR/stream=<s>/partition=<p>/range=<start>-<end>/``;
 ``DIR/stream=<s>/_manifests/<hash of the ranges>.json`` lists the pieces that
-hold each range. The job exits 1 when a piece holds fewer rows than offsets
-(unless ``--compacted``; with ``--on-data-loss skip`` a missing head is
-accepted) or an offset outside it; such a piece is not committed. It never
+hold each range. With ``--format delta``, DIR is a Delta table (a local path):
+each partition's next offset is kept in the table's own log and committed with
+the rows in one transaction (liftbridge_provider/spark/delta_ingest.py).
+
+The job exits 1 when a piece holds fewer rows than offsets (unless
+``--compacted``; with ``--on-data-loss skip`` a missing head is accepted) or
+an offset outside it; such a piece is not committed. It never
 moves a cursor: committing is the next task's job.
 
 Before reading, the job checks that the executors' Python can import this
@@ -49,7 +54,7 @@ from pyspark.sql import functions as F
 
 from liftbridge_provider.client import ClientConfig, InvalidArgumentError, TLSConfig
 from liftbridge_provider.connection import config_from_connection_json
-from liftbridge_provider.lake import Claim, Commit, LakeError, Ledger, plan_write
+from liftbridge_provider.lake import Claim, Commit, LakeError, Ledger, Outcome, plan_write, problems
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark.lake_store import HadoopStore
 from liftbridge_provider.spark.source import LiftbridgeDataSource
@@ -68,7 +73,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--brokers", help="host:port[,host:port] (overrides the connection's host and port)")
     parser.add_argument("--ranges", required=True, help="ranges document: JSON, or @file")
-    parser.add_argument("--output", required=True, help="output root folder or URI")
+    parser.add_argument("--output", required=True, help="output root folder or URI (delta: the table's local path)")
+    parser.add_argument(
+        "--format",
+        dest="lake_format",
+        choices=("parquet", "delta"),
+        default="parquet",
+        help="parquet: range folders fenced by a claim ledger (default); delta: a Delta table whose log holds "
+        "each partition's next offset",
+    )
     parser.add_argument("--stream", help="expected stream name (checked against the document)")
     parser.add_argument("--min-partitions", type=int)
     parser.add_argument("--max-records-per-partition", type=int)
@@ -163,16 +176,6 @@ class Job:
     options: dict[str, str]
     compacted: bool
     head_loss_ok: bool
-
-
-@dataclass
-class Outcome:
-    """What a run wrote: manifest entries (one per piece), problems found, gaps, the manifest's path."""
-
-    entries: list[dict[str, Any]]
-    problems: list[str]
-    gaps: list[str]
-    manifest: str
 
 
 def crash_point(name: str) -> None:
@@ -280,28 +283,6 @@ def ingest_range(spark: SparkSession, job: Job, offset_range: OffsetRange) -> Ou
     return Outcome(entries, found, gaps, "")
 
 
-def problems(entries: list[dict[str, Any]], allow_gaps: bool, head_loss_ok: bool = False) -> list[str]:
-    """What is wrong with the rows of each piece: shortfalls, or offsets outside it.
-
-    ``allow_gaps`` (compacted streams) accepts any shortfall; ``head_loss_ok``
-    (``--on-data-loss skip``) accepts a piece whose first offsets are missing
-    but which holds every offset from its first row to its end.
-    """
-    found = []
-    for e in entries:
-        spanned = e["end"] - e["start"]
-        if e["rows"] and (e["min_offset"] < e["start"] or e["max_offset"] >= e["end"]):
-            outside = f"offsets {e['min_offset']}-{e['max_offset']} outside [{e['start']}, {e['end']})"
-            found.append(f"partition {e['partition']}: {outside}")
-            continue
-        head_lost = e["rows"] == 0 or e["rows"] == e["end"] - e["min_offset"]
-        if e["rows"] > spanned or (e["rows"] < spanned and not allow_gaps and not (head_loss_ok and head_lost)):
-            found.append(
-                f"partition {e['partition']}: {e['rows']} rows for {spanned} offsets [{e['start']}, {e['end']})"
-            )
-    return found
-
-
 def write_manifest(store: HadoopStore, stream_folder: str, document: RangesDocument, outcome: Outcome, run: str) -> str:
     """Write ``_manifests/<hash of the ranges>.json`` beside the data, through the output's filesystem."""
     digest = hashlib.sha256(document.dumps().encode()).hexdigest()[:16]
@@ -329,6 +310,18 @@ def run(
     if args.stream and args.stream != document.stream:
         raise InvalidArgumentError(f"--stream {args.stream} differs from the ranges document's {document.stream}")
     config = client_config(args, os.environ if environ is None else environ)
+    if args.lake_format == "delta":
+        from liftbridge_provider.spark.delta_ingest import ingest_delta, table_path  # noqa: PLC0415 - driver only
+
+        return ingest_delta(
+            spark,
+            document,
+            source_options(config, args),
+            table_path(args.output),
+            run=uuid.uuid4().hex[:12],
+            compacted=args.compacted,
+            head_loss_ok=args.on_data_loss == "skip",
+        )
     store = store or HadoopStore(spark, args.output)
     job = Job(
         store=store,
@@ -389,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     try:  # refuse bad input before starting Spark
         load_ranges(args.ranges)
         client_config(args, os.environ)
+        if args.lake_format == "delta":
+            from liftbridge_provider.spark.delta_ingest import table_path  # noqa: PLC0415 - needs deltalake
+
+            table_path(args.output)
     except InvalidArgumentError as exc:
         log.error("%s", exc)
         return 2

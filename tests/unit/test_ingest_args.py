@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from liftbridge_provider import lake
 from liftbridge_provider.client import InvalidArgumentError
 from liftbridge_provider.connection import config_from_connection_json
 from liftbridge_provider.hooks import liftbridge as hook_module
@@ -124,10 +125,10 @@ def test_source_budget_options_defaults_and_limits() -> None:
 
 def test_problems_accept_gaps_only_where_allowed() -> None:
     piece = {"partition": 0, "start": 10, "end": 20, "rows": 6, "min_offset": 14, "max_offset": 19}
-    assert ingest.problems([piece], False) == ["partition 0: 6 rows for 10 offsets [10, 20)"]
-    assert ingest.problems([piece], True) == []
-    assert ingest.problems([piece], False, head_loss_ok=True) == [], "only the head is missing"
+    assert lake.problems([piece], False) == ["partition 0: 6 rows for 10 offsets [10, 20)"]
+    assert lake.problems([piece], True) == []
+    assert lake.problems([piece], False, head_loss_ok=True) == [], "only the head is missing"
     holed = {**piece, "min_offset": 10}
-    assert ingest.problems([holed], False, head_loss_ok=True) == ["partition 0: 6 rows for 10 offsets [10, 20)"]
+    assert lake.problems([holed], False, head_loss_ok=True) == ["partition 0: 6 rows for 10 offsets [10, 20)"]
     outside = {**piece, "rows": 10, "min_offset": 10, "max_offset": 25}
-    assert ingest.problems([outside], True) == ["partition 0: offsets 10-25 outside [10, 20)"]
+    assert lake.problems([outside], True) == ["partition 0: offsets 10-25 outside [10, 20)"]

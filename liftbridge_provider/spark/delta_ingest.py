@@ -1,0 +1,213 @@
+"""Ingest frozen offset ranges into a Delta table, every offset exactly once (``ingest.py --format delta``).
+
+Spark reads the pieces the table does not hold yet (liftbridge_provider/delta_plan.py)
+and writes them as Parquet files inside the table's folder; delta-rs then
+commits those files and each partition's next offset (a Delta application
+transaction, ``liftbridge:<stream>:<partition>``) in one Delta transaction.
+A run killed before that commit leaves only files no Delta reader sees
+(``DeltaTable.vacuum`` removes them); two runs at once cannot both commit the
+same offsets (Delta refuses the second commit as a concurrent transaction), and
+the loser plans again from the table and finds them held. Delta jars for Spark
+4.3 do not exist yet, so the commit is delta-rs's; any Delta reader (delta-rs,
+DuckDB, Polars, Spark with Delta) reads the table.
+
+The table is a local path (a plain path or a ``file:`` URI).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, Schema
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction, create_table_with_add_actions
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from liftbridge_provider.client import InvalidArgumentError
+from liftbridge_provider.delta_plan import DeltaPlan, app_id, plan_delta
+from liftbridge_provider.lake import LakeError, Outcome, problems
+from liftbridge_provider.ranges import RangesDocument
+from liftbridge_provider.spark.source import arrow_schema
+
+log = logging.getLogger("liftbridge.ingest.delta")
+
+COMMIT_ATTEMPTS = 5  # plans in a row that lost their commit to another run before the job gives up
+STATS_COLUMNS = ("partition", "offset")  # min/max kept in each file's Delta stats (for data skipping)
+
+
+def table_path(output: str) -> str:
+    """The local folder of the Delta table ``output`` names (plain path or ``file:`` URI)."""
+    parsed = urlparse(output)
+    if parsed.scheme not in ("", "file"):
+        raise InvalidArgumentError(
+            f"--format delta writes to a local table path (a plain path or a file: URI), got {output!r}"
+        )
+    return os.path.abspath(parsed.path if parsed.scheme else output)
+
+
+@contextmanager
+def _micros_timestamps(spark: SparkSession) -> Iterator[None]:
+    """Spark writes INT96 timestamps by default; Delta's timestamp is microseconds."""
+    key = "spark.sql.parquet.outputTimestampType"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "TIMESTAMP_MICROS")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
+def _load(table: str) -> DeltaTable | None:
+    try:
+        return DeltaTable(table)
+    except TableNotFoundError:
+        return None
+
+
+def committed_offsets(table: DeltaTable | None, document: RangesDocument) -> dict[int, int | None]:
+    """Each partition's next offset to write, as the table's log holds it (None: never written)."""
+    if table is None:
+        return {}
+    return {r.partition: table.transaction_version(app_id(document.stream, r.partition)) for r in document.ranges}
+
+
+def _stats(path: Path) -> str:
+    """Delta file stats from the Parquet footer: row count, min/max of partition and offset."""
+    metadata = pq.ParquetFile(path).metadata
+    low: dict[str, Any] = {}
+    high: dict[str, Any] = {}
+    names = [metadata.schema.column(i).name for i in range(metadata.num_columns)]
+    for group in range(metadata.num_row_groups):
+        for name in STATS_COLUMNS:
+            stats = metadata.row_group(group).column(names.index(name)).statistics
+            if stats is None or not stats.has_min_max:
+                continue
+            low[name] = min(low.get(name, stats.min), stats.min)
+            high[name] = max(high.get(name, stats.max), stats.max)
+    return json.dumps({"numRecords": metadata.num_rows, "minValues": low, "maxValues": high})
+
+
+def add_actions(table: str, folder: Path) -> list[AddAction]:
+    """One Delta add action per Parquet file Spark wrote in ``folder`` (paths relative to the table)."""
+    actions = []
+    for path in sorted(folder.glob("*.parquet")):
+        info = path.stat()
+        relative = path.relative_to(table).as_posix()
+        actions.append(AddAction(relative, info.st_size, {}, int(info.st_mtime * 1000), True, _stats(path)))
+    return actions
+
+
+def _entries(spark: SparkSession, folder: Path, plan: DeltaPlan, run: str) -> list[dict[str, Any]]:
+    """What the written files hold per piece (rows, min and max offset), as the lake checks expect."""
+    rows = (
+        spark.read.parquet(folder.as_uri())
+        .groupBy("partition")
+        .agg(F.count("*").alias("rows"), F.min("offset").alias("min"), F.max("offset").alias("max"))
+        .collect()
+    )
+    found = {row["partition"]: row for row in rows}
+    entries = []
+    for piece in plan.write:
+        row = found.get(piece.partition)
+        entries.append(
+            {
+                "partition": piece.partition,
+                "start": piece.start,
+                "end": piece.end,
+                "rows": row["rows"] if row else 0,
+                "min_offset": row["min"] if row else None,
+                "max_offset": row["max"] if row else None,
+                "path": str(folder),
+                "run": run,
+            }
+        )
+    return entries
+
+
+def _commit(table: DeltaTable | None, path: str, actions: list[AddAction], plan: DeltaPlan, stream: str) -> None:
+    """One Delta transaction: the files and each written partition's next offset."""
+    now = int(time.time() * 1000)
+    versions = [Transaction(app_id(stream, p), end, now) for p, end in sorted(plan.versions().items())]
+    properties = CommitProperties(
+        app_transactions=versions, custom_metadata={"liftbridge.stream": stream}, max_commit_retries=3
+    )
+    schema = Schema.from_arrow(arrow_schema())
+    if table is None:
+        create_table_with_add_actions(path, schema, actions, mode="error", commit_properties=properties)
+    else:
+        changes: list[AddAction | RemoveAction] = [*actions]
+        table.create_write_transaction(changes, "append", schema, commit_properties=properties)
+
+
+def crash_point(name: str) -> None:
+    """Tests only: the ingest job's crash hook (imported late: the job module imports this one)."""
+    from liftbridge_provider.spark.ingest import crash_point as job_crash_point  # noqa: PLC0415
+
+    job_crash_point(name)
+
+
+def ingest_delta(
+    spark: SparkSession,
+    document: RangesDocument,
+    options: Mapping[str, str],
+    table: str,
+    *,
+    run: str,
+    compacted: bool,
+    head_loss_ok: bool,
+) -> Outcome:
+    """Write what the Delta table at ``table`` (a local folder) lacks of ``document``'s ranges, exactly once."""
+    for attempt in range(COMMIT_ATTEMPTS):
+        delta = _load(table)
+        plan = plan_delta(document, committed_offsets(delta, document))
+        gaps = [f"partition {g.partition}: the table misses offsets [{g.start}, {g.end})" for g in plan.gaps]
+        held = ", ".join(f"{r.partition}:[{r.start}, {r.end})" for r in plan.held) or "nothing"
+        if plan.done:
+            return Outcome([], [], gaps, f"{table} (Delta version {delta.version() if delta else -1})")
+        log.info(
+            "Delta table %s holds %s; writing %s", table, held, [(r.partition, r.start, r.end) for r in plan.write]
+        )
+        folder = Path(table) / f"liftbridge-{run}-{attempt}"
+        pieces = RangesDocument(document.stream, plan.write)
+        frame = spark.read.format("liftbridge").options(**options, ranges=pieces.dumps()).load()
+        with _micros_timestamps(spark):
+            frame.write.mode("errorifexists").parquet(folder.as_uri())
+        entries = _entries(spark, folder, plan, run)
+        found = problems(entries, compacted, head_loss_ok)
+        if found:
+            shutil.rmtree(folder, ignore_errors=True)
+            return Outcome(entries, [f"{p} (not committed)" for p in found], gaps, table)
+        crash_point("delta_written")
+        try:
+            _commit(delta, table, add_actions(table, folder), plan, document.stream)
+        except (CommitFailedError, DeltaError) as exc:
+            if not _lost_to_another_run(exc, delta):
+                raise
+            log.info("attempt %d: another run committed first (%s); planning again", attempt + 1, exc)
+            shutil.rmtree(folder, ignore_errors=True)
+            continue
+        version = DeltaTable(table).version()
+        log.info("committed %d rows as Delta version %d of %s", sum(e["rows"] for e in entries), version, table)
+        return Outcome(entries, [], gaps, f"{table} (Delta version {version})")
+    raise LakeError(f"other runs committed to {table} before each of {COMMIT_ATTEMPTS} attempts; run again")
+
+
+def _lost_to_another_run(exc: Exception, table: DeltaTable | None) -> bool:
+    """The commit failed because another run committed first (a concurrent transaction, or created the table)."""
+    if isinstance(exc, CommitFailedError):
+        return True
+    return table is None and "exist" in str(exc).lower()

@@ -1,0 +1,203 @@
+"""Issue 15: ``ingest.py --format delta`` lands every offset exactly once in a Delta table.
+
+Real Spark (``local[2]`` in this process, and ``spark-submit`` for a killed driver), a real Liftbridge
+server, the real local filesystem, and delta-rs reading the table back. Each test tries to break the
+guarantee: a rerun, overlapping ranges, a driver killed between writing the files and committing them,
+two runs committing at once, and a compacted stream whose range would come up short.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from liftbridge_provider.client import LiftbridgeClient, PublishMessage
+from liftbridge_provider.delta_plan import app_id
+from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.spark import delta_ingest, ingest
+from tests.spark_session import local_spark
+
+ROOT = Path(__file__).resolve().parents[2]
+INGEST = ROOT / "spark_jobs" / "ingest.py"
+SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = local_spark("liftbridge-delta-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
+    with LiftbridgeClient(liftbridge_server.brokers) as shared:
+        yield shared
+
+
+@pytest.fixture(scope="module")
+def stream(client: LiftbridgeClient) -> str:
+    """Two partitions, offsets 0-199 each; the value names its partition and offset."""
+    name = f"delta-{uuid.uuid4().hex[:8]}"
+    client.create_stream(name, name, partitions=2)
+    batch = [PublishMessage(f"p{p}-{n}".encode(), partition=p) for n in range(200) for p in range(2)]
+    client.publish_batch(name, batch, ack_policy="all")
+    return name
+
+
+def document(stream: str, *ranges: tuple[int, int, int]) -> RangesDocument:
+    return RangesDocument(stream, tuple(OffsetRange(p, s, e) for p, s, e in ranges))
+
+
+def run_here(spark: SparkSession, brokers: list[str], ranges: RangesDocument, table: Path) -> Any:
+    """The job's ``run`` in this process, on the test's Spark session."""
+    args = ingest.parse_args(
+        ["--brokers", ",".join(brokers), "--ranges", ranges.dumps(), "--output", str(table), "--format", "delta"]
+    )
+    return ingest.run(spark, args)
+
+
+def table_rows(table: Path) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every row a Delta reader sees, sorted."""
+    data = DeltaTable(str(table)).to_pyarrow_table(columns=["partition", "offset", "value"]).to_pylist()
+    return sorted((row["partition"], row["offset"], row["value"]) for row in data)
+
+
+def expected(*ranges: tuple[int, int, int]) -> list[tuple[int, int, bytes]]:
+    return sorted((p, n, f"p{p}-{n}".encode()) for p, s, e in ranges for n in range(s, e))
+
+
+def test_ranges_land_once_and_reruns_and_overlaps_add_nothing_twice(
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
+) -> None:
+    table = tmp_path / "orders"
+    first = run_here(spark, liftbridge_server.brokers, document(stream, (0, 0, 150), (1, 0, 200)), table)
+    assert first.problems == []
+    assert table_rows(table) == expected((0, 0, 150), (1, 0, 200))
+    delta = DeltaTable(str(table))
+    assert [delta.transaction_version(app_id(stream, p)) for p in range(2)] == [150, 200]
+    version = delta.version()
+
+    again = run_here(spark, liftbridge_server.brokers, document(stream, (0, 0, 150), (1, 0, 200)), table)
+    assert (again.problems, again.entries) == ([], []), "a rerun of committed ranges writes nothing"
+    assert DeltaTable(str(table)).version() == version
+
+    overlap = run_here(spark, liftbridge_server.brokers, document(stream, (0, 100, 200), (1, 150, 200)), table)
+    assert [(e["partition"], e["start"], e["end"], e["rows"]) for e in overlap.entries] == [(0, 150, 200, 50)]
+    assert table_rows(table) == expected((0, 0, 200), (1, 0, 200))
+    # The files are plain Parquet: Spark reads exactly the committed ones (as a Delta reader would).
+    files = DeltaTable(str(table)).file_uris()
+    frame = spark.read.parquet(*files).select("partition", "offset", "timestamp", "headers")
+    assert frame.count() == 400
+    assert frame.filter("timestamp IS NULL").count() == 0, "timestamps survive the Parquet -> Delta path"
+
+
+def test_a_driver_killed_between_writing_and_committing_leaves_each_offset_once(
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
+) -> None:
+    """spark-submit's driver dies (os._exit, as a kill) after Spark wrote the files, before the Delta commit:
+    the table does not show them; the retry writes the range again and commits it once."""
+    table = tmp_path / "orders"
+    ranges = document(stream, (0, 0, 120), (1, 0, 80))
+    command = [
+        SPARK_SUBMIT, "--master", "local[2]", "--conf", f"spark.pyspark.python={sys.executable}",
+        "--conf", "spark.ui.enabled=false", str(INGEST), "--brokers", ",".join(liftbridge_server.brokers),
+        "--ranges", ranges.dumps(), "--output", str(table), "--format", "delta",
+    ]  # fmt: skip
+    env = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, ingest.CRASH_ENV: "delta_written"}
+    crashed = subprocess.run(
+        command, check=False, env={**os.environ, **env}, capture_output=True, text=True, timeout=600
+    )
+    assert crashed.returncode == ingest.CRASH_EXIT, crashed.stderr[-3000:]
+    assert list(table.glob("liftbridge-*/*.parquet")), "the killed run had written its files"
+    assert not (table / "_delta_log").exists(), "nothing was committed"
+
+    retry = run_here(spark, liftbridge_server.brokers, ranges, table)
+    assert retry.problems == []
+    assert table_rows(table) == expected((0, 0, 120), (1, 0, 80))
+
+
+def test_two_runs_committing_at_once_leave_each_offset_once(
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs of the same ranges (an Airflow retry while the first attempt still runs) both write their files,
+    then commit at the same moment: Delta refuses the second commit (concurrent transaction on the same app ids),
+    the loser plans again, finds the ranges held and writes nothing. Then again on an existing table."""
+    table = tmp_path / "orders"
+    both_written = threading.Barrier(2, timeout=120)
+    monkeypatch.setattr(delta_ingest, "crash_point", lambda name: both_written.wait())
+    for ranges in (document(stream, (0, 0, 60), (1, 0, 90)), document(stream, (0, 40, 160), (1, 90, 130))):
+        outcomes: list[Any] = []
+        errors: list[BaseException] = []
+
+        def one_run(
+            ranges: RangesDocument = ranges, outcomes: list[Any] = outcomes, errors: list[Any] = errors
+        ) -> None:
+            try:
+                outcomes.append(run_here(spark, liftbridge_server.brokers, ranges, table))
+            except BaseException as exc:  # shown by the assertion below
+                errors.append(exc)
+
+        runs = [threading.Thread(target=one_run) for _ in range(2)]
+        for thread in runs:
+            thread.start()
+        for thread in runs:
+            thread.join(300)
+        assert errors == []
+        assert len(outcomes) == 2
+        assert sorted(bool(o.entries) for o in outcomes) == [False, True], "one run committed, the other found it held"
+    assert table_rows(table) == expected((0, 0, 160), (1, 0, 130))
+    counts = Counter((p, o) for p, o, _ in table_rows(table))
+    assert max(counts.values()) == 1
+
+
+def test_a_range_compaction_shortened_is_not_committed_unless_compacted(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
+) -> None:
+    """A compacted stream holds fewer rows than its range spans: the strict run commits nothing and reports it;
+    with --compacted the survivors land and the partition's next offset is the range's end."""
+    name = f"delta-cmp-{uuid.uuid4().hex[:6]}"
+    client.create_stream(name, name, compact_enabled=True, segment_max_bytes=256, cleaner_interval=0.2)
+    batch = [PublishMessage(b"v" * 30, key=f"k{i % 2}".encode()) for i in range(40)]
+    client.publish_batch(name, batch, ack_policy="all")
+    time.sleep(2)
+    ranges = document(name, (0, 0, 40))
+    table = tmp_path / "compacted"
+    brokers = ",".join(liftbridge_server.brokers)
+    strict_args = ["--brokers", brokers, "--ranges", ranges.dumps(), "--output", str(table), "--format", "delta"]
+    try:  # the source may stop the read itself (failOnDataLoss), else the job's row check reports it
+        reported = " ".join(ingest.run(spark, ingest.parse_args(strict_args)).problems)
+    except Exception as exc:
+        reported = str(exc)
+    assert "rows for 40 offsets [0, 40)" in reported or "failOnDataLoss=true" in reported, reported[-2000:]
+    assert not (table / "_delta_log").exists(), "a short piece is not committed"
+    lenient = ingest.run(
+        spark, ingest.parse_args(["--brokers", brokers, "--ranges", ranges.dumps(), "--output", str(table),
+                                  "--format", "delta", "--compacted"])
+    )  # fmt: skip
+    assert lenient.problems == []
+    rows = table_rows(table)
+    assert 0 < len(rows) < 40
+    assert len({o for _, o, _ in rows}) == len(rows)
+    assert DeltaTable(str(table)).transaction_version(app_id(name, 0)) == 40
+
+
+def test_an_object_store_table_is_refused_before_spark_starts(tmp_path: Path) -> None:
+    code = ingest.main(
+        ["--brokers", "127.0.0.1:1", "--ranges", document("s", (0, 0, 1)).dumps(),
+         "--output", "s3a://bucket/table", "--format", "delta"]
+    )  # fmt: skip
+    assert code == 2
