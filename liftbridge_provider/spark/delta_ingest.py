@@ -29,8 +29,8 @@ from urllib.parse import urlparse
 
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction, create_table_with_add_actions
+from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -71,17 +71,22 @@ def _micros_timestamps(spark: SparkSession) -> Iterator[None]:
             spark.conf.set(key, before)
 
 
-def _load(table: str) -> DeltaTable | None:
+def _open(table: str) -> DeltaTable:
+    """The table, created empty first when missing.
+
+    Never created together with the first files: delta-rs lets two crossing creates both succeed (the
+    second becomes version 1 with its files: 25 of 40 tries, measured), which would double the rows;
+    an append is checked against the snapshot it read (a crossing commit of the same app ids fails).
+    """
     try:
-        return DeltaTable(table)
-    except TableNotFoundError:
-        return None
+        DeltaTable.create(table, Schema.from_arrow(arrow_schema()), mode="ignore")
+    except DeltaError as exc:  # another run created it at this moment
+        log.info("creating the Delta table %s: %s", table, exc)
+    return DeltaTable(table)
 
 
-def committed_offsets(table: DeltaTable | None, document: RangesDocument) -> dict[int, int | None]:
+def committed_offsets(table: DeltaTable, document: RangesDocument) -> dict[int, int | None]:
     """Each partition's next offset to write, as the table's log holds it (None: never written)."""
-    if table is None:
-        return {}
     return {r.partition: table.transaction_version(app_id(document.stream, r.partition)) for r in document.ranges}
 
 
@@ -138,19 +143,16 @@ def _entries(spark: SparkSession, folder: Path, plan: DeltaPlan, run: str) -> li
     return entries
 
 
-def _commit(table: DeltaTable | None, path: str, actions: list[AddAction], plan: DeltaPlan, stream: str) -> None:
-    """One Delta transaction: the files and each written partition's next offset."""
+def _commit(table: DeltaTable, actions: list[AddAction], plan: DeltaPlan, stream: str) -> None:
+    """One Delta transaction: the files and each written partition's next offset (CommitFailedError when
+    another run committed the same partitions since ``table`` was read)."""
     now = int(time.time() * 1000)
     versions = [Transaction(app_id(stream, p), end, now) for p, end in sorted(plan.versions().items())]
     properties = CommitProperties(
         app_transactions=versions, custom_metadata={"liftbridge.stream": stream}, max_commit_retries=3
     )
-    schema = Schema.from_arrow(arrow_schema())
-    if table is None:
-        create_table_with_add_actions(path, schema, actions, mode="error", commit_properties=properties)
-    else:
-        changes: list[AddAction | RemoveAction] = [*actions]
-        table.create_write_transaction(changes, "append", schema, commit_properties=properties)
+    changes: list[AddAction | RemoveAction] = [*actions]
+    table.create_write_transaction(changes, "append", Schema.from_arrow(arrow_schema()), commit_properties=properties)
 
 
 def crash_point(name: str) -> None:
@@ -172,12 +174,12 @@ def ingest_delta(
 ) -> Outcome:
     """Write what the Delta table at ``table`` (a local folder) lacks of ``document``'s ranges, exactly once."""
     for attempt in range(COMMIT_ATTEMPTS):
-        delta = _load(table)
+        delta = _open(table)
         plan = plan_delta(document, committed_offsets(delta, document))
         gaps = [f"partition {g.partition}: the table misses offsets [{g.start}, {g.end})" for g in plan.gaps]
         held = ", ".join(f"{r.partition}:[{r.start}, {r.end})" for r in plan.held) or "nothing"
         if plan.done:
-            return Outcome([], [], gaps, f"{table} (Delta version {delta.version() if delta else -1})")
+            return Outcome([], [], gaps, f"{table} (Delta version {delta.version()})")
         log.info(
             "Delta table %s holds %s; writing %s", table, held, [(r.partition, r.start, r.end) for r in plan.write]
         )
@@ -193,10 +195,8 @@ def ingest_delta(
             return Outcome(entries, [f"{p} (not committed)" for p in found], gaps, table)
         crash_point("delta_written")
         try:
-            _commit(delta, table, add_actions(table, folder), plan, document.stream)
-        except (CommitFailedError, DeltaError) as exc:
-            if not _lost_to_another_run(exc, delta):
-                raise
+            _commit(delta, add_actions(table, folder), plan, document.stream)
+        except CommitFailedError as exc:
             log.info("attempt %d: another run committed first (%s); planning again", attempt + 1, exc)
             shutil.rmtree(folder, ignore_errors=True)
             continue
@@ -204,10 +204,3 @@ def ingest_delta(
         log.info("committed %d rows as Delta version %d of %s", sum(e["rows"] for e in entries), version, table)
         return Outcome(entries, [], gaps, f"{table} (Delta version {version})")
     raise LakeError(f"other runs committed to {table} before each of {COMMIT_ATTEMPTS} attempts; run again")
-
-
-def _lost_to_another_run(exc: Exception, table: DeltaTable | None) -> bool:
-    """The commit failed because another run committed first (a concurrent transaction, or created the table)."""
-    if isinstance(exc, CommitFailedError):
-        return True
-    return table is None and "exist" in str(exc).lower()
