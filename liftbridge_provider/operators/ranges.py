@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from liftbridge_provider import metrics
 from liftbridge_provider.client import InvalidArgumentError, LiftbridgeClient, PartitionPausedError, StartPosition
 from liftbridge_provider.client.metadata import PartitionInfo
+from liftbridge_provider.delta_table import table_offsets
 from liftbridge_provider.operators._base import LiftbridgeBaseOperator, failing_without_retries
 from liftbridge_provider.ranges import (
     OffsetRange,
@@ -60,7 +61,9 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
     :param partitions: partitions to include (default: all).
     :param start: ``"cursor"`` (default: the offset after ``cursor_id``'s stored
         offset; 0 if never set), ``"earliest"`` (the oldest retained offset), or
-        ``{partition: offset}``; leave it when giving ``start_time``.
+        ``{partition: offset}``, or ``"delta"`` (the next offsets the Delta table
+        ``delta_table`` holds, as ``ingest.py --format delta`` wrote them; partitions
+        it lacks start at the earliest); leave it when giving ``start_time``.
     :param end: ``"high_watermark"`` (default: the leader's high watermark + 1)
         or ``{partition: offset}`` (exclusive); leave it when giving ``end_time``.
     :param start_time: start at the first message received at or after this time
@@ -74,6 +77,8 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
     :param on_data_loss: when retention already removed offsets at the start
         (streams that are not ``compacted``): ``"fail"`` (default, like Spark's
         failOnDataLoss) or ``"skip"`` (start at the oldest retained offset, with a warning).
+    :param delta_table: the Delta table (a local path) for ``start="delta"``; needs
+        the ``deltalake`` package on the worker.
     """
 
     template_fields = (
@@ -84,6 +89,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         "end",
         "start_time",
         "end_time",
+        "delta_table",
     )
 
     def __init__(
@@ -91,7 +97,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         *,
         stream: str,
         partitions: Sequence[int] | None = None,
-        start: StartFrom | Mapping[Any, int] = "cursor",
+        start: StartFrom | Literal["delta"] | Mapping[Any, int] = "cursor",
         end: EndAt | Mapping[Any, int] = "high_watermark",
         start_time: datetime | str | None = None,
         end_time: datetime | str | None = None,
@@ -99,11 +105,16 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         max_messages_per_partition: int | None = None,
         compacted: bool = False,
         on_data_loss: Literal["fail", "skip"] = "fail",
+        delta_table: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if isinstance(start, str) and start not in ("cursor", "earliest"):
-            raise ValueError(f"start must be 'cursor', 'earliest' or {{partition: offset}}, got {start!r}")
+        if isinstance(start, str) and start not in ("cursor", "earliest", "delta"):
+            raise ValueError(f"start must be 'cursor', 'earliest', 'delta' or {{partition: offset}}, got {start!r}")
+        if (start == "delta") != (delta_table is not None):
+            raise ValueError(
+                f"start='delta' and delta_table go together (start={start!r}, delta_table={delta_table!r})"
+            )
         if start_time is not None and start != "cursor":
             raise ValueError(f"give start or start_time, not both (start={start!r})")
         if end_time is not None and end != "high_watermark":
@@ -130,6 +141,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         self.max_messages_per_partition = max_messages_per_partition
         self.compacted = compacted
         self.on_data_loss = on_data_loss
+        self.delta_table = delta_table
 
     def execute(self, context: Any) -> dict[str, Any]:
         store = context.get("task_state_store")
@@ -168,7 +180,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
             interval = self._interval()
             count = len(client.stream_info(self.stream).partitions)
             partitions = check_partitions(self.partitions, count, self.stream)
-            starts = None if isinstance(self.start, str) else partition_offsets(self.start, "start")
+            starts = self._starts(partitions)
             ends = None if isinstance(self.end, str) else partition_offsets(self.end, "end")
             cursors = {}
             if self.cursor_id:
@@ -229,7 +241,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
             end = info.high_watermark + 1 if ends is None else self._given(ends, partition, "end")
         if start_time is not None:
             return self._range_from_time(client, info, start_time, end)
-        if starts is not None:
+        if starts is not None and (partition in starts or self.start != "delta"):
             start = self._given(starts, partition, "start")
         elif self.start == "cursor":
             start = cursor + 1
@@ -245,6 +257,16 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         if end < start:
             raise AirflowFailException(f"partition {partition}: end {end} is before start {start}")
         return OffsetRange(partition, start, end)
+
+    def _starts(self, partitions: list[int]) -> dict[int, int] | None:
+        """Given start offsets: the mapping, or what the Delta table holds (partitions it lacks: earliest)."""
+        if self.start == "delta":
+            assert self.delta_table is not None
+            with failing_without_retries(self.task_id):
+                held = table_offsets(self.delta_table, self.stream, partitions)
+            self.log.info("Delta table %s holds next offsets %s", self.delta_table, held)
+            return held
+        return None if isinstance(self.start, str) else partition_offsets(self.start, "start")
 
     def _given(self, offsets: dict[int, int], partition: int, what: str) -> int:
         if partition not in offsets:

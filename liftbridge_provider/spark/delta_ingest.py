@@ -1,7 +1,8 @@
 """Ingest frozen offset ranges into a Delta table, every offset exactly once (``ingest.py --format delta``).
 
 Spark reads the pieces the table does not hold yet (liftbridge_provider/delta_plan.py)
-and writes them as Parquet files inside the table's folder; delta-rs then
+and writes them as Parquet files inside the table's folder (the table is
+partitioned by ``partition``); delta-rs then
 commits those files and each partition's next offset (a Delta application
 transaction, ``liftbridge:<stream>:<partition>``) in one Delta transaction.
 A run killed before that commit leaves only files no Delta reader sees
@@ -18,14 +19,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
@@ -34,7 +33,6 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from liftbridge_provider.client import InvalidArgumentError
 from liftbridge_provider.delta_plan import DeltaPlan, app_id, plan_delta
 from liftbridge_provider.lake import LakeError, Outcome, problems
 from liftbridge_provider.ranges import RangesDocument
@@ -43,17 +41,8 @@ from liftbridge_provider.spark.source import arrow_schema
 log = logging.getLogger("liftbridge.ingest.delta")
 
 COMMIT_ATTEMPTS = 5  # plans in a row that lost their commit to another run before the job gives up
-STATS_COLUMNS = ("partition", "offset")  # min/max kept in each file's Delta stats (for data skipping)
-
-
-def table_path(output: str) -> str:
-    """The local folder of the Delta table ``output`` names (plain path or ``file:`` URI)."""
-    parsed = urlparse(output)
-    if parsed.scheme not in ("", "file"):
-        raise InvalidArgumentError(
-            f"--format delta writes to a local table path (a plain path or a file: URI), got {output!r}"
-        )
-    return os.path.abspath(parsed.path if parsed.scheme else output)
+STATS_COLUMNS = ("offset",)  # min/max kept in each file's Delta stats (for data skipping)
+PARTITION_COLUMN = "partition"  # the table is partitioned by the Liftbridge partition
 
 
 @contextmanager
@@ -79,7 +68,7 @@ def _open(table: str) -> DeltaTable:
     an append is checked against the snapshot it read (a crossing commit of the same app ids fails).
     """
     try:
-        DeltaTable.create(table, Schema.from_arrow(arrow_schema()), mode="ignore")
+        DeltaTable.create(table, Schema.from_arrow(arrow_schema()), mode="ignore", partition_by=[PARTITION_COLUMN])
     except DeltaError as exc:  # another run created it at this moment
         log.info("creating the Delta table %s: %s", table, exc)
     return DeltaTable(table)
@@ -91,7 +80,7 @@ def committed_offsets(table: DeltaTable, document: RangesDocument) -> dict[int, 
 
 
 def _stats(path: Path) -> str:
-    """Delta file stats from the Parquet footer: row count, min/max of partition and offset."""
+    """Delta file stats from the Parquet footer: row count, min/max offset."""
     metadata = pq.ParquetFile(path).metadata
     low: dict[str, Any] = {}
     high: dict[str, Any] = {}
@@ -107,12 +96,14 @@ def _stats(path: Path) -> str:
 
 
 def add_actions(table: str, folder: Path) -> list[AddAction]:
-    """One Delta add action per Parquet file Spark wrote in ``folder`` (paths relative to the table)."""
+    """One Delta add action per Parquet file Spark wrote in ``folder``'s ``partition=N`` folders (paths
+    relative to the table)."""
     actions = []
-    for path in sorted(folder.glob("*.parquet")):
+    for path in sorted(folder.glob(f"{PARTITION_COLUMN}=*/*.parquet")):
         info = path.stat()
         relative = path.relative_to(table).as_posix()
-        actions.append(AddAction(relative, info.st_size, {}, int(info.st_mtime * 1000), True, _stats(path)))
+        partition = {PARTITION_COLUMN: path.parent.name.split("=", 1)[1]}
+        actions.append(AddAction(relative, info.st_size, partition, int(info.st_mtime * 1000), True, _stats(path)))
     return actions
 
 
@@ -152,7 +143,8 @@ def _commit(table: DeltaTable, actions: list[AddAction], plan: DeltaPlan, stream
         app_transactions=versions, custom_metadata={"liftbridge.stream": stream}, max_commit_retries=3
     )
     changes: list[AddAction | RemoveAction] = [*actions]
-    table.create_write_transaction(changes, "append", Schema.from_arrow(arrow_schema()), commit_properties=properties)
+    schema = Schema.from_arrow(arrow_schema())
+    table.create_write_transaction(changes, "append", schema, [PARTITION_COLUMN], commit_properties=properties)
 
 
 def crash_point(name: str) -> None:
@@ -187,7 +179,7 @@ def ingest_delta(
         pieces = RangesDocument(document.stream, plan.write)
         frame = spark.read.format("liftbridge").options(**options, ranges=pieces.dumps()).load()
         with _micros_timestamps(spark):
-            frame.write.mode("errorifexists").parquet(folder.as_uri())
+            frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(folder.as_uri())
         entries = _entries(spark, folder, plan, run)
         found = problems(entries, compacted, head_loss_ok)
         if found:

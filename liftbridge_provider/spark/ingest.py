@@ -54,6 +54,7 @@ from pyspark.sql import functions as F
 
 from liftbridge_provider.client import ClientConfig, InvalidArgumentError, TLSConfig
 from liftbridge_provider.connection import config_from_connection_json
+from liftbridge_provider.delta_table import require_deltalake, table_path
 from liftbridge_provider.lake import Claim, Commit, LakeError, Ledger, Outcome, plan_write, problems
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark.lake_store import HadoopStore
@@ -311,7 +312,7 @@ def run(
         raise InvalidArgumentError(f"--stream {args.stream} differs from the ranges document's {document.stream}")
     config = client_config(args, os.environ if environ is None else environ)
     if args.lake_format == "delta":
-        from liftbridge_provider.spark.delta_ingest import ingest_delta, table_path  # noqa: PLC0415 - driver only
+        from liftbridge_provider.spark.delta_ingest import ingest_delta  # noqa: PLC0415 - driver only
 
         return ingest_delta(
             spark,
@@ -383,9 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         load_ranges(args.ranges)
         client_config(args, os.environ)
         if args.lake_format == "delta":
-            from liftbridge_provider.spark.delta_ingest import table_path  # noqa: PLC0415 - needs deltalake
-
             table_path(args.output)
+            require_deltalake()
     except InvalidArgumentError as exc:
         log.error("%s", exc)
         return 2

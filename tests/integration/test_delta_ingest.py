@@ -8,6 +8,7 @@ two runs committing at once, and a compacted stream whose range would come up sh
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -26,8 +27,10 @@ from pyspark.sql import SparkSession
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.delta_plan import app_id
 from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark import delta_ingest, ingest
+from tests.chaos.batch import StateStore
 from tests.spark_session import local_spark
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,9 +56,20 @@ def stream(client: LiftbridgeClient) -> str:
     """Two partitions, offsets 0-199 each; the value names its partition and offset."""
     name = f"delta-{uuid.uuid4().hex[:8]}"
     client.create_stream(name, name, partitions=2)
-    batch = [PublishMessage(f"p{p}-{n}".encode(), partition=p) for n in range(200) for p in range(2)]
-    client.publish_batch(name, batch, ack_policy="all")
+    publish(client, name, 0, 200)
     return name
+
+
+def use_connection(monkeypatch: pytest.MonkeyPatch, server: DevServer) -> None:
+    """The Airflow connection ``delta_test`` (from the environment) for operators run in this process."""
+    connection = {"conn_type": "liftbridge", "host": server.brokers[0]}
+    monkeypatch.setenv("AIRFLOW_CONN_DELTA_TEST", json.dumps(connection))
+
+
+def publish(client: LiftbridgeClient, stream: str, first: int, end: int) -> None:
+    """Offsets first..end-1 on both partitions; the value names its partition and offset."""
+    batch = [PublishMessage(f"p{p}-{n}".encode(), partition=p) for n in range(first, end) for p in range(2)]
+    client.publish_batch(stream, batch, ack_policy="all")
 
 
 def document(stream: str, *ranges: tuple[int, int, int]) -> RangesDocument:
@@ -80,29 +94,75 @@ def expected(*ranges: tuple[int, int, int]) -> list[tuple[int, int, bytes]]:
     return sorted((p, n, f"p{p}-{n}".encode()) for p, s, e in ranges for n in range(s, e))
 
 
-def test_ranges_land_once_and_reruns_and_overlaps_add_nothing_twice(
-    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
+def test_ranges_land_once_and_reruns_overlaps_and_the_next_range_add_nothing_twice(
+    spark: SparkSession,
+    liftbridge_server: DevServer,
+    client: LiftbridgeClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Three runs and a freeze: the ranges, a rerun (adds nothing), an overlap (adds only the new offsets),
+    then LiftbridgeOffsetRangesOperator(start="delta") freezes the next ranges from the table's offsets."""
+    name = f"delta-{uuid.uuid4().hex[:8]}"
+    client.create_stream(name, name, partitions=2)
+    publish(client, name, 0, 200)
     table = tmp_path / "orders"
-    first = run_here(spark, liftbridge_server.brokers, document(stream, (0, 0, 150), (1, 0, 200)), table)
+    first = run_here(spark, liftbridge_server.brokers, document(name, (0, 0, 150), (1, 0, 200)), table)
     assert first.problems == []
     assert table_rows(table) == expected((0, 0, 150), (1, 0, 200))
     delta = DeltaTable(str(table))
-    assert [delta.transaction_version(app_id(stream, p)) for p in range(2)] == [150, 200]
+    assert [delta.transaction_version(app_id(name, p)) for p in range(2)] == [150, 200]
+    assert delta.metadata().partition_columns == ["partition"]
     version = delta.version()
 
-    again = run_here(spark, liftbridge_server.brokers, document(stream, (0, 0, 150), (1, 0, 200)), table)
+    again = run_here(spark, liftbridge_server.brokers, document(name, (0, 0, 150), (1, 0, 200)), table)
     assert (again.problems, again.entries) == ([], []), "a rerun of committed ranges writes nothing"
     assert DeltaTable(str(table)).version() == version
 
-    overlap = run_here(spark, liftbridge_server.brokers, document(stream, (0, 100, 200), (1, 150, 200)), table)
+    overlap = run_here(spark, liftbridge_server.brokers, document(name, (0, 100, 200), (1, 150, 200)), table)
     assert [(e["partition"], e["start"], e["end"], e["rows"]) for e in overlap.entries] == [(0, 150, 200, 50)]
     assert table_rows(table) == expected((0, 0, 200), (1, 0, 200))
-    # The files are plain Parquet: Spark reads exactly the committed ones (as a Delta reader would).
-    files = DeltaTable(str(table)).file_uris()
-    frame = spark.read.parquet(*files).select("partition", "offset", "timestamp", "headers")
-    assert frame.count() == 400
+
+    publish(client, name, 200, 260)  # the next freeze starts from what the table holds
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DELTA_TEST", json.dumps({"conn_type": "liftbridge", "host": liftbridge_server.brokers[0]})
+    )
+    freeze = LiftbridgeOffsetRangesOperator(
+        task_id="freeze", stream=name, start="delta", delta_table=f"file://{table}", liftbridge_conn_id="delta_test"
+    )
+    following_ranges = RangesDocument.parse(freeze.execute({"run_id": "r1", "task_state_store": StateStore()}))
+    assert [(r.partition, r.start, r.end) for r in following_ranges.ranges] == [(0, 200, 260), (1, 200, 260)]
+    following = run_here(spark, liftbridge_server.brokers, following_ranges, table)
+    assert sum(e["rows"] for e in following.entries) == 120
+    assert table_rows(table) == expected((0, 0, 260), (1, 0, 260))
+
+    history = DeltaTable(str(table)).history()  # newest first: 3 data commits after the table's creation
+    commits = [h for h in history if h.get("liftbridge.stream") == name]
+    assert len(commits) == 3
+    assert [h["operation"] for h in history][-1] == "CREATE TABLE"
+    # The files are plain Parquet, partitioned by folder: Spark reads exactly the committed ones.
+    frame = spark.read.parquet(*DeltaTable(str(table)).file_uris()).select("offset", "timestamp", "headers")
+    assert frame.count() == 520
     assert frame.filter("timestamp IS NULL").count() == 0, "timestamps survive the Parquet -> Delta path"
+
+
+def test_a_freeze_from_a_table_that_lacks_partitions_starts_them_at_the_earliest(
+    liftbridge_server: DevServer, stream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DELTA_TEST", json.dumps({"conn_type": "liftbridge", "host": liftbridge_server.brokers[0]})
+    )
+    freeze = LiftbridgeOffsetRangesOperator(
+        task_id="freeze",
+        stream=stream,
+        start="delta",
+        delta_table=str(tmp_path / "none"),
+        liftbridge_conn_id="delta_test",
+    )
+    frozen = RangesDocument.parse(freeze.execute({"run_id": "r1", "task_state_store": StateStore()}))
+    assert [(r.partition, r.start, r.end) for r in frozen.ranges] == [(0, 0, 200), (1, 0, 200)]
+    with pytest.raises(ValueError, match="start='delta' and delta_table go together"):
+        LiftbridgeOffsetRangesOperator(task_id="bad", stream=stream, start="delta", liftbridge_conn_id="delta_test")
 
 
 def test_a_driver_killed_between_writing_and_committing_leaves_each_offset_once(
