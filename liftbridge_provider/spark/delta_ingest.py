@@ -21,6 +21,7 @@ import json
 import logging
 import shutil
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,10 +31,12 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.delta_plan import DeltaPlan, app_id, plan_delta
+from liftbridge_provider.delta_table import table_path
 from liftbridge_provider.lake import LakeError, Outcome, problems
 from liftbridge_provider.ranges import RangesDocument
 from liftbridge_provider.spark.source import arrow_schema
@@ -134,17 +137,23 @@ def _entries(spark: SparkSession, folder: Path, plan: DeltaPlan, run: str) -> li
     return entries
 
 
-def _commit(table: DeltaTable, actions: list[AddAction], plan: DeltaPlan, stream: str) -> None:
-    """One Delta transaction: the files and each written partition's next offset (CommitFailedError when
-    another run committed the same partitions since ``table`` was read)."""
+def _commit(table: DeltaTable, actions: list[AddAction], versions: Mapping[str, int], stream: str) -> None:
+    """One Delta transaction: the files and the new ``{app id: version}`` (CommitFailedError when another
+    writer moved one of those app ids since ``table`` was read)."""
     now = int(time.time() * 1000)
-    versions = [Transaction(app_id(stream, p), end, now) for p, end in sorted(plan.versions().items())]
+    transactions = [Transaction(app, version, now) for app, version in sorted(versions.items())]
     properties = CommitProperties(
-        app_transactions=versions, custom_metadata={"liftbridge.stream": stream}, max_commit_retries=3
+        app_transactions=transactions, custom_metadata={"liftbridge.stream": stream}, max_commit_retries=3
     )
     changes: list[AddAction | RemoveAction] = [*actions]
     schema = Schema.from_arrow(arrow_schema())
     table.create_write_transaction(changes, "append", schema, [PARTITION_COLUMN], commit_properties=properties)
+
+
+def _write_files(spark: SparkSession, frame: DataFrame, folder: Path) -> None:
+    """Parquet files for Delta (microsecond timestamps), one folder per partition."""
+    with _micros_timestamps(spark):
+        frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(folder.as_uri())
 
 
 def crash_point(name: str) -> None:
@@ -178,8 +187,7 @@ def ingest_delta(
         folder = Path(table) / f"liftbridge-{run}-{attempt}"
         pieces = RangesDocument(document.stream, plan.write)
         frame = spark.read.format("liftbridge").options(**options, ranges=pieces.dumps()).load()
-        with _micros_timestamps(spark):
-            frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(folder.as_uri())
+        _write_files(spark, frame, folder)
         entries = _entries(spark, folder, plan, run)
         found = problems(entries, compacted, head_loss_ok)
         if found:
@@ -187,7 +195,8 @@ def ingest_delta(
             return Outcome(entries, [f"{p} (not committed)" for p in found], gaps, table)
         crash_point("delta_written")
         try:
-            _commit(delta, add_actions(table, folder), plan, document.stream)
+            versions = {app_id(document.stream, p): end for p, end in plan.versions().items()}
+            _commit(delta, add_actions(table, folder), versions, document.stream)
         except CommitFailedError as exc:
             log.info("attempt %d: another run committed first (%s); planning again", attempt + 1, exc)
             shutil.rmtree(folder, ignore_errors=True)
@@ -196,3 +205,43 @@ def ingest_delta(
         log.info("committed %d rows as Delta version %d of %s", sum(e["rows"] for e in entries), version, table)
         return Outcome(entries, [], gaps, f"{table} (Delta version {version})")
     raise LakeError(f"other runs committed to {table} before each of {COMMIT_ATTEMPTS} attempts; run again")
+
+
+class DeltaBatchWriter:
+    """A ``foreachBatch`` function that lands each micro-batch of a ``liftbridge`` stream query in a Delta
+    table exactly once: the batch's files and the batch id (a Delta application transaction,
+    ``liftbridge-query:<query_name>``, as Delta's own ``txnAppId``/``txnVersion``) commit together, and a
+    batch Spark replays after a crash (its id at or below the committed one) is skipped.
+
+    :param table: the Delta table, a local path (created when missing, partitioned by ``partition``).
+    :param query_name: names the query's progress in the table; one per checkpoint (a new checkpoint
+        restarts batch ids at 0: give it a new name).
+    """
+
+    def __init__(self, table: str, query_name: str) -> None:
+        if not query_name or not isinstance(query_name, str):
+            raise InvalidArgumentError(f"query_name must be a non-empty string, got {query_name!r}")
+        self.table = table_path(table)
+        self.app_id = f"liftbridge-query:{query_name}"
+
+    def committed_batch(self) -> int | None:
+        """The last micro-batch id the table holds for this query (None: none yet)."""
+        return _open(self.table).transaction_version(self.app_id)
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        delta = _open(self.table)
+        done = delta.transaction_version(self.app_id)
+        if done is not None and batch_id <= done:
+            log.info(
+                "micro-batch %d of %s is in %s already (up to %d): skipped", batch_id, self.app_id, self.table, done
+            )
+            return
+        folder = Path(self.table) / f"liftbridge-batch-{batch_id}-{uuid.uuid4().hex[:12]}"
+        _write_files(frame.sparkSession, frame, folder)
+        try:
+            _commit(delta, add_actions(self.table, folder), {self.app_id: batch_id}, self.app_id)
+        except CommitFailedError:
+            shutil.rmtree(folder, ignore_errors=True)
+            if (self.committed_batch() or -1) < batch_id:
+                raise
+            log.info("micro-batch %d of %s was committed by another writer: skipped", batch_id, self.app_id)

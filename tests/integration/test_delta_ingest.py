@@ -266,3 +266,51 @@ def test_an_object_store_table_is_refused_before_spark_starts(tmp_path: Path) ->
          "--output", "s3a://bucket/table", "--format", "delta"]
     )  # fmt: skip
     assert code == 2
+
+
+def test_a_stream_query_lands_each_micro_batch_once_even_when_spark_replays_one(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
+) -> None:
+    """readStream + foreachBatch(DeltaBatchWriter): the batch id commits with the rows. The state a crash
+    between the Delta commit and Spark's commit log leaves (offsets/N written, commits/N not) is made by
+    deleting commits/N; the restarted query runs batch N again and the writer skips it."""
+    name = f"delta-q-{uuid.uuid4().hex[:6]}"
+    client.create_stream(name, name, partitions=2)
+    publish(client, name, 0, 450)  # 900 messages
+    table, checkpoint = tmp_path / "events", tmp_path / "checkpoint"
+    writer = delta_ingest.DeltaBatchWriter(str(table), "events-ingest")
+    calls: list[tuple[int, int]] = []
+
+    def write(frame: Any, batch_id: int) -> None:
+        calls.append((batch_id, frame.count()))
+        writer(frame, batch_id)
+
+    def run_query() -> None:
+        frame = spark.readStream.format("liftbridge").options(
+            brokers=",".join(liftbridge_server.brokers), stream=name, startingOffsets="earliest",
+            maxOffsetsPerTrigger="400",
+        )  # fmt: skip
+        query = (
+            frame.load()
+            .writeStream.foreachBatch(write)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+
+    run_query()
+    assert calls == [(0, 400), (1, 400), (2, 100)]
+    assert writer.committed_batch() == 2
+    assert table_rows(table) == expected((0, 0, 450), (1, 0, 450))
+    # As if the driver died right after the Delta commit of batch 2 (the checksum file goes too, or Spark
+    # takes the rewrite for another query's).
+    (checkpoint / "commits" / "2").unlink()
+    (checkpoint / "commits" / ".2.crc").unlink(missing_ok=True)
+    publish(client, name, 450, 600)
+    calls.clear()
+    run_query()
+    assert calls == [(2, 100), (3, 300)], "Spark ran batch 2 again (the writer skipped it), then the new messages"
+    assert writer.committed_batch() == 3
+    assert table_rows(table) == expected((0, 0, 600), (1, 0, 600)), "the replayed batch was not added twice"
