@@ -193,8 +193,7 @@ class Consumer:
                 response = self._client._group_call("JoinConsumerGroup", ask.join(membership))
                 break
             except LiftbridgeError as exc:
-                crossed = membership.on_join_failed(exc.code, exc.message) is AfterFailure.REJOIN
-                if attempt == JOIN_ATTEMPTS or not crossed:
+                if not membership.join_again(exc.code, exc.message, attempt):
                     raise
                 log.info("consumer %s: %s (another member created the group); joining again", self.consumer_id, exc)
         membership.on_joined(

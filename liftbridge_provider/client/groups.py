@@ -152,6 +152,11 @@ class Membership:
             return AfterFailure.RELEARN
         return AfterFailure.RETRY
 
+    def join_again(self, code: grpc.StatusCode | None, details: str, attempt: int) -> bool:
+        """After failed join number ``attempt`` (from 1): join again at once? Only when it crossed another
+        member's first join of the group (REJOIN), at most :data:`JOIN_ATTEMPTS` joins in all."""
+        return attempt < JOIN_ATTEMPTS and self.on_join_failed(code, details) is AfterFailure.REJOIN
+
     def on_group_metadata(self, coordinator: str, epoch: int) -> bool:
         """The metadata's view of the group ("": no coordinator now); True when it differs from this
         member's (then fetch again)."""
