@@ -258,6 +258,16 @@ def test_a_range_compaction_shortened_is_not_committed_unless_compacted(
     assert 0 < len(rows) < 40
     assert len({o for _, o, _ in rows}) == len(rows)
     assert DeltaTable(str(table)).transaction_version(app_id(name, 0)) == 40
+    # A piece compaction emptied entirely: no row, no file; its offsets still count as written.
+    survivors = sorted(o for _, o, _ in rows)
+    assert survivors[0] > 0, "compaction removed the head"
+    empty = tmp_path / "emptied"
+    args = ["--brokers", brokers, "--ranges", document(name, (0, 0, survivors[0])).dumps(), "--output", str(empty)]
+    outcome = ingest.run(spark, ingest.parse_args([*args, "--format", "delta", "--compacted"]))
+    assert outcome.problems == []
+    assert [(e["rows"], e["start"], e["end"]) for e in outcome.entries] == [(0, 0, survivors[0])]
+    assert table_rows(empty) == []
+    assert DeltaTable(str(empty)).transaction_version(app_id(name, 0)) == survivors[0]
 
 
 def test_an_object_store_table_is_refused_before_spark_starts(tmp_path: Path) -> None:
