@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -48,19 +49,38 @@ STATS_COLUMNS = ("offset",)  # min/max kept in each file's Delta stats (for data
 PARTITION_COLUMN = "partition"  # the table is partitioned by the Liftbridge partition
 
 
-@contextmanager
-def _micros_timestamps(spark: SparkSession) -> Iterator[None]:
-    """Spark writes INT96 timestamps by default; Delta's timestamp is microseconds."""
-    key = "spark.sql.parquet.outputTimestampType"
-    before = spark.conf.get(key, None)
-    spark.conf.set(key, "TIMESTAMP_MICROS")
-    try:
-        yield
-    finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
+class _MicrosTimestamps:
+    """Spark writes INT96 timestamps by default; Delta's timestamp is microseconds. Sets the session's
+    output type while any Delta write of this process runs (writes may overlap: the first sets it, the
+    last restores it)."""
+
+    KEY = "spark.sql.parquet.outputTimestampType"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._writes = 0
+        self._before: str | None = None
+
+    @contextmanager
+    def __call__(self, spark: SparkSession) -> Iterator[None]:
+        with self._lock:
+            if self._writes == 0:
+                self._before = spark.conf.get(self.KEY, None)
+                spark.conf.set(self.KEY, "TIMESTAMP_MICROS")
+            self._writes += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._writes -= 1
+                if self._writes == 0:
+                    if self._before is None:
+                        spark.conf.unset(self.KEY)
+                    else:
+                        spark.conf.set(self.KEY, self._before)
+
+
+_micros_timestamps = _MicrosTimestamps()
 
 
 def _open(table: str) -> DeltaTable:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
@@ -88,6 +89,12 @@ def table_rows(table: Path) -> list[tuple[int, int, bytes]]:
     """(partition, offset, value) of every row a Delta reader sees, sorted."""
     data = DeltaTable(str(table)).to_pyarrow_table(columns=["partition", "offset", "value"]).to_pylist()
     return sorted((row["partition"], row["offset"], row["value"]) for row in data)
+
+
+def timestamp_types(table: Path) -> set[str]:
+    """The Arrow type of the timestamp column in every committed file (INT96 would read as ns)."""
+    files = DeltaTable(str(table)).file_uris()
+    return {str(pq.ParquetFile(f.removeprefix("file://")).schema_arrow.field("timestamp").type) for f in files}
 
 
 def expected(*ranges: tuple[int, int, int]) -> list[tuple[int, int, bytes]]:
@@ -223,6 +230,7 @@ def test_two_runs_committing_at_once_leave_each_offset_once(
         assert len(outcomes) == 2
         assert sorted(bool(o.entries) for o in outcomes) == [False, True], "one run committed, the other found it held"
     assert table_rows(table) == expected((0, 0, 160), (1, 0, 130))
+    assert timestamp_types(table) == {"timestamp[us, tz=UTC]"}, "overlapping writes keep Delta's microseconds"
     counts = Counter((p, o) for p, o, _ in table_rows(table))
     assert max(counts.values()) == 1
 
