@@ -189,7 +189,7 @@ def test_a_driver_killed_between_writing_and_committing_leaves_each_offset_once(
         command, check=False, env={**os.environ, **env}, capture_output=True, text=True, timeout=600
     )
     assert crashed.returncode == ingest.CRASH_EXIT, crashed.stderr[-3000:]
-    assert list(table.glob("liftbridge-*/*.parquet")), "the killed run had written its files"
+    assert list(table.glob("liftbridge-*/partition=*/*.parquet")), "the killed run had written its files"
     assert DeltaTable(str(table)).file_uris() == [], "nothing was committed"
 
     retry = run_here(spark, liftbridge_server.brokers, ranges, table)
