@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig, format_address
@@ -18,11 +19,21 @@ def dial_address(config: ClientConfig, host: str, port: int) -> str:
 CONNECT_SECONDS: dict[str, float] = {}
 """Seconds the first connection to each address took in this process (``broker_selection="latency"``)."""
 
+HUNG_FOR = 30.0  # seconds a broker that let an attempt run out goes last
+HUNG_UNTIL: dict[str, float] = {}
+"""Until when (``time.monotonic()``) each broker that hung an attempt in this process goes last."""
+
+
+def note_hung(address: str) -> None:
+    """``address`` let an attempt run out (a frozen node answers nothing): try it last for :data:`HUNG_FOR` s."""
+    HUNG_UNTIL[address] = time.monotonic() + HUNG_FOR
+
 
 def broker_addresses(config: ClientConfig, snapshot: Metadata) -> list[str]:
     """Known brokers (from metadata) and the seeds, without repeats, in the order ``config.broker_selection``
     picks: ``random`` (shuffled), ``workload`` (fewest partitions held plus led, as metadata counts them), or
-    ``latency`` (quickest first connection; brokers not connected yet first, so each gets measured)."""
+    ``latency`` (quickest first connection; brokers not connected yet first, so each gets measured). A broker
+    that hung an attempt in the last :data:`HUNG_FOR` s goes last whatever the selection."""
     known = {
         dial_address(config, b.host, b.port): b.partition_count + b.leader_count for b in snapshot.brokers.values()
     }
@@ -32,6 +43,8 @@ def broker_addresses(config: ClientConfig, snapshot: Metadata) -> list[str]:
         addresses.sort(key=lambda a: known.get(a, 0))
     elif config.broker_selection == "latency":
         addresses.sort(key=lambda a: CONNECT_SECONDS.get(a, -1.0))
+    now = time.monotonic()
+    addresses.sort(key=lambda a: HUNG_UNTIL.get(a, 0.0) > now)  # stable: the selection's order otherwise
     return addresses
 
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.addresses import broker_addresses, replica_address
+from liftbridge_provider.client.addresses import broker_addresses, note_hung, replica_address
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
     InvalidArgumentError,
@@ -165,14 +165,17 @@ def any_broker(
     addresses: list[str] | None = None,
 ) -> Plan[Any]:
     """Try the known brokers in random order: UNAVAILABLE, a refused or slow connection (see
-    :data:`CONNECT_TRY`) or a hung attempt moves on to the next one, an election backs off; anything
-    else is final. ``addresses`` overrides the brokers to try."""
+    :data:`CONNECT_TRY`) or a hung attempt moves on to the next one (a hung broker goes last for the
+    next calls too), an election backs off; anything else is final. ``addresses`` overrides the brokers
+    to try."""
     state = RetryState(deadline, leader_directed=False, stream=stream)
     while True:
         for address in addresses or broker_addresses(config, snapshot):
             try:
                 return (yield Attempt(address, state.attempt_timeout(), rpc, connect_timeout=CONNECT_TRY))
             except grpc.RpcError as exc:
+                if state.attempt_hung(exc):
+                    note_hung(address)
                 action, delay = state.after_failure(exc)
             if action is not Action.NEXT_BROKER:
                 yield Sleep(delay)
@@ -455,6 +458,8 @@ def ambiguous_admin(
                         return None
                     raise error from exc
                 maybe_applied = maybe_applied or not isinstance(exc, NotSent)
+                if state.attempt_hung(exc):
+                    note_hung(address)
                 action, delay = state.after_failure(_as_retryable(exc))
             if action is not Action.NEXT_BROKER:
                 yield Sleep(delay)

@@ -119,6 +119,10 @@ class RetryState:
         self._attempt_ends = time.monotonic() + budget
         return budget
 
+    def attempt_hung(self, exc: grpc.RpcError) -> bool:
+        """The attempt that raised ``exc`` ran out its own timeout: its broker answered nothing in time."""
+        return exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() >= self._attempt_ends - 0.001
+
     def after_failure(self, exc: grpc.RpcError) -> tuple[Action, float]:
         error = error_from_rpc(exc, stream=self.stream, partition=self.partition)
         attempt_expired = not self.deadline.expired and time.monotonic() >= self._attempt_ends - 0.001

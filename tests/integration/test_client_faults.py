@@ -409,3 +409,23 @@ def test_metadata_request_while_the_metadata_leader_is_replaced_is_retried(
 
         wait_until(applied, 15, f"{call} to be applied")
     liftbridge_cluster.restart(leader)
+
+
+def test_a_broker_that_hung_an_attempt_goes_last_for_the_next_calls(liftbridge_cluster: DevServer) -> None:
+    """Found by CI on 716d1a5 (test_frozen_partition_leader_fails_the_acks_by_ack_wait took 6 s for a 1 s
+    ack_wait): a call that may go to any broker (FetchMetadata) picked a frozen broker first in about one
+    call of three, and each time waited a whole attempt (4 s here) before trying another. The frozen
+    broker must cost one attempt, not one in three of every later call."""
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=8) as client:
+        for _ in range(20):  # brokers are picked at random: this opens a READY channel to each (but 3e-4)
+            client.fetch_metadata()
+        leader = metadata_leader(liftbridge_cluster)
+        victim = next(n.server_id for n in liftbridge_cluster.nodes if n.server_id != leader)
+        took = []
+        with frozen(liftbridge_cluster, victim):
+            for _ in range(12):
+                started = time.monotonic()
+                client.fetch_metadata()
+                took.append(time.monotonic() - started)
+    slow = [round(t, 1) for t in took if t > 2.0]
+    assert len(slow) <= 1, f"{len(slow)} of 12 metadata calls waited on the frozen broker: {slow}"

@@ -46,6 +46,12 @@ class Rpc(grpc.RpcError):
         return self._details
 
 
+@pytest.fixture(autouse=True)
+def no_hung_brokers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no broker marked as hung (the registry is process-wide)."""
+    monkeypatch.setattr(addresses, "HUNG_UNTIL", {})
+
+
 def snapshot(leader: str | None = "a", paused: bool = False, streams: tuple[str, ...] = ("s",)) -> Metadata:
     brokers = {b: BrokerInfo(b, f"{b}.example", 9292) for b in ("a", "b")}
     info = PartitionInfo("s", 0, leader, ("a", "b"), ("a", "b"), 9, 9, paused, False)
@@ -448,6 +454,33 @@ def test_brokers_are_tried_in_the_order_the_selection_picks(monkeypatch: pytest.
     assert broker_addresses(latency, snapshot)[-1] == "a.example:9292", "the unmeasured ones first"
     with pytest.raises(InvalidArgumentError, match="broker_selection must be one of random, workload, latency"):
         ClientConfig(brokers=("a",), broker_selection="closest")
+
+
+def test_a_broker_that_hung_an_attempt_goes_last_whatever_the_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI on 716d1a5: a frozen broker took a whole attempt of one metadata call in three (see
+    test_a_broker_that_hung_an_attempt_goes_last_for_the_next_calls)."""
+    tried: list[str] = []
+
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            tried.append(action.address)
+            if len(tried) == 1:
+                time.sleep(0.01)
+                raise Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            return "answered"
+        return no_sleep(action)
+
+    deadline = Deadline(20)
+    deadline.attempt_budget = lambda: 0.001  # type: ignore[method-assign]
+    assert drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, deadline), answer)[0] == "answered"
+    hung = tried[0]
+    assert set(addresses.HUNG_UNTIL) == {hung}
+    for _ in range(20):
+        assert broker_addresses(CONFIG, snapshot())[-1] == hung
+    workload = ClientConfig(brokers=CONFIG.brokers, broker_selection="workload")
+    assert broker_addresses(workload, snapshot())[-1] == hung
+    monkeypatch.setattr(addresses, "HUNG_UNTIL", {hung: time.monotonic() - 1})
+    assert any(broker_addresses(CONFIG, snapshot())[-1] != hung for _ in range(40)), "it expires"
 
 
 def test_a_batch_goes_to_its_partition_leader_first() -> None:
