@@ -33,9 +33,11 @@ def judge(
     *,
     batch_task: str | None = None,
     replication: int | None = None,
+    stream: str | None = None,
 ) -> None:
     """A failed call is a finding when its error says "bad input", when the ingest job's own checks
-    failed, or when the cluster was healthy; otherwise a fault explains it."""
+    failed, or when the cluster was healthy; otherwise a fault explains it (or, at RF 1, a promise
+    that is not made: see :func:`_unpromised_at_rf1`)."""
     error = outcome.error
     if outcome.hung or error is None:
         return  # hung calls are reported by the timer
@@ -45,13 +47,28 @@ def judge(
         report.findings.append(
             Finding("paused", f"the {batch_task} task failed on a paused partition: {outcome.describe()}")
         )
-    elif replication == 1 and _named(error, "BeyondHighWatermarkError"):
-        return  # not promised at RF 1: a restarted single replica takes its last checkpointed high watermark
+    elif replication == 1 and (why := _unpromised_at_rf1(world, error, batch_task, stream)):
+        report.summary += f" (not promised at RF 1: {why})"
     elif isinstance(error, IngestFailed):
         report.findings.append(Finding("ingest-check", f"{outcome.describe()}"))
     elif world.impaired is None:
         what = f"the {batch_task} task" if batch_task else "a call"
         report.findings.append(Finding("failed-healthy", f"{what} failed on a healthy cluster: {outcome.describe()}"))
+
+
+def _unpromised_at_rf1(world: World, error: BaseException, task: str | None, stream: str | None) -> str | None:
+    """Why a failure on a single-replica stream is outside the promise (RF 3, ack ALL, min ISR 2), or None.
+
+    A restarted single replica takes its last checkpointed high watermark (seed 82), and moves it only
+    with the next write: the offsets above it stay invisible until someone publishes (seed 155, a paused
+    partition whose leader was SIGKILLed right after a publish). A read past it, or an offset sensor
+    waiting for it, fails until then.
+    """
+    if _named(error, "BeyondHighWatermarkError"):
+        return "a read beyond a restarted replica's checkpointed high watermark"
+    if task == "wait" and stream in world.hw_back and _named(error, "AirflowSensorTimeout"):
+        return f"the high watermark of {stream} moved back and waits for a new write"
+    return None
 
 
 def permanent(error: BaseException) -> bool:

@@ -29,7 +29,7 @@ def observe(world: World, index: int, *, final: bool = False) -> Verdict:
         for read in reads:
             read.result()  # every call inside is bounded by the timer
     oracle.check_cursor_moves(previous, world.cursors, verdict)
-    oracle.check_high_watermarks(world.shapes, previous_snapshots, world.snapshots, verdict)
+    world.hw_back |= oracle.check_high_watermarks(world.shapes, previous_snapshots, world.snapshots, verdict)
     for (stream, _), snapshot in sorted(world.snapshots.items()):
         oracle.check_stream(world.shapes[stream], snapshot, world.ledger, verdict, final=final)
     oracle.check_lake(

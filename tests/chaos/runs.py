@@ -67,7 +67,7 @@ def _task(world: World, run: BatchRun) -> StepReport:
     if outcome.ok:
         return StepReport(f"{run.run_id} {task}: {_result(task, run, outcome)} [{outcome.seconds:.1f}s]")
     report = StepReport(f"{outcome.describe()} FAILED")
-    judge(world, report, outcome, batch_task=task, replication=run.shape.replication)
+    judge(world, report, outcome, batch_task=task, replication=run.shape.replication, stream=run.shape.name)
     return report
 
 

@@ -317,3 +317,105 @@ def test_a_server_that_died_on_its_own_makes_the_cluster_impaired_and_is_restart
     assert (world.killed, world.crashed) == (["n1"], ["n1"])
     assert world.impaired == "n1 killed"
     assert world.crashed == ["n1"], "a crash is noticed once"
+
+
+def _bare_world(cluster: Any) -> Any:
+    from tests.chaos.world import Timeouts, World  # noqa: PLC0415
+
+    required = [f.name for f in dataclasses.fields(World) if f.default is f.default_factory is dataclasses.MISSING]
+    fields: dict[str, Any] = dict.fromkeys(required)
+    fields.update(cluster=cluster, timeouts=Timeouts(), seed=1)
+    return World(**fields)
+
+
+class _CrashingCluster:
+    """n1 was killed; while it rejoins, n3 crashes (seed 185), so n1's readiness wait fails once."""
+
+    def __init__(self) -> None:
+        from types import SimpleNamespace  # noqa: PLC0415
+
+        ids = ("n1", "n2", "n3")
+        self.nodes = [SimpleNamespace(server_id=s, process=SimpleNamespace(running=s != "n1")) for s in ids]
+        self.frozen: list[str] = []
+        self.crashed_once = False
+
+    def node(self, server_id: str) -> Any:
+        return next(n for n in self.nodes if n.server_id == server_id)
+
+    def restart(self, server_id: str, timeout: float) -> None:
+        self.node(server_id).process.running = True
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        if not self.crashed_once:
+            self.crashed_once = True
+            self.node("n3").process.running = False
+        down = [n.server_id for n in self.nodes if not n.process.running]
+        if down:
+            raise RuntimeError(f"node {down[0]} exited (status 2)")
+
+
+def test_a_node_that_crashes_while_another_rejoins_is_restarted_too_and_is_no_finding() -> None:
+    """Seed 185 (8dbbf17): n3 panicked (a v1.9.0 server bug) during n1's restart; the step failed as
+    "n1 did not rejoin" although the harness notes such a crash and restarts the node."""
+    from tests.chaos.faults import restart  # noqa: PLC0415
+    from tests.chaos.plan import Step  # noqa: PLC0415
+
+    cluster = _CrashingCluster()
+    world = _bare_world(cluster)
+    world.killed.append("n1")
+    report = restart(world, Step("restart"), 12)
+    assert report.findings == []
+    assert world.killed == []
+    assert world.crashed == ["n3"], "the crash is left for the step's note"
+    assert "restarted n3" in report.summary
+    assert "restarted n1" in report.summary
+
+
+def test_a_node_that_never_rejoins_is_still_a_finding() -> None:
+    from tests.chaos.faults import restart  # noqa: PLC0415
+    from tests.chaos.plan import Step  # noqa: PLC0415
+
+    cluster = _CrashingCluster()
+    cluster.crashed_once = True
+
+    def never(timeout: float) -> None:
+        raise RuntimeError("Liftbridge not ready after 150s")
+
+    cluster.wait_ready = never  # type: ignore[method-assign]
+    world = _bare_world(cluster)
+    world.killed.append("n1")
+    report = restart(world, Step("restart"), 3)
+    assert [f.kind for f in report.findings] == ["restart"]
+    assert world.killed == ["n1"]
+
+
+@pytest.mark.parametrize(
+    ("replication", "moved_back", "error", "finding"),
+    [
+        (1, True, "AirflowSensorTimeout: Sensor has timed out", False),
+        (1, False, "AirflowSensorTimeout: Sensor has timed out", True),
+        (3, True, "AirflowSensorTimeout: Sensor has timed out", True),
+        (1, True, "UnavailableError: no broker", True),
+        (1, False, "BeyondHighWatermarkError: offset 9 is beyond", False),
+    ],
+)
+def test_an_rf1_wait_that_times_out_after_its_high_watermark_moved_back_is_not_promised(
+    replication: int, moved_back: bool, error: str, finding: bool
+) -> None:
+    """Seed 155 (8dbbf17): a paused RF 1 partition whose leader was SIGKILLed right after a publish came back
+    with high watermark -1 until the next write; the offset sensor timed out on a healthy cluster."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from tests.chaos.judging import StepReport, judge  # noqa: PLC0415
+    from tests.chaos.timing import Outcome  # noqa: PLC0415
+
+    world = _bare_world(SimpleNamespace(nodes=[], frozen=[]))
+    world.calm_since = time.monotonic() - 60  # healthy
+    if moved_back:
+        world.hw_back.add("age")
+    report = StepReport("wait chaos__age__1 FAILED")
+    outcome: Outcome[Any] = Outcome("wait chaos__age__1", 31, 20.0, error=RuntimeError(error))
+    judge(world, report, outcome, batch_task="wait", replication=replication, stream="age")
+    assert bool(report.findings) is finding
+    assert ("not promised at RF 1" in report.summary) is not finding
