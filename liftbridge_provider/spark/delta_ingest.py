@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
-from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -94,7 +94,35 @@ def _open(table: str) -> DeltaTable:
         DeltaTable.create(table, Schema.from_arrow(arrow_schema()), mode="ignore", partition_by=[PARTITION_COLUMN])
     except DeltaError as exc:  # another run created it at this moment
         log.info("creating the Delta table %s: %s", table, exc)
-    return DeltaTable(table)
+    delta = DeltaTable(table)
+    _check_shape(delta, table)
+    return delta
+
+
+def check_table(table: str) -> None:
+    """InvalidArgumentError when the Delta table at ``table`` exists with other columns or partitioning than
+    this job writes (a missing table is fine: it is created)."""
+    try:
+        delta = DeltaTable(table)
+    except TableNotFoundError:
+        return
+    _check_shape(delta, table)
+
+
+def _check_shape(delta: DeltaTable, table: str) -> None:
+    expected = Schema.from_arrow(arrow_schema())
+    partitioning = list(delta.metadata().partition_columns)
+    if delta.schema() == expected and partitioning == [PARTITION_COLUMN]:
+        return
+    raise InvalidArgumentError(
+        f"the Delta table {table} has columns ({_columns(delta.schema())}) partitioned by {partitioning}; "
+        f"this job writes ({_columns(expected)}) partitioned by {[PARTITION_COLUMN]}: "
+        "use a new table or one this job wrote"
+    )
+
+
+def _columns(schema: Schema) -> str:
+    return ", ".join(f"{f.name} {getattr(f.type, 'type', f.type)}" for f in schema.fields)
 
 
 def committed_offsets(table: DeltaTable, document: RangesDocument) -> dict[int, int | None]:

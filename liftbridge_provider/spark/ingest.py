@@ -384,8 +384,10 @@ def main(argv: list[str] | None = None) -> int:
         load_ranges(args.ranges)
         client_config(args, os.environ)
         if args.lake_format == "delta":
-            table_path(args.output)
             require_deltalake()
+            from liftbridge_provider.spark.delta_ingest import check_table  # noqa: PLC0415 - needs deltalake
+
+            check_table(table_path(args.output))
     except InvalidArgumentError as exc:
         log.error("%s", exc)
         return 2

@@ -25,7 +25,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from liftbridge_provider.client import LiftbridgeClient, PublishMessage
+from liftbridge_provider.client import InvalidArgumentError, LiftbridgeClient, PublishMessage
 from liftbridge_provider.delta_plan import app_id
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator
@@ -284,6 +284,34 @@ def test_an_object_store_table_is_refused_before_spark_starts(tmp_path: Path) ->
          "--output", "s3a://bucket/table", "--format", "delta"]
     )  # fmt: skip
     assert code == 2
+
+
+def test_an_existing_table_of_another_shape_is_refused_before_spark_starts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Review of issue 15: a table made by something else (other columns or partitioning) failed only at the
+    commit, after Spark had read and written everything, with delta-rs's own schema error."""
+    import pyarrow as pa  # noqa: PLC0415
+    from deltalake import write_deltalake  # noqa: PLC0415
+
+    table = tmp_path / "orders"
+    write_deltalake(str(table), pa.table({"order_id": [1, 2], "amount": [9.5, 3.0]}))
+    code = ingest.main(
+        ["--brokers", "127.0.0.1:1", "--ranges", document("s", (0, 0, 1)).dumps(),
+         "--output", str(table), "--format", "delta"]
+    )  # fmt: skip
+    assert code == 2
+    assert f"the Delta table {table} has columns (order_id long, amount double)" in caplog.text
+    assert "this job writes (key binary, value binary" in caplog.text
+    assert DeltaTable(str(table)).version() == 0, "nothing was committed to it"
+    with pytest.raises(InvalidArgumentError, match="partitioned by"):
+        delta_ingest.DeltaBatchWriter(str(table), "q").committed_batch()
+
+
+def test_a_stream_writer_needs_a_query_name() -> None:
+    for bad in ("", None, 7):
+        with pytest.raises(InvalidArgumentError, match="query_name must be a non-empty string"):
+            delta_ingest.DeltaBatchWriter("/tmp/t", bad)  # type: ignore[arg-type]
 
 
 def test_a_stream_query_lands_each_micro_batch_once_even_when_spark_replays_one(
