@@ -28,12 +28,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.delta_plan import DeltaPlan, app_id, plan_delta
@@ -158,17 +158,19 @@ def add_actions(table: str, folder: Path) -> list[AddAction]:
     return actions
 
 
-def _entries(spark: SparkSession, folder: Path, plan: DeltaPlan, run: str) -> list[dict[str, Any]]:
-    """What the written files hold per piece (rows, min and max offset), as the lake checks expect."""
-    rows = []
-    if any(folder.glob(f"{PARTITION_COLUMN}=*/*.parquet")):  # none when compaction emptied every piece
-        rows = (
-            spark.read.parquet(folder.as_uri())
-            .groupBy(PARTITION_COLUMN)
-            .agg(F.count("*").alias("rows"), F.min("offset").alias("min"), F.max("offset").alias("max"))
-            .collect()
-        )
-    found = {row["partition"]: row for row in rows}
+def _entries(actions: list[AddAction], folder: Path, plan: DeltaPlan, run: str) -> list[dict[str, Any]]:
+    """What the written files hold per piece (rows, min and max offset), as the lake checks expect, from the
+    files' Parquet footers (the add actions' stats): no second Spark job."""
+    found: dict[int, dict[str, Any]] = {}
+    for action in actions:
+        stats = json.loads(action.stats)
+        if not stats["numRecords"]:
+            continue
+        partition = int(str(action.partition_values[PARTITION_COLUMN]))
+        low, high = _offset_bounds(stats, folder.parent / action.path)  # paths are relative to the table
+        seen = found.setdefault(partition, {"rows": 0, "min": low, "max": high})
+        seen["rows"] += stats["numRecords"]
+        seen["min"], seen["max"] = min(seen["min"], low), max(seen["max"], high)
     entries = []
     for piece in plan.write:
         row = found.get(piece.partition)
@@ -185,6 +187,15 @@ def _entries(spark: SparkSession, folder: Path, plan: DeltaPlan, run: str) -> li
             }
         )
     return entries
+
+
+def _offset_bounds(stats: Mapping[str, Any], path: Path) -> tuple[int, int]:
+    """The lowest and highest offset in a file with rows: from its footer, else read from the file."""
+    low, high = stats["minValues"].get("offset"), stats["maxValues"].get("offset")
+    if low is None or high is None:  # a writer that kept no statistics
+        offsets = pq.read_table(path, columns=["offset"]).column("offset")
+        low, high = pc.min(offsets).as_py(), pc.max(offsets).as_py()
+    return int(low), int(high)
 
 
 def _commit(table: DeltaTable, actions: list[AddAction], versions: Mapping[str, int], stream: str) -> None:
@@ -238,7 +249,8 @@ def ingest_delta(
         pieces = RangesDocument(document.stream, plan.write)
         frame = spark.read.format("liftbridge").options(**options, ranges=pieces.dumps()).load()
         _write_files(spark, frame, folder)
-        entries = _entries(spark, folder, plan, run)
+        actions = add_actions(table, folder)
+        entries = _entries(actions, folder, plan, run)
         found = problems(entries, compacted, head_loss_ok)
         if found:
             shutil.rmtree(folder, ignore_errors=True)
@@ -246,7 +258,7 @@ def ingest_delta(
         crash_point("delta_written")
         try:
             versions = {app_id(document.stream, p): end for p, end in plan.versions().items()}
-            _commit(delta, add_actions(table, folder), versions, document.stream)
+            _commit(delta, actions, versions, document.stream)
         except CommitFailedError as exc:
             log.info("attempt %d: another run committed first (%s); planning again", attempt + 1, exc)
             shutil.rmtree(folder, ignore_errors=True)
