@@ -14,7 +14,7 @@ from liftbridge_provider.client import InvalidArgumentError, NoSuchPartitionErro
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.operators._base import failing_without_retries
 from liftbridge_provider.ranges import RangesDocument, check_partitions, partition_offsets
-from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger, unmet_targets
+from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger, unmet_targets, waiting_note
 
 # Trigger error events that no retry can fix (the trigger names the error's class).
 PERMANENT_EVENT_ERRORS = {NoSuchStreamError.__name__, NoSuchPartitionError.__name__}
@@ -99,10 +99,10 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
         stream, targets = self._targets()
         with failing_without_retries(self.task_id):
             client = self.hook.get_conn()
-            high_watermarks = {p: client.fetch_partition_metadata(stream, p).high_watermark for p in targets}
-        missing = unmet_targets(targets, high_watermarks)
+            infos = {p: client.fetch_partition_metadata(stream, p) for p in targets}
+        missing = unmet_targets(targets, {p: info.high_watermark for p, info in infos.items()})
         if missing:
-            self.log.info("%s: waiting for %s more offset(s) per partition", stream, missing)
+            self.log.info("%s", waiting_note(stream, targets, infos))
         return not missing
 
     def execute(self, context: Any) -> Any:

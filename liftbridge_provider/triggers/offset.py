@@ -10,6 +10,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from liftbridge_provider.client import AsyncLiftbridgeClient, InvalidArgumentError, LiftbridgeError
+from liftbridge_provider.client.metadata import PartitionInfo
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.ranges import partition_offsets
 
@@ -29,6 +30,25 @@ def optional_seconds(value: object, name: str) -> float | None:
 def unmet_targets(targets: Mapping[int, int], high_watermarks: Mapping[int, int]) -> dict[int, int]:
     """Partitions whose high watermark is still below its target: ``{partition: missing offsets}``."""
     return {p: t - high_watermarks.get(p, -1) for p, t in targets.items() if high_watermarks.get(p, -1) < t}
+
+
+def waiting_note(stream: str, targets: Mapping[int, int], infos: Mapping[int, PartitionInfo]) -> str:
+    """The log line of a wait: offsets missing per partition, and partitions that hold their target offset
+    but have not committed it (their high watermark is below; chaos seed 155)."""
+    missing = unmet_targets(targets, {p: info.high_watermark for p, info in infos.items()})
+    note = f"{stream}: waiting for {missing} more offset(s) per partition"
+    held = [
+        f"partition {p} holds offsets up to {infos[p].newest_offset} "
+        f"but its high watermark is {infos[p].high_watermark}"
+        for p in missing
+        if p in infos and infos[p].newest_offset >= targets[p]
+    ]
+    if held:
+        note += (
+            f"; {', '.join(held)} (a leader commits offsets as its followers fetch them; a restarted "
+            "single-replica leader only with the next message published to the partition)"
+        )
+    return note
 
 
 class LiftbridgeOffsetTrigger(BaseTrigger):
@@ -79,10 +99,8 @@ class LiftbridgeOffsetTrigger(BaseTrigger):
         try:
             self._client = await LiftbridgeHook(liftbridge_conn_id=self.liftbridge_conn_id).aget_async_client()
             while True:
-                high_watermarks = {
-                    p: (await self._client.fetch_partition_metadata(self.stream, p)).high_watermark
-                    for p in self.targets
-                }
+                infos = {p: await self._client.fetch_partition_metadata(self.stream, p) for p in self.targets}
+                high_watermarks = {p: info.high_watermark for p, info in infos.items()}
                 missing = unmet_targets(self.targets, high_watermarks)
                 if not missing:
                     yield TriggerEvent(
@@ -92,7 +110,7 @@ class LiftbridgeOffsetTrigger(BaseTrigger):
                 if self.timeout is not None and time.monotonic() - started > self.timeout:
                     yield TriggerEvent({"status": "timeout", "missing": {str(p): n for p, n in missing.items()}})
                     return
-                self.log.info("%s: waiting for %s more offset(s) per partition", self.stream, missing)
+                self.log.info("%s", waiting_note(self.stream, self.targets, infos))
                 await asyncio.sleep(self.poll_interval)
         except LiftbridgeError as exc:
             yield TriggerEvent({"status": "error", "error": type(exc).__name__, "message": str(exc)})

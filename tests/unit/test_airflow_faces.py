@@ -32,7 +32,7 @@ from liftbridge_provider.ranges import (
     partition_offsets,
     ranges_from_offsets,
 )
-from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger, unmet_targets
+from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger, unmet_targets, waiting_note
 
 
 def airflow_schema(name: str) -> dict[str, Any]:
@@ -162,6 +162,22 @@ def test_trigger_serialize_round_trip() -> None:
     again = LiftbridgeOffsetTrigger(**kwargs)
     assert again.serialize() == (classpath, kwargs)
     assert again.targets == {0: 5, 2: 9}
+
+
+def test_a_wait_names_partitions_that_hold_their_target_but_have_not_committed_it() -> None:
+    """Chaos seed 155: an RF 1 partition restarted after a SIGKILL held offsets 0-144 with high watermark -1
+    until the next publish; the sensor only said it was waiting for 146 more offsets."""
+    from liftbridge_provider.client.metadata import PartitionInfo  # noqa: PLC0415
+
+    def info(partition: int, high_watermark: int, newest: int) -> PartitionInfo:
+        return PartitionInfo("age", partition, "n1", ("n1",), ("n1",), high_watermark, newest, True, False)
+
+    infos = {0: info(0, 9, 9), 1: info(1, -1, 144), 2: info(2, 3, 5)}
+    note = waiting_note("age", {0: 9, 1: 45, 2: 20}, infos)
+    assert note.startswith("age: waiting for {1: 46, 2: 17} more offset(s) per partition; ")
+    assert "partition 1 holds offsets up to 144 but its high watermark is -1" in note
+    assert "partition 2" not in note, "partition 2 does not hold offset 20 yet"
+    assert waiting_note("age", {2: 20}, infos) == "age: waiting for {2: 17} more offset(s) per partition"
 
 
 def test_unmet_targets() -> None:
