@@ -174,14 +174,21 @@ def any_broker(
             try:
                 return (yield Attempt(address, state.attempt_timeout(), rpc, connect_timeout=CONNECT_TRY))
             except grpc.RpcError as exc:
-                if state.attempt_hung(exc):
-                    note_hung(address)
+                _note_if_hung(state, address, exc)
                 action, delay = state.after_failure(exc)
             if action is not Action.NEXT_BROKER:
                 yield Sleep(delay)
                 break
         else:
             yield Sleep(state.pause())
+
+
+def _note_if_hung(state: RetryState, address: str, exc: grpc.RpcError) -> None:
+    """A broker that answered nothing in an attempt's own time, or never finished connecting within
+    :data:`CONNECT_TRY` (a frozen peer accepts TCP and says nothing), goes last for the next calls."""
+    silent = isinstance(exc, NotSent) and exc.connection is Connection.SILENT and not state.deadline.expired
+    if silent or state.attempt_hung(exc):
+        note_hung(address)
 
 
 def leader_call(
@@ -458,8 +465,7 @@ def ambiguous_admin(
                         return None
                     raise error from exc
                 maybe_applied = maybe_applied or not isinstance(exc, NotSent)
-                if state.attempt_hung(exc):
-                    note_hung(address)
+                _note_if_hung(state, address, exc)
                 action, delay = state.after_failure(_as_retryable(exc))
             if action is not Action.NEXT_BROKER:
                 yield Sleep(delay)

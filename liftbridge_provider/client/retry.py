@@ -120,8 +120,11 @@ class RetryState:
         return budget
 
     def attempt_hung(self, exc: grpc.RpcError) -> bool:
-        """The attempt that raised ``exc`` ran out its own timeout: its broker answered nothing in time."""
-        return exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() >= self._attempt_ends - 0.001
+        """The attempt that raised ``exc`` ran out its own timeout, not the call's: its broker answered nothing
+        in the time an attempt gets (an attempt cut short by the call's deadline proves nothing)."""
+        if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED or self.deadline.expired:
+            return False
+        return time.monotonic() >= self._attempt_ends - 0.001
 
     def after_failure(self, exc: grpc.RpcError) -> tuple[Action, float]:
         error = error_from_rpc(exc, stream=self.stream, partition=self.partition)

@@ -131,18 +131,18 @@ def committed_offsets(table: DeltaTable, document: RangesDocument) -> dict[int, 
 
 
 def _stats(path: Path) -> str:
-    """Delta file stats from the Parquet footer: row count, min/max offset."""
+    """Delta file stats from the Parquet footer: row count, min/max offset (left out unless every row group
+    with rows has them: partial bounds would mislead data skipping and the piece checks)."""
     metadata = pq.ParquetFile(path).metadata
     low: dict[str, Any] = {}
     high: dict[str, Any] = {}
     names = [metadata.schema.column(i).name for i in range(metadata.num_columns)]
-    for group in range(metadata.num_row_groups):
-        for name in STATS_COLUMNS:
-            stats = metadata.row_group(group).column(names.index(name)).statistics
-            if stats is None or not stats.has_min_max:
-                continue
-            low[name] = min(low.get(name, stats.min), stats.min)
-            high[name] = max(high.get(name, stats.max), stats.max)
+    for name in STATS_COLUMNS:
+        groups = [metadata.row_group(g) for g in range(metadata.num_row_groups)]
+        stats = [g.column(names.index(name)).statistics for g in groups if g.num_rows]
+        if stats and all(s is not None and s.has_min_max for s in stats):
+            low[name] = min(s.min for s in stats)
+            high[name] = max(s.max for s in stats)
     return json.dumps({"numRecords": metadata.num_rows, "minValues": low, "maxValues": high})
 
 

@@ -108,7 +108,9 @@ class LiftbridgeOffsetTrigger(BaseTrigger):
                     )
                     return
                 if self.timeout is not None and time.monotonic() - started > self.timeout:
-                    yield TriggerEvent({"status": "timeout", "missing": {str(p): n for p, n in missing.items()}})
+                    missing_offsets = {str(p): n for p, n in missing.items()}
+                    note = waiting_note(self.stream, self.targets, infos)
+                    yield TriggerEvent({"status": "timeout", "missing": missing_offsets, "note": note})
                     return
                 self.log.info("%s", waiting_note(self.stream, self.targets, infos))
                 await asyncio.sleep(self.poll_interval)

@@ -66,8 +66,9 @@ def _unpromised_at_rf1(world: World, error: BaseException, task: str | None, str
     """
     if _named(error, "BeyondHighWatermarkError"):
         return "a read beyond a restarted replica's checkpointed high watermark"
-    if task == "wait" and stream in world.hw_back and _named(error, "AirflowSensorTimeout"):
-        return f"the high watermark of {stream} moved back and waits for a new write"
+    lowered = sorted(p for s, p in world.hw_back if s == stream)
+    if task == "wait" and lowered and _named(error, "AirflowSensorTimeout"):
+        return f"the high watermark of {stream} partition(s) {lowered} moved back and waits for a new write"
     return None
 
 

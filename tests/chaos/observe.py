@@ -29,7 +29,7 @@ def observe(world: World, index: int, *, final: bool = False) -> Verdict:
         for read in reads:
             read.result()  # every call inside is bounded by the timer
     oracle.check_cursor_moves(previous, world.cursors, verdict)
-    world.hw_back |= oracle.check_high_watermarks(world.shapes, previous_snapshots, world.snapshots, verdict)
+    _track_moved_back(world, oracle.check_high_watermarks(world.shapes, previous_snapshots, world.snapshots, verdict))
     for (stream, _), snapshot in sorted(world.snapshots.items()):
         oracle.check_stream(world.shapes[stream], snapshot, world.ledger, verdict, final=final)
     oracle.check_lake(
@@ -117,3 +117,13 @@ def _refresh_cursor(world: World, stream: str, partition: int) -> None:
 
 def _stored(message: Message) -> StoredMessage:
     return StoredMessage(key=message.key or None, value=message.value)
+
+
+def _track_moved_back(world: World, moved: dict[tuple[str, int], int]) -> None:
+    """Remember each position whose high watermark moved back (with the highest it had) until it is back."""
+    for position, before in moved.items():
+        world.hw_back[position] = max(world.hw_back.get(position, -1), before)
+    for position, before in list(world.hw_back.items()):
+        snapshot = world.snapshots.get(position)
+        if snapshot is not None and snapshot.high_watermark >= before:
+            del world.hw_back[position]

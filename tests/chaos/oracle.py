@@ -244,16 +244,16 @@ def check_high_watermarks(
     previous: Mapping[tuple[str, int], Snapshot],
     current: Mapping[tuple[str, int], Snapshot],
     verdict: Verdict,
-) -> set[str]:
+) -> dict[tuple[str, int], int]:
     """High watermarks that move backwards are noted, not failed: right after a failover the new leader's
     high watermark lags the old one's (seen on RF 3 streams, issue 11), and the client waits for it to catch
     up. What such a drop could hide is checked elsewhere: an offset reused by another message, and acked
-    offsets still invisible at the final check. Returns the streams where one moved back."""
-    moved_back = set()
+    offsets still invisible at the final check. Returns ``{position: high watermark before}`` of those."""
+    moved_back = {}
     for position, snapshot in sorted(current.items()):
         before = previous.get(position)
         if before is not None and snapshot.high_watermark < before.high_watermark:
-            moved_back.add(position[0])
+            moved_back[position] = before.high_watermark
             verdict.notes.append(
                 f"[hw-back] high watermark of {position[0]}/{position[1]} moved back from {before.high_watermark} "
                 f"(after step {before.step}) to {snapshot.high_watermark} (after step {snapshot.step})"

@@ -256,13 +256,14 @@ def _drain_run(world: World, run: BatchRun, log: list[str]) -> list[Finding]:
 
 
 def _conclude(result: SeedResult) -> None:
+    """End the seed's log and keep it (passing seeds too: their notes say what was excused and why)."""
     if result.ok:
         _say(result.log, f"seed {result.seed}: passed in {result.seconds:.0f}s ({result.steps_run - 1} steps)")
-        return
-    _say(result.log, f"seed {result.seed}: FAILED at {result.failed_step}: {result.findings[0][1]}")
-    for step, finding in result.findings[1:]:
-        _say(result.log, f"    also at {step}: {finding}")
-    _say(result.log, f"replay: {replay_command(result.seed, result.planned)}")
+    else:
+        _say(result.log, f"seed {result.seed}: FAILED at {result.failed_step}: {result.findings[0][1]}")
+        for step, finding in result.findings[1:]:
+            _say(result.log, f"    also at {step}: {finding}")
+        _say(result.log, f"replay: {replay_command(result.seed, result.planned)}")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     result.log_path = ARTIFACTS / f"{result.seed}.log"
     result.log_path.write_text("\n".join(result.log) + "\n")

@@ -46,7 +46,8 @@ class World:
     crashed: list[str] = field(default_factory=list)  # nodes that died on their own (not yet reported)
     readonly: set[tuple[str, int]] = field(default_factory=set)
     reused: list[str] = field(default_factory=list)  # offsets acked twice, not yet reported
-    hw_back: set[str] = field(default_factory=set)  # streams where a high watermark moved back (seed 155)
+    # positions whose high watermark moved back, with the high watermark they had before, until it is back
+    hw_back: dict[tuple[str, int], int] = field(default_factory=dict)
     calm_since: float = field(default_factory=time.monotonic)
 
     @property

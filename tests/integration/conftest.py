@@ -1,4 +1,4 @@
-"""Fixtures shared by the Airflow integration tests."""
+"""Fixtures shared by the integration tests."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from liftbridge_provider.client import addresses
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 
@@ -20,3 +22,10 @@ def airflow_home() -> Path:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (home / "dags").mkdir(exist_ok=True)
     return home
+
+
+@pytest.fixture(autouse=True)
+def no_hung_brokers() -> None:
+    """Each test starts with no broker marked as hung: the mark is process-wide, and the cluster fixture's
+    addresses are shared, so a broker frozen by one test would otherwise go last in the next."""
+    addresses.HUNG_UNTIL.clear()

@@ -483,6 +483,47 @@ def test_a_broker_that_hung_an_attempt_goes_last_whatever_the_selection(monkeypa
     assert any(broker_addresses(CONFIG, snapshot())[-1] != hung for _ in range(40)), "it expires"
 
 
+def test_a_broker_that_never_connects_goes_last_but_one_cut_by_the_calls_deadline_does_not() -> None:
+    """Review of the hung-broker fix: a frozen broker without a READY channel fails as NotSent (silent) after
+    CONNECT_TRY, and must go last too; an attempt that only got the call's last moments proves nothing."""
+    tried: list[str] = []
+
+    def silent_first(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            tried.append(action.address)
+            if len(tried) == 1:
+                raise plans.NotSent(action.address, plans.Connection.SILENT)
+            return "answered"
+        return no_sleep(action)
+
+    drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, Deadline(20)), silent_first)
+    assert set(addresses.HUNG_UNTIL) == {tried[0]}
+
+    addresses.HUNG_UNTIL.clear()
+    tried.clear()
+
+    def refused_first(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            tried.append(action.address)
+            if len(tried) == 1:
+                raise plans.NotSent(action.address, plans.Connection.REFUSED)
+            return "answered"
+        return no_sleep(action)
+
+    drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, Deadline(20)), refused_first)
+    assert addresses.HUNG_UNTIL == {}, "a refused connection is quick: no reason to put it last"
+
+    def out_of_time(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            time.sleep(0.06)
+            raise Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        return no_sleep(action)
+
+    with pytest.raises(LiftbridgeTimeoutError):
+        drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, Deadline(0.05)), out_of_time)
+    assert addresses.HUNG_UNTIL == {}, "the call's deadline ended that attempt, not the broker's silence"
+
+
 def test_a_batch_goes_to_its_partition_leader_first() -> None:
     """CI defect (2026-11-24): publish_batch streamed to a randomly ordered broker, so with a follower frozen
     one batch in three went to it and every message timed out while the leader was fine."""

@@ -413,9 +413,42 @@ def test_an_rf1_wait_that_times_out_after_its_high_watermark_moved_back_is_not_p
     world = _bare_world(SimpleNamespace(nodes=[], frozen=[]))
     world.calm_since = time.monotonic() - 60  # healthy
     if moved_back:
-        world.hw_back.add("age")
+        world.hw_back[("age", 1)] = 144
     report = StepReport("wait chaos__age__1 FAILED")
     outcome: Outcome[Any] = Outcome("wait chaos__age__1", 31, 20.0, error=RuntimeError(error))
     judge(world, report, outcome, batch_task="wait", replication=replication, stream="age")
     assert bool(report.findings) is finding
     assert ("not promised at RF 1" in report.summary) is not finding
+
+
+def test_two_nodes_down_both_rejoin_although_the_first_wait_fails_on_the_second() -> None:
+    """Review of the seed-185 fix: with n1 killed and n3 crashed earlier, n1's readiness wait fails at once
+    ("n3 exited") because n3 is not started yet; n3 then rejoins, and n1 must be waited for again."""
+    from tests.chaos.faults import restart  # noqa: PLC0415
+    from tests.chaos.plan import Step  # noqa: PLC0415
+
+    cluster = _CrashingCluster()
+    cluster.crashed_once = True
+    cluster.node("n3").process.running = False
+    world = _bare_world(cluster)
+    world.killed += ["n1", "n3"]
+    report = restart(world, Step("restart"), 5)
+    assert report.findings == []
+    assert world.killed == []
+
+
+def test_a_moved_back_high_watermark_is_remembered_per_partition_until_it_is_back() -> None:
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from tests.chaos.observe import _track_moved_back  # noqa: PLC0415
+
+    world = _bare_world(SimpleNamespace(nodes=[], frozen=[]))
+    world.snapshots = {("age", 1): Snapshot("age", 1, -1, {}, 19), ("age", 0): Snapshot("age", 0, 9, {}, 19)}
+    _track_moved_back(world, {("age", 1): 144})
+    assert world.hw_back == {("age", 1): 144}
+    world.snapshots[("age", 1)] = Snapshot("age", 1, 100, {}, 20)
+    _track_moved_back(world, {})
+    assert world.hw_back == {("age", 1): 144}, "not back yet"
+    world.snapshots[("age", 1)] = Snapshot("age", 1, 150, {}, 21)
+    _track_moved_back(world, {})
+    assert world.hw_back == {}
