@@ -24,6 +24,7 @@ PERMANENT_NAMES = ("InvalidArgumentError", "AirflowFailException")
 class StepReport:
     summary: str
     findings: list[Finding] = field(default_factory=list)
+    failed: bool = False  # the step's call failed (a finding or not: an excused failure still ends a run)
 
 
 def judge(

@@ -56,7 +56,7 @@ def _run_to_end(world: World, run: BatchRun) -> list[StepReport]:
     while not run.done:
         report = _task(world, run)
         reports.append(report)
-        if report.summary.endswith("FAILED"):
+        if report.failed:
             break
     return reports
 
@@ -66,7 +66,7 @@ def _task(world: World, run: BatchRun) -> StepReport:
     outcome = world.batch.run_task(run)
     if outcome.ok:
         return StepReport(f"{run.run_id} {task}: {_result(task, run, outcome)} [{outcome.seconds:.1f}s]")
-    report = StepReport(f"{outcome.describe()} FAILED")
+    report = StepReport(f"{outcome.describe()} FAILED", failed=True)
     judge(world, report, outcome, batch_task=task, replication=run.shape.replication, stream=run.shape.name)
     return report
 

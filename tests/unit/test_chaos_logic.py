@@ -452,3 +452,29 @@ def test_a_moved_back_high_watermark_is_remembered_per_partition_until_it_is_bac
     world.snapshots[("age", 1)] = Snapshot("age", 1, 150, {}, 21)
     _track_moved_back(world, {})
     assert world.hw_back == {}
+
+
+def test_a_run_whose_task_failed_stops_even_when_the_failure_is_excused() -> None:
+    """Seed 82 hung for 14 minutes on c28e17d: a cleared re-run of an RF 1 stream retried its wait task
+    without end, because the excuse appended to the step's summary hid the "FAILED" the loop looked for."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from tests.chaos.runs import _run_to_end  # noqa: PLC0415
+    from tests.chaos.timing import Outcome  # noqa: PLC0415
+
+    world = _bare_world(SimpleNamespace(nodes=[], frozen=[]))
+    world.calm_since = time.monotonic() - 60
+    world.hw_back[("compact", 1)] = 83
+    calls: list[str] = []
+
+    def run_task(run: Any) -> Outcome[Any]:
+        calls.append(run.next_task)
+        assert len(calls) < 5, "the run keeps retrying a failed task"
+        return Outcome("wait chaos__compact__1", 31, 20.0, error=RuntimeError("AirflowSensorTimeout: timed out"))
+
+    world.batch = SimpleNamespace(run_task=run_task)
+    run = SimpleNamespace(done=False, next_task="wait", shape=SimpleNamespace(replication=1, name="compact"))
+    reports = _run_to_end(world, run)  # type: ignore[arg-type]
+    assert calls == ["wait"]
+    assert [r.findings for r in reports] == [[]]
+    assert "not promised at RF 1" in reports[0].summary
