@@ -145,21 +145,26 @@ def test_partition_metadata_of_a_paused_partition_comes_from_the_leaders_view() 
     assert calls == ["a.example:9292", "a.example:9292"]
 
 
-def test_an_attempt_gets_at_most_half_the_call_and_a_hung_one_is_retried_elsewhere() -> None:
-    timeouts: list[float] = []
+def failing_first(error: grpc.RpcError, attempts: list[plans.Attempt], pause: float = 0.0) -> Any:
+    """An ``answer`` for :func:`drive` whose first attempt raises ``error`` (after ``pause`` s); the next answer."""
 
     def answer(action: plans.PlanAction) -> Any:
         if isinstance(action, plans.Attempt):
-            timeouts.append(action.timeout)
-            if len(timeouts) == 1:
-                time.sleep(0.01)
-                raise Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            attempts.append(action)
+            if len(attempts) == 1:
+                time.sleep(pause)
+                raise error
             return "answered"
         return no_sleep(action)
 
+    return answer
+
+
+def test_an_attempt_gets_at_most_half_the_call_and_a_hung_one_is_retried_elsewhere() -> None:
     deadline = Deadline(20)
     # make the first attempt's own time run out at once: a tiny budget for it
     deadline.attempt_budget = lambda: 0.001  # type: ignore[method-assign]
+    answer = failing_first(Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"), [], pause=0.01)
     result, _ = drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, deadline), answer)
     assert result == "answered"
     assert Deadline(20).attempt_budget() == 10.0
@@ -459,21 +464,12 @@ def test_brokers_are_tried_in_the_order_the_selection_picks(monkeypatch: pytest.
 def test_a_broker_that_hung_an_attempt_goes_last_whatever_the_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     """CI on 716d1a5: a frozen broker took a whole attempt of one metadata call in three (see
     test_a_broker_that_hung_an_attempt_goes_last_for_the_next_calls)."""
-    tried: list[str] = []
-
-    def answer(action: plans.PlanAction) -> Any:
-        if isinstance(action, plans.Attempt):
-            tried.append(action.address)
-            if len(tried) == 1:
-                time.sleep(0.01)
-                raise Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-            return "answered"
-        return no_sleep(action)
-
+    tried: list[plans.Attempt] = []
+    answer = failing_first(Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"), tried, pause=0.01)
     deadline = Deadline(20)
     deadline.attempt_budget = lambda: 0.001  # type: ignore[method-assign]
     assert drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, deadline), answer)[0] == "answered"
-    hung = tried[0]
+    hung = tried[0].address
     assert set(addresses.HUNG_UNTIL) == {hung}
     for _ in range(20):
         assert broker_addresses(CONFIG, snapshot())[-1] == hung
@@ -486,30 +482,13 @@ def test_a_broker_that_hung_an_attempt_goes_last_whatever_the_selection(monkeypa
 def test_a_broker_that_never_connects_goes_last_but_one_cut_by_the_calls_deadline_does_not() -> None:
     """Review of the hung-broker fix: a frozen broker without a READY channel fails as NotSent (silent) after
     CONNECT_TRY, and must go last too; an attempt that only got the call's last moments proves nothing."""
-    tried: list[str] = []
-
-    def silent_first(action: plans.PlanAction) -> Any:
-        if isinstance(action, plans.Attempt):
-            tried.append(action.address)
-            if len(tried) == 1:
-                raise plans.NotSent(action.address, plans.Connection.SILENT)
-            return "answered"
-        return no_sleep(action)
-
+    tried: list[plans.Attempt] = []
+    silent_first = failing_first(plans.NotSent("x", plans.Connection.SILENT), tried)
     drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, Deadline(20)), silent_first)
-    assert set(addresses.HUNG_UNTIL) == {tried[0]}
+    assert set(addresses.HUNG_UNTIL) == {tried[0].address}
 
     addresses.HUNG_UNTIL.clear()
-    tried.clear()
-
-    def refused_first(action: plans.PlanAction) -> Any:
-        if isinstance(action, plans.Attempt):
-            tried.append(action.address)
-            if len(tried) == 1:
-                raise plans.NotSent(action.address, plans.Connection.REFUSED)
-            return "answered"
-        return no_sleep(action)
-
+    refused_first = failing_first(plans.NotSent("x", plans.Connection.REFUSED), [])
     drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, Deadline(20)), refused_first)
     assert addresses.HUNG_UNTIL == {}, "a refused connection is quick: no reason to put it last"
 
