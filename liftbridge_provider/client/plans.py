@@ -146,9 +146,22 @@ def refreshed(deadline: Deadline, snapshot: Metadata, streams: tuple[str, ...] =
     return fresh
 
 
+UNKNOWN_STREAM_ASKS = 2  # refreshes before a stream is called missing
+UNKNOWN_STREAM_PAUSE = 0.2  # seconds between them
+
+
 def knowing(deadline: Deadline, snapshot: Metadata, stream: str) -> Plan[Metadata]:
-    """A snapshot that knows ``stream`` (refreshed once if needed); NoSuchStreamError if the cluster does not."""
-    if stream not in snapshot.streams:
+    """A snapshot that knows ``stream`` (refreshed if needed); NoSuchStreamError if the cluster does not.
+
+    A broker applies a new stream a moment after the metadata leader committed it, so a refresh that
+    reaches it right after ``create_stream`` returned does not list the stream yet (seen in CI): the
+    stream is asked for again, :data:`UNKNOWN_STREAM_PAUSE` s later, before it is called missing.
+    """
+    for ask in range(UNKNOWN_STREAM_ASKS):
+        if stream in snapshot.streams:
+            break
+        if ask:
+            yield Sleep(min(UNKNOWN_STREAM_PAUSE, deadline.remaining()))
         fresh: Metadata = yield Refresh(deadline.remaining())
         snapshot = fresh
     snapshot.stream(stream)

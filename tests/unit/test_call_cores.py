@@ -509,3 +509,25 @@ def test_a_batch_goes_to_its_partition_leader_first() -> None:
     assert leader_first(["a:1", "b:2", "c:3"], "c:3") == ["c:3", "a:1", "b:2"]
     assert leader_first(["a:1", "b:2"], None) == ["a:1", "b:2"]
     assert leader_first(["a:1"], "z:9") == ["z:9", "a:1"], "a leader the seeds do not list is still tried first"
+
+
+def test_a_stream_a_refresh_does_not_list_yet_is_asked_for_again_before_it_is_called_missing() -> None:
+    """CI on 0f65dfd: fetch_partition_metadata right after create_stream raised NoSuchStreamError; its one
+    refresh reached a broker that had not applied the create yet."""
+    refreshes: list[plans.Refresh] = []
+
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Refresh):
+            refreshes.append(action)
+            return snapshot(streams=() if len(refreshes) == 1 else ("s",))
+        return no_sleep(action)
+
+    result, actions = drive(plans.knowing(Deadline(10), snapshot(streams=()), "s"), answer)
+    assert "s" in result.streams
+    assert len(refreshes) == 2
+    assert any(isinstance(a, plans.Sleep) for a in actions)
+
+    refreshes.clear()
+    with pytest.raises(NoSuchStreamError, match="no stream named 'gone'"):
+        drive(plans.knowing(Deadline(10), snapshot(streams=()), "gone"), answer)
+    assert len(refreshes) == plans.UNKNOWN_STREAM_ASKS
