@@ -290,11 +290,8 @@ class AsyncLiftbridgeClient:
         snapshot = await self._run(plans.knowing(deadline, self._snapshot, build.CURSORS_STREAM))
         count = len(snapshot.stream(build.CURSORS_STREAM).partitions)
         target = build.cursor_partition(request.cursorId, request.stream, request.partition, count)
-        if read:
-            plan = plans.cursor_read(self.config, snapshot, rpc, deadline, partition=target)
-        else:
-            cursors = build.CURSORS_STREAM
-            plan = plans.leader_call(self.config, snapshot, rpc, deadline, stream=cursors, partition=target)
+        cursor_plan = plans.cursor_read if read else plans.cursor_call
+        plan = cursor_plan(self.config, snapshot, rpc, deadline, partition=target)
         try:
             return await self._run(plan)
         except LiftbridgeError as exc:

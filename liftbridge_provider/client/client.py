@@ -905,9 +905,7 @@ class LiftbridgeClient:
             return getattr(stub, method)(request, timeout=remaining)
 
         try:
-            if read:
-                return self._router.cursor_read(target, call, timeout=timeout)
-            return self._router.call_leader(build.CURSORS_STREAM, target, call, timeout=timeout)
+            return self._router.cursor_call(target, call, timeout=timeout, read=read)
         except LiftbridgeError as exc:
             exc.stream, exc.partition = request.stream, request.partition
             raise

@@ -14,6 +14,7 @@ machines.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from enum import Enum
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.addresses import broker_addresses, note_hung, replica_address
+from liftbridge_provider.client.addresses import broker_addresses, dial_address, note_hung, replica_address
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
     InvalidArgumentError,
@@ -213,10 +214,13 @@ def leader_call(
     stream: str,
     partition: int,
     any_isr_replica: bool = False,
+    agreed: bool = False,
     when_paused: Callable[[str], Plan[Any]] | None = None,
 ) -> Plan[Any]:
     """Send ``rpc`` to the partition leader (or a random ISR member), following leadership as it moves.
 
+    ``agreed``: to the leader that more than half of the brokers name (see
+    :func:`agreed_leader`), not the one the snapshot names.
     A partition whose metadata names as leader the very broker that just refused
     ("not leader") and carries the paused flag is paused: ``when_paused(leader
     address)`` decides what the call returns then (default: PartitionPausedError).
@@ -225,7 +229,12 @@ def leader_call(
     snapshot = yield from knowing(deadline, snapshot, stream)
     refused_by: str | None = None
     while True:
-        address = yield from _replica(config, snapshot, deadline, (stream, partition), any_isr_replica)
+        if agreed:
+            address = yield from agreed_leader(config, snapshot, deadline, stream, partition)
+            if address is None:
+                state.last_error = no_agreed_leader(stream, partition, len(snapshot.brokers))
+        else:
+            address = yield from _replica(config, snapshot, deadline, (stream, partition), any_isr_replica)
         if refused_by is not None and refused_by == address and snapshot.partition(stream, partition).paused:
             if when_paused is None:
                 raise paused_error(stream, partition)
@@ -242,6 +251,57 @@ def leader_call(
                     refused_by = address
         yield Sleep(delay)
         snapshot = yield from refreshed(deadline, snapshot)
+
+
+def agreed_leader(
+    config: ClientConfig, snapshot: Metadata, deadline: Deadline, stream: str, partition: int
+) -> Plan[str | None]:
+    """Dial address of the partition leader that more than half of the known brokers name, or None when
+    they do not agree (yet) or too few answer. One broker known: the snapshot's leader, unasked.
+
+    A leader frozen past a failover still acts as leader for a moment after it
+    thaws (v1.9.0): it answers calls, and names itself in its metadata, while the
+    brokers that saw the failover name the new leader. The brokers are asked one
+    at a time (hung ones last) until a leader has a majority.
+    """
+    voters = [dial_address(config, b.host, b.port) for b in snapshot.brokers.values()]
+    if len(voters) <= 1:
+        return (yield from _replica(config, snapshot, deadline, (stream, partition), False))
+    request = api.FetchMetadataRequest(streams=[stream])
+
+    def fetch(stub: Any, timeout: float) -> Any:
+        return stub.FetchMetadata(request, timeout=timeout)
+
+    votes: Counter[str] = Counter()
+    for address in [a for a in broker_addresses(config, snapshot) if a in voters]:
+        if deadline.expired:
+            return None
+        try:
+            response = yield Attempt(address, deadline.attempt_budget(), fetch, connect_timeout=CONNECT_TRY)
+        except grpc.RpcError as exc:
+            if isinstance(exc, NotSent) or exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                note_hung(address)
+            continue
+        view = metadata_from_response(response, snapshot, [stream])
+        try:
+            named = view.leader(stream, partition)
+        except (NoSuchStreamError, NoSuchPartitionError):
+            named = None  # this broker has not applied the stream or partition yet
+        if named is not None:
+            votes[named.id] += 1
+            if votes[named.id] > len(voters) // 2:
+                return dial_address(config, named.host, named.port)
+    return None
+
+
+def no_agreed_leader(stream: str, partition: int, brokers: int) -> UnavailableError:
+    """The error a call reports when its deadline passes with no leader that a majority of brokers name."""
+    return UnavailableError(
+        f"no leader that more than half of the {brokers} brokers name (a failover is under way, or brokers "
+        "do not answer)",
+        stream=stream,
+        partition=partition,
+    )
 
 
 def is_refusal(exc: grpc.RpcError) -> bool:
@@ -271,6 +331,7 @@ def partition_metadata(
     partition: int,
     *,
     settle: bool = True,
+    agreed: bool = False,
 ) -> Plan[PartitionInfo]:
     """Authoritative partition metadata from the leader; for a paused partition, the leader's metadata view.
 
@@ -290,7 +351,14 @@ def partition_metadata(
         return view.partition(stream, partition)
 
     response = yield from leader_call(
-        config, snapshot, fetch, deadline, stream=stream, partition=partition, when_paused=from_leader_view
+        config,
+        snapshot,
+        fetch,
+        deadline,
+        stream=stream,
+        partition=partition,
+        agreed=agreed,
+        when_paused=from_leader_view,
     )
     if not isinstance(response, PartitionInfo):
         return PartitionInfo.from_proto(stream, response.metadata)
@@ -351,9 +419,11 @@ def committed(
     *,
     target: int | None = None,
     seen: PartitionInfo | None = None,
+    agreed: bool = False,
 ) -> Plan[PartitionInfo | None]:
-    """Ask the leader every :data:`SETTLE_POLL` s until the high watermark reaches ``target`` (default: the
-    newest offset of each answer), ``wait`` runs out or no leader answers; the last answer (or ``seen``)."""
+    """Ask the leader (``agreed``: see :func:`leader_call`) every :data:`SETTLE_POLL` s until the high watermark
+    reaches ``target`` (default: the newest offset of each answer), ``wait`` runs out or no leader answers;
+    the last answer (or ``seen``)."""
     while True:
         if seen is not None:
             if seen.high_watermark >= (seen.newest_offset if target is None else target):
@@ -362,14 +432,14 @@ def committed(
                 return seen
             yield Sleep(SETTLE_POLL)
         try:
-            seen = yield from partition_metadata(config, snapshot, wait, stream, partition, settle=False)
+            seen = yield from partition_metadata(config, snapshot, wait, stream, partition, settle=False, agreed=agreed)
         except LiftbridgeError:
             return seen
 
 
 def cursor_read(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, *, partition: int) -> Plan[Any]:
-    """FetchCursor (``rpc``) on the leader of ``__cursors`` partition ``partition``, once its high watermark
-    covers what the leader held when first asked.
+    """FetchCursor (``rpc``) on the leader of ``__cursors`` partition ``partition`` that a majority of brokers
+    name (see :func:`cursor_call`), once its high watermark covers what the leader held when first asked.
 
     A new leader's high watermark lags after a failover until the dead leader
     leaves the ISR (``clustering.replica.max.lag.time``). The server reads a
@@ -382,13 +452,15 @@ def cursor_read(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: De
     """
     try:
         seen: PartitionInfo | None = yield from partition_metadata(
-            config, snapshot, deadline, CURSORS_STREAM, partition, settle=False
+            config, snapshot, deadline, CURSORS_STREAM, partition, settle=False, agreed=True
         )
     except LiftbridgeError:
         seen = None
     if seen is not None and seen.high_watermark < seen.newest_offset:
         target = seen.newest_offset
-        seen = yield from committed(config, snapshot, deadline, CURSORS_STREAM, partition, target=target, seen=seen)
+        seen = yield from committed(
+            config, snapshot, deadline, CURSORS_STREAM, partition, target=target, seen=seen, agreed=True
+        )
         if seen is None or seen.high_watermark < target:
             watermark = "unknown" if seen is None else seen.high_watermark
             raise LiftbridgeTimeoutError(
@@ -398,7 +470,24 @@ def cursor_read(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: De
                 stream=CURSORS_STREAM,
                 partition=partition,
             )
-    return (yield from leader_call(config, snapshot, rpc, deadline, stream=CURSORS_STREAM, partition=partition))
+    return (yield from cursor_call(config, snapshot, rpc, deadline, partition=partition))
+
+
+def cursor_call(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, *, partition: int) -> Plan[Any]:
+    """SetCursor or FetchCursor (``rpc``) on the leader of ``__cursors`` partition ``partition`` that more than
+    half of the brokers name.
+
+    A ``__cursors`` leader frozen past a failover still answers as leader for a
+    moment after it thaws (v1.9.0). A SetCursor it takes answers OK, and its
+    message even reaches the new leader's log, but only the broker that ran
+    SetCursor updates its cursor cache: the new leader keeps answering the
+    value it cached before, so a commit that reported success reads back the
+    old value (chaos seed 128). Asking the brokers which leader they name
+    costs one FetchMetadata per broker up to a majority (none with one broker).
+    """
+    return (
+        yield from leader_call(config, snapshot, rpc, deadline, stream=CURSORS_STREAM, partition=partition, agreed=True)
+    )
 
 
 def resume_rpc(stream: str, partition: int) -> Rpc:

@@ -113,10 +113,12 @@ class Router:
             )
         )
 
-    def cursor_read(self, partition: int, rpc: plans.Rpc, *, timeout: float | None = None) -> Any:
-        """FetchCursor on a ``__cursors`` partition's leader once its high watermark settled (plans.cursor_read)."""
+    def cursor_call(self, partition: int, rpc: plans.Rpc, *, timeout: float | None = None, read: bool = False) -> Any:
+        """SetCursor (``read``: FetchCursor, once the high watermark settled) on the leader of a ``__cursors``
+        partition that a majority of brokers name (plans.cursor_call, plans.cursor_read)."""
         deadline = self.deadline(timeout)
-        return self.run(plans.cursor_read(self.config, self.metadata.snapshot, rpc, deadline, partition=partition))
+        plan = plans.cursor_read if read else plans.cursor_call
+        return self.run(plan(self.config, self.metadata.snapshot, rpc, deadline, partition=partition))
 
     def partition_metadata(
         self, stream: str, partition: int, *, timeout: float | None = None, settle: bool = True

@@ -531,3 +531,82 @@ def test_a_stream_a_refresh_does_not_list_yet_is_asked_for_again_before_it_is_ca
     with pytest.raises(NoSuchStreamError, match="no stream named 'gone'"):
         drive(plans.knowing(Deadline(10), snapshot(streams=()), "gone"), answer)
     assert len(refreshes) == plans.UNKNOWN_STREAM_ASKS
+
+
+def three_brokers(leader: str) -> Metadata:
+    """Brokers a, b, c; stream ``s`` with one partition led by ``leader``, as the snapshot has it."""
+    brokers = {b: BrokerInfo(b, f"{b}.example", 9292) for b in ("a", "b", "c")}
+    info = PartitionInfo("s", 0, leader, ("a", "b", "c"), ("a", "b", "c"), 9, 9, False, False)
+    stream = StreamInfo("s", "s", MappingProxyType({0: info}), 0)
+    return Metadata(MappingProxyType(brokers), MappingProxyType({"s": stream}), 0.0)
+
+
+def naming(leader: str) -> api.FetchMetadataResponse:
+    """A broker's FetchMetadata answer that names ``leader`` for ``s``/0."""
+    return api.FetchMetadataResponse(
+        brokers=[api.Broker(id=b, host=f"{b}.example", port=9292) for b in ("a", "b", "c")],
+        streamMetadata=[
+            api.StreamMetadata(name="s", subject="s", partitions={0: api.PartitionMetadata(id=0, leader=leader)})
+        ],
+    )
+
+
+def agreed_call(snapshot: Metadata, deadline: Deadline, rpc: plans.Rpc) -> plans.Plan[Any]:
+    return plans.leader_call(CONFIG, snapshot, rpc, deadline, stream="s", partition=0, agreed=True)
+
+
+def test_an_agreed_leader_call_goes_where_a_majority_of_brokers_say_not_where_the_snapshot_says() -> None:
+    """Chaos seed 128: a ``__cursors`` leader frozen past a failover answered SetCursor as leader right after
+    it thawed; the new leader kept its cached cursor, so the commit read back the old value."""
+    views = {"a.example:9292": naming("a"), "b.example:9292": naming("c"), "c.example:9292": naming("c")}
+    sent: list[str] = []
+
+    def set_cursor(stub: Any, timeout: float) -> Any:
+        return None
+
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            if action.rpc is not set_cursor:
+                return views[action.address]  # the plan's own FetchMetadata
+            sent.append(action.address)
+            return "set"
+        return no_sleep(action)
+
+    for _ in range(10):  # brokers are asked in random order
+        result, _ = drive(agreed_call(three_brokers("a"), Deadline(5), set_cursor), answer)
+        assert result == "set"
+    assert set(sent) == {"c.example:9292"}, "SetCursor never goes to the stale leader a"
+
+
+def test_an_agreed_leader_call_without_a_majority_ends_by_its_deadline_saying_so() -> None:
+    views = {"a.example:9292": naming("a"), "b.example:9292": naming("b")}
+
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            if action.address in views:
+                return views[action.address]
+            raise plans.NotSent(action.address)  # c is frozen
+        if isinstance(action, plans.Sleep):
+            time.sleep(action.seconds)
+            return None
+        return three_brokers("a")  # a refresh
+
+    started = time.monotonic()
+    with pytest.raises(UnavailableError, match="more than half of the 3 brokers"):
+        drive(agreed_call(three_brokers("a"), Deadline(0.5), lambda s, t: None), answer)
+    assert time.monotonic() - started < 1.5
+    assert addresses.HUNG_UNTIL.get("c.example:9292", 0) > time.monotonic(), "the silent broker goes last next"
+
+
+def test_an_agreed_leader_call_on_one_broker_asks_no_vote() -> None:
+    one = Metadata(MappingProxyType({"a": BrokerInfo("a", "a.example", 9292)}), snapshot().streams, 0.0)
+    attempts: list[plans.Attempt] = []
+
+    def answer(action: plans.PlanAction) -> Any:
+        assert isinstance(action, plans.Attempt), f"unexpected {action}"
+        attempts.append(action)
+        return "answered"
+
+    result, _ = drive(agreed_call(one, Deadline(5), lambda s, t: None), answer)
+    assert result == "answered"
+    assert [a.address for a in attempts] == ["a.example:9292"], "the call itself, no FetchMetadata before it"
