@@ -14,6 +14,7 @@ machines.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from liftbridge_provider.client.errors import (
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.requests import CURSORS_STREAM
-from liftbridge_provider.client.retry import Action, Deadline, RetryState
+from liftbridge_provider.client.retry import Action, Deadline, RetryState, classify
 
 T = TypeVar("T")
 
@@ -230,9 +231,10 @@ def leader_call(
     refused_by: str | None = None
     while True:
         if agreed:
-            address = yield from agreed_leader(config, snapshot, deadline, stream, partition)
-            if address is None:
-                state.last_error = no_agreed_leader(stream, partition, len(snapshot.brokers))
+            vote = yield from agreed_leader(config, snapshot, deadline, stream, partition)
+            address = vote.address
+            if address is None and (vote.tally or state.last_error is None):  # keep the last tally that says something
+                state.last_error = no_agreed_leader(stream, partition, vote)
         else:
             address = yield from _replica(config, snapshot, deadline, (stream, partition), any_isr_replica)
         if refused_by is not None and refused_by == address and snapshot.partition(stream, partition).paused:
@@ -253,52 +255,92 @@ def leader_call(
         snapshot = yield from refreshed(deadline, snapshot)
 
 
+@dataclass(frozen=True)
+class Vote:
+    """How the brokers answered "who leads this partition?": the dial address of the leader more than half of
+    them name (None: no majority), and the tally (each asked address and the leader it named, or its failure;
+    empty: nobody was asked)."""
+
+    address: str | None
+    tally: str
+
+
 def agreed_leader(
     config: ClientConfig, snapshot: Metadata, deadline: Deadline, stream: str, partition: int
-) -> Plan[str | None]:
-    """Dial address of the partition leader that more than half of the known brokers name, or None when
-    they do not agree (yet) or too few answer. One broker known: the snapshot's leader, unasked.
+) -> Plan[Vote]:
+    """The partition leader that more than half of the brokers name, asked one at a time (hung ones last).
 
     A leader frozen past a failover still acts as leader for a moment after it
     thaws (v1.9.0): it answers calls, and names itself in its metadata, while the
-    brokers that saw the failover name the new leader. The brokers are asked one
-    at a time (hung ones last) until a leader has a majority.
+    brokers that saw the failover name the new leader. The electorate is the
+    brokers the client dials (distinct addresses, so a proxy in front of every
+    broker counts once) or the partition's replicas, whichever is more; with one
+    address there is no vote: the snapshot's leader. Each answer gets at most an
+    equal share of the time left. Failures that retrying does not heal (TLS,
+    permissions) raise at once; other failures count as no answer.
     """
-    voters = [dial_address(config, b.host, b.port) for b in snapshot.brokers.values()]
+    voters = {dial_address(config, b.host, b.port) for b in snapshot.brokers.values()}
     if len(voters) <= 1:
-        return (yield from _replica(config, snapshot, deadline, (stream, partition), False))
+        return Vote((yield from _replica(config, snapshot, deadline, (stream, partition), False)), "one broker")
+    electorate = max(len(voters), len(_replicas(snapshot, stream, partition)))
     request = api.FetchMetadataRequest(streams=[stream])
 
     def fetch(stub: Any, timeout: float) -> Any:
         return stub.FetchMetadata(request, timeout=timeout)
 
     votes: Counter[str] = Counter()
+    tally: list[str] = []
     for address in [a for a in broker_addresses(config, snapshot) if a in voters]:
-        if deadline.expired:
-            return None
+        budget = min(deadline.attempt_budget(), max(deadline.remaining() / len(voters), MIN_VOTE))
+        if budget <= 0:
+            break
+        ends = time.monotonic() + budget
         try:
-            response = yield Attempt(address, deadline.attempt_budget(), fetch, connect_timeout=CONNECT_TRY)
+            response = yield Attempt(address, budget, fetch, connect_timeout=CONNECT_TRY)
         except grpc.RpcError as exc:
-            if isinstance(exc, NotSent) or exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            expired = not deadline.expired and time.monotonic() >= ends - 0.001
+            final = classify(exc, leader_directed=False, attempt_expired=expired) is Action.FAIL
+            if final and exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:  # the call's own deadline: no vote
+                raise error_from_rpc(exc, stream=stream, partition=partition) from exc
+            if expired or (isinstance(exc, NotSent) and exc.connection is Connection.SILENT):
                 note_hung(address)
+            tally.append(f"{address}: {exc.code().name.lower()}")
             continue
         view = metadata_from_response(response, snapshot, [stream])
-        try:
-            named = view.leader(stream, partition)
-        except (NoSuchStreamError, NoSuchPartitionError):
-            named = None  # this broker has not applied the stream or partition yet
-        if named is not None:
-            votes[named.id] += 1
-            if votes[named.id] > len(voters) // 2:
-                return dial_address(config, named.host, named.port)
-    return None
+        leader = _named_leader(view, stream, partition)
+        tally.append(f"{address}: {leader or 'none'}")
+        if leader is None:
+            continue
+        votes[leader] += 1
+        broker = view.brokers.get(leader)
+        if votes[leader] > electorate // 2 and broker is not None:
+            return Vote(dial_address(config, broker.host, broker.port), ", ".join(tally))
+    return Vote(None, ", ".join(tally))
 
 
-def no_agreed_leader(stream: str, partition: int, brokers: int) -> UnavailableError:
+MIN_VOTE = 1.0  # seconds: the least one broker's answer to a vote gets (while the call has that much left)
+
+
+def _replicas(snapshot: Metadata, stream: str, partition: int) -> tuple[str, ...]:
+    try:
+        return snapshot.partition(stream, partition).replicas
+    except (NoSuchStreamError, NoSuchPartitionError):
+        return ()
+
+
+def _named_leader(view: Metadata, stream: str, partition: int) -> str | None:
+    """The leader id a broker's metadata names, or None (no leader, or the stream not applied there yet)."""
+    try:
+        return view.partition(stream, partition).leader
+    except (NoSuchStreamError, NoSuchPartitionError):
+        return None
+
+
+def no_agreed_leader(stream: str, partition: int, vote: Vote) -> UnavailableError:
     """The error a call reports when its deadline passes with no leader that a majority of brokers name."""
     return UnavailableError(
-        f"no leader that more than half of the {brokers} brokers name (a failover is under way, or brokers "
-        "do not answer)",
+        f"no leader that more than half of the brokers name (a failover under way, or brokers that do not "
+        f"answer): {vote.tally or 'no time left to ask'}",
         stream=stream,
         partition=partition,
     )

@@ -6,6 +6,7 @@ the real front ends carry out against Liftbridge in tests/integration.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from types import MappingProxyType
@@ -555,58 +556,81 @@ def agreed_call(snapshot: Metadata, deadline: Deadline, rpc: plans.Rpc) -> plans
     return plans.leader_call(CONFIG, snapshot, rpc, deadline, stream="s", partition=0, agreed=True)
 
 
-def test_an_agreed_leader_call_goes_where_a_majority_of_brokers_say_not_where_the_snapshot_says() -> None:
-    """Chaos seed 128: a ``__cursors`` leader frozen past a failover answered SetCursor as leader right after
-    it thawed; the new leader kept its cached cursor, so the commit read back the old value."""
-    views = {"a.example:9292": naming("a"), "b.example:9292": naming("c"), "c.example:9292": naming("c")}
-    sent: list[str] = []
-
-    def set_cursor(stub: Any, timeout: float) -> Any:
-        return None
+def voting(views: dict[str, api.FetchMetadataResponse], sent: list[str]) -> Callable[[plans.PlanAction], Any]:
+    """An ``answer``: the plan's FetchMetadata votes get ``views[address]`` (a missing address is a frozen
+    broker); the call itself answers "done" and is recorded in ``sent``; sleeps are slept."""
 
     def answer(action: plans.PlanAction) -> Any:
         if isinstance(action, plans.Attempt):
-            if action.rpc is not set_cursor:
-                return views[action.address]  # the plan's own FetchMetadata
-            sent.append(action.address)
-            return "set"
-        return no_sleep(action)
-
-    for _ in range(10):  # brokers are asked in random order
-        result, _ = drive(agreed_call(three_brokers("a"), Deadline(5), set_cursor), answer)
-        assert result == "set"
-    assert set(sent) == {"c.example:9292"}, "SetCursor never goes to the stale leader a"
-
-
-def test_an_agreed_leader_call_without_a_majority_ends_by_its_deadline_saying_so() -> None:
-    views = {"a.example:9292": naming("a"), "b.example:9292": naming("b")}
-
-    def answer(action: plans.PlanAction) -> Any:
-        if isinstance(action, plans.Attempt):
-            if action.address in views:
+            if action.rpc is not the_call:
+                sent.append(f"vote {action.address}")
+                if action.address not in views:
+                    raise plans.NotSent(action.address)
                 return views[action.address]
-            raise plans.NotSent(action.address)  # c is frozen
+            sent.append(action.address)
+            return "done"
         if isinstance(action, plans.Sleep):
             time.sleep(action.seconds)
             return None
         return three_brokers("a")  # a refresh
 
+    return answer
+
+
+def the_call(stub: Any, timeout: float) -> Any:
+    return None
+
+
+def test_an_agreed_leader_call_goes_where_a_majority_of_brokers_say_not_where_the_snapshot_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chaos seed 128: a ``__cursors`` leader frozen past a failover answered SetCursor as leader right after
+    it thawed; the new leader kept its cached cursor, so the commit read back the old value."""
+    views = {"a.example:9292": naming("a"), "b.example:9292": naming("c"), "c.example:9292": naming("c")}
+    monkeypatch.setattr(random, "shuffle", lambda items: None)  # brokers asked in order a, b, c
+    sent: list[str] = []
+    result, _ = drive(agreed_call(three_brokers("a"), Deadline(5), the_call), voting(views, sent))
+    assert result == "done"
+    assert sent == ["vote a.example:9292", "vote b.example:9292", "vote c.example:9292", "c.example:9292"]
+
+    monkeypatch.setattr(random, "shuffle", lambda items: items.reverse())  # seed, c, b, a
+    sent.clear()
+    drive(agreed_call(three_brokers("a"), Deadline(5), the_call), voting(views, sent))
+    assert sent == ["vote c.example:9292", "vote b.example:9292", "c.example:9292"], "a majority ends the vote"
+
+
+def test_an_agreed_leader_call_without_a_majority_ends_by_its_deadline_saying_so() -> None:
+    views = {"a.example:9292": naming("a"), "b.example:9292": naming("b")}  # c is frozen
     started = time.monotonic()
-    with pytest.raises(UnavailableError, match="more than half of the 3 brokers"):
-        drive(agreed_call(three_brokers("a"), Deadline(0.5), lambda s, t: None), answer)
+    with pytest.raises(UnavailableError, match="more than half of the brokers") as raised:
+        drive(agreed_call(three_brokers("a"), Deadline(0.5), the_call), voting(views, []))
     assert time.monotonic() - started < 1.5
+    assert "a.example:9292: a" in str(raised.value)
+    assert "c.example:9292: unavailable" in str(raised.value)
     assert addresses.HUNG_UNTIL.get("c.example:9292", 0) > time.monotonic(), "the silent broker goes last next"
 
 
-def test_an_agreed_leader_call_on_one_broker_asks_no_vote() -> None:
-    one = Metadata(MappingProxyType({"a": BrokerInfo("a", "a.example", 9292)}), snapshot().streams, 0.0)
+def test_a_vote_that_a_broker_refuses_for_good_fails_the_call_at_once() -> None:
+    """A TLS handshake failure (or a permission) does not heal by asking again until the deadline."""
     attempts: list[plans.Attempt] = []
 
     def answer(action: plans.PlanAction) -> Any:
         assert isinstance(action, plans.Attempt), f"unexpected {action}"
         attempts.append(action)
-        return "answered"
+        raise Rpc(grpc.StatusCode.UNAVAILABLE, "Ssl handshake failed: CERTIFICATE_VERIFY_FAILED")
 
-    result, _ = drive(agreed_call(one, Deadline(5), lambda s, t: None), answer)
-    assert result == "answered"
-    assert [a.address for a in attempts] == ["a.example:9292"], "the call itself, no FetchMetadata before it"
+    with pytest.raises(LiftbridgeError, match="handshake failed"):
+        drive(agreed_call(three_brokers("a"), Deadline(5), the_call), answer)
+    assert len(attempts) == 1
+
+
+def test_an_agreed_leader_call_through_one_address_asks_no_vote() -> None:
+    """One broker, or a proxy every broker is dialled through: nobody to outvote the snapshot's leader."""
+    one = Metadata(MappingProxyType({"a": BrokerInfo("a", "a.example", 9292)}), snapshot().streams, 0.0)
+    proxied = ClientConfig(brokers=("proxy:1",), address_resolver=lambda host, port: "proxy:1")
+    for config, metadata, address in ((CONFIG, one, "a.example:9292"), (proxied, three_brokers("a"), "proxy:1")):
+        sent: list[str] = []
+        call = plans.leader_call(config, metadata, the_call, Deadline(5), stream="s", partition=0, agreed=True)
+        result, _ = drive(call, voting({}, sent))
+        assert result == "done"
+        assert sent == [address], "the call itself, no FetchMetadata before it"
