@@ -8,9 +8,7 @@ An installed package has no ``spark_jobs/`` folder: submit the path that
 
 from __future__ import annotations
 
-import sys
-
-from liftbridge_provider.spark.ingest import main
+from liftbridge_provider.spark.ingest import exit_now, main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -37,6 +37,7 @@ to ship it (``make dist``, ``--archives``; docs/spark.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -47,7 +48,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -379,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         print(job_path())
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its per-connection INFO lines say nothing to users
     args = parse_args(argv)
     try:  # refuse bad input before starting Spark
         load_ranges(args.ranges)
@@ -412,5 +414,21 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if outcome.problems else 0
 
 
+def exit_now(status: int) -> NoReturn:
+    """End the driver process with ``status``, its output flushed, without Python's interpreter shutdown.
+
+    Shutdown stops py4j's daemon threads wherever they are; one stopped in the
+    middle of a log call keeps the log handler's lock, and the gateway's cleanup
+    (``ClientServerConnection.__del__``, which logs) or logging's own exit hook
+    then waits for that lock forever: the job did its work, but spark-submit and
+    the Airflow task never end (seen in CI). Everything the job writes is
+    written and closed before ``main`` returns, and Spark is stopped.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe: nothing more can be said
+            stream.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -112,9 +112,24 @@ def test_event_driven_example_ingests_every_published_message(liftbridge_server:
                 standalone.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(standalone.pid, signal.SIGKILL)
+            _kill_left_behind(env["AIRFLOW_HOME"])
     assert len(rows) == 1200
     assert len(set(rows)) == 1200, "a message was ingested twice"
     assert {partition for partition, _ in rows} == {0, 1, 2}
+
+
+def _kill_left_behind(airflow_home: str) -> None:
+    """SIGKILL what this Airflow left running: task processes run in their own sessions, so a task still
+    running when `airflow standalone` stops (a later batch's spark-submit and its Python driver) outlives it."""
+    marker = f"AIRFLOW_HOME={airflow_home}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
 
 
 def _standalone_env(home: Path, server: DevServer, stream: str, lake: Path) -> dict[str, str]:

@@ -8,6 +8,9 @@ as Airflow writes it), not only ``--brokers``. Defect 11: ``--read-timeout``,
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,3 +135,41 @@ def test_problems_accept_gaps_only_where_allowed() -> None:
     assert lake.problems([holed], False, head_loss_ok=True) == ["partition 0: 6 rows for 10 offsets [10, 20)"]
     outside = {**piece, "rows": 10, "min_offset": 10, "max_offset": 25}
     assert lake.problems([outside], True) == ["partition 0: offsets 10-25 outside [10, 20)"]
+
+
+HOLD_A_LOG_LOCK = """
+import atexit, logging, runpy, sys, threading
+logging.basicConfig(level=logging.INFO)
+take, held = threading.Event(), threading.Event()
+def hold() -> None:  # as py4j's daemon thread, stopped by Python's shutdown in the middle of a log call
+    take.wait()
+    logging.getLogger().handlers[0].acquire()
+    held.set()
+    threading.Event().wait()
+def at_shutdown() -> None:  # runs before logging's own exit hook, which then waits for the lock
+    take.set()
+    held.wait()
+threading.Thread(target=hold, daemon=True).start()
+atexit.register(at_shutdown)
+sys.argv = [sys.argv[1], "--ranges", "not json", "--output", "/tmp/nowhere"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("entry", ["spark_jobs/ingest.py", "liftbridge_provider/spark/ingest.py"])
+def test_the_job_ends_even_when_a_daemon_thread_holds_a_logging_lock_at_exit(entry: str) -> None:
+    """CI on 178eccc left an ingest driver behind for good: its work done, Python's shutdown stopped a py4j
+    daemon thread holding the log handler's lock, and the gateway's cleanup waited for that lock (py-spy:
+    ``ClientServerConnection.__del__`` -> ``Handler.acquire``), so spark-submit and the Airflow task would
+    never end. The job now ends without Python's shutdown. Hung (timeout) before."""
+    root = Path(__file__).resolve().parents[2]
+    finished = subprocess.run(
+        [sys.executable, "-c", HOLD_A_LOG_LOCK, str(root / entry)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd=root,
+    )
+    assert finished.returncode == 2, finished.stderr[-2000:]
+    assert "ranges document is not valid JSON" in finished.stderr, "the bad input is still reported"
