@@ -14,7 +14,6 @@ machines.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from liftbridge_provider.client.errors import (
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.requests import CURSORS_STREAM
-from liftbridge_provider.client.retry import Action, Deadline, RetryState, classify
+from liftbridge_provider.client.retry import Action, Deadline, RetryState
 
 T = TypeVar("T")
 
@@ -215,13 +214,14 @@ def leader_call(
     stream: str,
     partition: int,
     any_isr_replica: bool = False,
-    agreed: bool = False,
+    agreed: KeptVote | None = None,
     when_paused: Callable[[str], Plan[Any]] | None = None,
 ) -> Plan[Any]:
     """Send ``rpc`` to the partition leader (or a random ISR member), following leadership as it moves.
 
     ``agreed``: to the leader that more than half of the brokers name (see
-    :func:`agreed_leader`), not the one the snapshot names.
+    :func:`agreed_leader`), not the one the snapshot names; the vote is kept
+    there for the next calls that share it, until an attempt fails.
     A partition whose metadata names as leader the very broker that just refused
     ("not leader") and carries the paused flag is paused: ``when_paused(leader
     address)`` decides what the call returns then (default: PartitionPausedError).
@@ -230,8 +230,10 @@ def leader_call(
     snapshot = yield from knowing(deadline, snapshot, stream)
     refused_by: str | None = None
     while True:
-        if agreed:
-            vote = yield from agreed_leader(config, snapshot, deadline, stream, partition)
+        if agreed is not None:
+            if agreed.vote is None or agreed.vote.address is None:
+                agreed.vote = yield from agreed_leader(config, snapshot, deadline, stream, partition)
+            vote = agreed.vote
             address = vote.address
             if address is None and (vote.tally or state.last_error is None):  # keep the last tally that says something
                 state.last_error = no_agreed_leader(stream, partition, vote)
@@ -248,6 +250,8 @@ def leader_call(
             try:
                 return (yield Attempt(address, state.attempt_timeout(), rpc))
             except grpc.RpcError as exc:
+                if agreed is not None:
+                    agreed.vote = None  # the leader it named failed: ask again
                 _action, delay = state.after_failure(exc)
                 if is_refusal(exc):
                     refused_by = address
@@ -263,6 +267,13 @@ class Vote:
 
     address: str | None
     tally: str
+
+
+@dataclass
+class KeptVote:
+    """The vote one cursor call or read goes by (None: not asked yet, or its leader failed an attempt)."""
+
+    vote: Vote | None = None
 
 
 def agreed_leader(
@@ -282,32 +293,31 @@ def agreed_leader(
     voters = {dial_address(config, b.host, b.port) for b in snapshot.brokers.values()}
     if len(voters) <= 1:
         return Vote((yield from _replica(config, snapshot, deadline, (stream, partition), False)), "one broker")
-    electorate = max(len(voters), len(_replicas(snapshot, stream, partition)))
+    info = _partition_or_none(snapshot, stream, partition)
+    electorate = max(len(voters), len(info.replicas) if info else 0)
     request = api.FetchMetadataRequest(streams=[stream])
 
     def fetch(stub: Any, timeout: float) -> Any:
         return stub.FetchMetadata(request, timeout=timeout)
 
+    state = RetryState(deadline, leader_directed=False, stream=stream, partition=partition)
     votes: Counter[str] = Counter()
     tally: list[str] = []
     for address in [a for a in broker_addresses(config, snapshot) if a in voters]:
-        budget = min(deadline.attempt_budget(), max(deadline.remaining() / len(voters), MIN_VOTE))
+        budget = state.attempt_timeout(limit=max(deadline.remaining() / len(voters), MIN_VOTE))
         if budget <= 0:
             break
-        ends = time.monotonic() + budget
         try:
             response = yield Attempt(address, budget, fetch, connect_timeout=CONNECT_TRY)
         except grpc.RpcError as exc:
-            expired = not deadline.expired and time.monotonic() >= ends - 0.001
-            final = classify(exc, leader_directed=False, attempt_expired=expired) is Action.FAIL
-            if final and exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:  # the call's own deadline: no vote
+            _note_if_hung(state, address, exc)
+            if state.is_final(exc) and exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:  # the call's deadline: no vote
                 raise error_from_rpc(exc, stream=stream, partition=partition) from exc
-            if expired or (isinstance(exc, NotSent) and exc.connection is Connection.SILENT):
-                note_hung(address)
             tally.append(f"{address}: {exc.code().name.lower()}")
             continue
         view = metadata_from_response(response, snapshot, [stream])
-        leader = _named_leader(view, stream, partition)
+        named = _partition_or_none(view, stream, partition)
+        leader = named.leader if named else None
         tally.append(f"{address}: {leader or 'none'}")
         if leader is None:
             continue
@@ -321,17 +331,10 @@ def agreed_leader(
 MIN_VOTE = 1.0  # seconds: the least one broker's answer to a vote gets (while the call has that much left)
 
 
-def _replicas(snapshot: Metadata, stream: str, partition: int) -> tuple[str, ...]:
+def _partition_or_none(view: Metadata, stream: str, partition: int) -> PartitionInfo | None:
+    """The partition as ``view`` has it, or None (a broker that has not applied the stream yet)."""
     try:
-        return snapshot.partition(stream, partition).replicas
-    except (NoSuchStreamError, NoSuchPartitionError):
-        return ()
-
-
-def _named_leader(view: Metadata, stream: str, partition: int) -> str | None:
-    """The leader id a broker's metadata names, or None (no leader, or the stream not applied there yet)."""
-    try:
-        return view.partition(stream, partition).leader
+        return view.partition(stream, partition)
     except (NoSuchStreamError, NoSuchPartitionError):
         return None
 
@@ -373,7 +376,7 @@ def partition_metadata(
     partition: int,
     *,
     settle: bool = True,
-    agreed: bool = False,
+    agreed: KeptVote | None = None,
 ) -> Plan[PartitionInfo]:
     """Authoritative partition metadata from the leader; for a paused partition, the leader's metadata view.
 
@@ -461,7 +464,7 @@ def committed(
     *,
     target: int | None = None,
     seen: PartitionInfo | None = None,
-    agreed: bool = False,
+    agreed: KeptVote | None = None,
 ) -> Plan[PartitionInfo | None]:
     """Ask the leader (``agreed``: see :func:`leader_call`) every :data:`SETTLE_POLL` s until the high watermark
     reaches ``target`` (default: the newest offset of each answer), ``wait`` runs out or no leader answers;
@@ -492,16 +495,17 @@ def cursor_read(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: De
     comes first, LiftbridgeTimeoutError (try again later). If no leader answers
     yet, the call itself retries and reports.
     """
+    kept = KeptVote()
     try:
         seen: PartitionInfo | None = yield from partition_metadata(
-            config, snapshot, deadline, CURSORS_STREAM, partition, settle=False, agreed=True
+            config, snapshot, deadline, CURSORS_STREAM, partition, settle=False, agreed=kept
         )
     except LiftbridgeError:
         seen = None
     if seen is not None and seen.high_watermark < seen.newest_offset:
         target = seen.newest_offset
         seen = yield from committed(
-            config, snapshot, deadline, CURSORS_STREAM, partition, target=target, seen=seen, agreed=True
+            config, snapshot, deadline, CURSORS_STREAM, partition, target=target, seen=seen, agreed=kept
         )
         if seen is None or seen.high_watermark < target:
             watermark = "unknown" if seen is None else seen.high_watermark
@@ -512,10 +516,18 @@ def cursor_read(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: De
                 stream=CURSORS_STREAM,
                 partition=partition,
             )
-    return (yield from cursor_call(config, snapshot, rpc, deadline, partition=partition))
+    return (yield from cursor_call(config, snapshot, rpc, deadline, partition=partition, agreed=kept))
 
 
-def cursor_call(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, *, partition: int) -> Plan[Any]:
+def cursor_call(
+    config: ClientConfig,
+    snapshot: Metadata,
+    rpc: Rpc,
+    deadline: Deadline,
+    *,
+    partition: int,
+    agreed: KeptVote | None = None,
+) -> Plan[Any]:
     """SetCursor or FetchCursor (``rpc``) on the leader of ``__cursors`` partition ``partition`` that more than
     half of the brokers name.
 
@@ -525,10 +537,13 @@ def cursor_call(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: De
     SetCursor updates its cursor cache: the new leader keeps answering the
     value it cached before, so a commit that reported success reads back the
     old value (chaos seed 128). Asking the brokers which leader they name
-    costs one FetchMetadata per broker up to a majority (none with one broker).
+    costs one FetchMetadata per broker up to a majority (none with one broker),
+    once per call (or per ``agreed``, a vote already taken), again only after
+    an attempt on the leader it named failed.
     """
+    kept = agreed or KeptVote()
     return (
-        yield from leader_call(config, snapshot, rpc, deadline, stream=CURSORS_STREAM, partition=partition, agreed=True)
+        yield from leader_call(config, snapshot, rpc, deadline, stream=CURSORS_STREAM, partition=partition, agreed=kept)
     )
 
 

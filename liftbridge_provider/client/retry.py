@@ -113,23 +113,32 @@ class RetryState:
         self.last_error: LiftbridgeError | None = None
         self._attempt_ends = 0.0
 
-    def attempt_timeout(self) -> float:
-        """The timeout of the attempt about to start (see :meth:`Deadline.attempt_budget`)."""
+    def attempt_timeout(self, limit: float | None = None) -> float:
+        """The timeout of the attempt about to start (see :meth:`Deadline.attempt_budget`), at most ``limit`` s."""
         budget = self.deadline.attempt_budget()
+        if limit is not None:
+            budget = min(budget, limit)
         self._attempt_ends = time.monotonic() + budget
         return budget
+
+    def attempt_expired(self) -> bool:
+        """The last attempt's own time is up while the call still has time."""
+        return not self.deadline.expired and time.monotonic() >= self._attempt_ends - 0.001
 
     def attempt_hung(self, exc: grpc.RpcError) -> bool:
         """The attempt that raised ``exc`` ran out its own timeout, not the call's: its broker answered nothing
         in the time an attempt gets (an attempt cut short by the call's deadline proves nothing)."""
-        if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED or self.deadline.expired:
-            return False
-        return time.monotonic() >= self._attempt_ends - 0.001
+        return exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and self.attempt_expired()
+
+    def is_final(self, exc: grpc.RpcError) -> bool:
+        """Retrying does not heal ``exc`` (see :func:`classify`)."""
+        return (
+            classify(exc, leader_directed=self.leader_directed, attempt_expired=self.attempt_expired()) is Action.FAIL
+        )
 
     def after_failure(self, exc: grpc.RpcError) -> tuple[Action, float]:
         error = error_from_rpc(exc, stream=self.stream, partition=self.partition)
-        attempt_expired = not self.deadline.expired and time.monotonic() >= self._attempt_ends - 0.001
-        action = classify(exc, leader_directed=self.leader_directed, attempt_expired=attempt_expired)
+        action = classify(exc, leader_directed=self.leader_directed, attempt_expired=self.attempt_expired())
         if action is Action.FAIL:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise self.timeout_error() from exc

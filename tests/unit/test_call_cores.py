@@ -31,6 +31,7 @@ from liftbridge_provider.client.addresses import broker_addresses, leader_first
 from liftbridge_provider.client.metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.reading import NoLeaderYet, Reopen, SubscriptionState, Verdict
+from liftbridge_provider.client.requests import CURSORS_STREAM
 from liftbridge_provider.client.retry import Deadline
 
 CONFIG = ClientConfig(brokers=("10.0.0.1:9292",), liveness_interval=30)
@@ -553,7 +554,7 @@ def naming(leader: str) -> api.FetchMetadataResponse:
 
 
 def agreed_call(snapshot: Metadata, deadline: Deadline, rpc: plans.Rpc) -> plans.Plan[Any]:
-    return plans.leader_call(CONFIG, snapshot, rpc, deadline, stream="s", partition=0, agreed=True)
+    return plans.leader_call(CONFIG, snapshot, rpc, deadline, stream="s", partition=0, agreed=plans.KeptVote())
 
 
 def voting(views: dict[str, api.FetchMetadataResponse], sent: list[str]) -> Callable[[plans.PlanAction], Any]:
@@ -630,7 +631,107 @@ def test_an_agreed_leader_call_through_one_address_asks_no_vote() -> None:
     proxied = ClientConfig(brokers=("proxy:1",), address_resolver=lambda host, port: "proxy:1")
     for config, metadata, address in ((CONFIG, one, "a.example:9292"), (proxied, three_brokers("a"), "proxy:1")):
         sent: list[str] = []
-        call = plans.leader_call(config, metadata, the_call, Deadline(5), stream="s", partition=0, agreed=True)
+        call = plans.leader_call(
+            config, metadata, the_call, Deadline(5), stream="s", partition=0, agreed=plans.KeptVote()
+        )
         result, _ = drive(call, voting({}, sent))
         assert result == "done"
         assert sent == [address], "the call itself, no FetchMetadata before it"
+
+
+def cursor_cluster(leader: str) -> tuple[Metadata, Callable[[str, str], Any]]:
+    """Three brokers that all name ``leader`` for ``__cursors``/0 (high watermark caught up), and the answers
+    a stub at ``address`` gives to method ``name``."""
+    cursors = CURSORS_STREAM
+    info = PartitionInfo(cursors, 0, leader, ("a", "b", "c"), ("a", "b", "c"), 9, 9, False, False)
+    brokers = {b: BrokerInfo(b, f"{b}.example", 9292) for b in ("a", "b", "c")}
+    metadata = Metadata(
+        MappingProxyType(brokers),
+        MappingProxyType({cursors: StreamInfo(cursors, cursors, MappingProxyType({0: info}), 0)}),
+        0.0,
+    )
+    partition = api.PartitionMetadata(id=0, leader=leader, replicas="abc", isr="abc", highWatermark=9, newestOffset=9)
+    view = api.FetchMetadataResponse(
+        brokers=[api.Broker(id=b, host=f"{b}.example", port=9292) for b in ("a", "b", "c")],
+        streamMetadata=[api.StreamMetadata(name=cursors, subject=cursors, partitions={0: partition})],
+    )
+
+    def respond(address: str, name: str) -> Any:
+        if name == "FetchMetadata":
+            return view
+        if name == "FetchPartitionMetadata":
+            return api.FetchPartitionMetadataResponse(metadata=partition)
+        return f"{name} answered by {address}"
+
+    return metadata, respond
+
+
+class RecordingStub:
+    """A stub that records each method called on it as "<method> <address>" and answers with ``respond``."""
+
+    def __init__(self, address: str, sent: list[str], respond: Callable[[str, str], Any]) -> None:
+        self.address, self.sent, self.respond = address, sent, respond
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        def method(request: Any, timeout: float) -> Any:
+            self.sent.append(f"{name} {self.address}")
+            return self.respond(self.address, name)
+
+        return method
+
+
+def test_a_cursor_read_asks_for_one_vote_and_sends_everything_to_the_leader_it_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The read checks the leader's high watermark, then fetches the cursor: both on the leader one vote named.
+    Before: a vote for the check and another for the fetch (4 FetchMetadata on three agreeing brokers)."""
+    monkeypatch.setattr(random, "shuffle", lambda items: None)  # brokers asked in order a, b, c
+    metadata, respond = cursor_cluster("b")
+    sent: list[str] = []
+
+    def answer(action: plans.PlanAction) -> Any:
+        assert isinstance(action, plans.Attempt), f"unexpected {action}"
+        return action.rpc(RecordingStub(action.address, sent, respond), action.timeout)
+
+    def fetch_cursor(stub: Any, timeout: float) -> Any:
+        return stub.FetchCursor(None, timeout=timeout)
+
+    result, _ = drive(plans.cursor_read(CONFIG, metadata, fetch_cursor, Deadline(5), partition=0), answer)
+    assert result == "FetchCursor answered by b.example:9292"
+    assert sent == [
+        "FetchMetadata a.example:9292",
+        "FetchMetadata b.example:9292",
+        "FetchPartitionMetadata b.example:9292",
+        "FetchCursor b.example:9292",
+    ]
+
+
+def test_a_cursor_call_asks_again_when_the_leader_it_was_sent_to_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vote is kept for one read only while its leader answers: a failed attempt there is followed by a new vote."""
+    monkeypatch.setattr(random, "shuffle", lambda items: None)
+    metadata, respond = cursor_cluster("b")
+    sent: list[str] = []
+    failed: list[str] = []
+
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Sleep):
+            return None
+        if isinstance(action, plans.Refresh):
+            return metadata
+        calls = len(sent)
+        result = action.rpc(RecordingStub(action.address, sent, respond), action.timeout)
+        if sent[calls].startswith("FetchCursor") and not failed:
+            failed.append(sent[calls])
+            raise Rpc(grpc.StatusCode.UNAVAILABLE, "connection reset")
+        return result
+
+    def fetch_cursor(stub: Any, timeout: float) -> Any:
+        return stub.FetchCursor(None, timeout=timeout)
+
+    result, _ = drive(plans.cursor_read(CONFIG, metadata, fetch_cursor, Deadline(5), partition=0), answer)
+    assert result == "FetchCursor answered by b.example:9292"
+    assert failed == ["FetchCursor b.example:9292"]
+    assert [s for s in sent if s.startswith("FetchMetadata")] == [
+        "FetchMetadata a.example:9292",
+        "FetchMetadata b.example:9292",
+    ] * 2, "one vote before the read, one after the failure"
