@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from liftbridge_provider.client import group_requests as ask
+from liftbridge_provider.client.aio_timeout import within
 from liftbridge_provider.client.errors import LiftbridgeError
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.groups import (
@@ -110,7 +111,7 @@ class AsyncConsumer:
                             time.monotonic())  # fmt: skip
         while not self._closed.is_set():
             try:
-                partition, token, item = await asyncio.wait_for(self._arrivals.get(), budget.wait(time.monotonic()))
+                partition, token, item = await within(budget.wait(time.monotonic()), self._arrivals.get())
             except TimeoutError:
                 budget.check(time.monotonic())
                 continue
@@ -215,7 +216,7 @@ class AsyncConsumer:
                 await self._checkpoint_logged()
             with contextlib.suppress(TimeoutError):
                 pause = min(membership.interval(), self.auto_checkpoint or membership.interval())
-                await asyncio.wait_for(self._closed.wait(), pause)
+                await within(pause, self._closed.wait())
 
     async def _fetch_assignments(self, membership: Membership) -> None:
         assert membership.coordinator is not None

@@ -9,7 +9,6 @@ closes every channel and is idempotent.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
@@ -24,6 +23,7 @@ import grpc.experimental
 
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.addresses import CONNECT_SECONDS
+from liftbridge_provider.client.aio_timeout import within
 from liftbridge_provider.client.errors import ClientClosedError
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import Connection
@@ -90,7 +90,7 @@ async def aio_connect(channel: grpc.aio.Channel, timeout: float) -> Connection:
         return _AIO_SETTLED[state]
 
     try:
-        return await asyncio.wait_for(settled(), max(timeout, 0.001))
+        return await within(max(timeout, 0.001), settled())
     except TimeoutError:
         return Connection.SILENT
 

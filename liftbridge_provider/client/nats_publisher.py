@@ -35,6 +35,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client.aio_timeout import within
 from liftbridge_provider.client.envelope import decode_ack, wrap_publish
 from liftbridge_provider.client.errors import (
     EncryptionError,
@@ -99,7 +100,7 @@ def probe_nats(config: NatsConfig) -> int:
 
     async def probe() -> int:
         try:
-            client = await asyncio.wait_for(_connect(config), config.connect_timeout * len(config.servers))
+            client = await within(config.connect_timeout * len(config.servers), _connect(config))
         except nats.errors.Error as exc:
             kind = PermissionDeniedError if _refused(exc) else UnavailableError
             raise kind(f"cannot connect to NATS {list(config.servers)}: {exc!r}") from exc
@@ -108,7 +109,7 @@ def probe_nats(config: NatsConfig) -> int:
         try:
             return client.max_payload
         finally:
-            await asyncio.wait_for(client.close(), CLOSE_TIMEOUT)
+            await within(CLOSE_TIMEOUT, client.close())
 
     return run_in_private_loop(probe(), name="liftbridge-nats-probe")
 
@@ -291,14 +292,14 @@ class NatsBatchPublisher:
         self._closed = asyncio.Event()
         config = self._config
         try:
-            return await asyncio.wait_for(
+            return await within(
+                self._bounded(config.connect_timeout * len(config.servers)),
                 _connect(
                     config,
                     error_cb=self._on_nats_error,
                     disconnected_cb=self._on_disconnect,
                     closed_cb=self._on_closed,
                 ),
-                self._bounded(config.connect_timeout * len(config.servers)),
             )
         except nats.errors.Error as exc:
             final = _refused(exc)
@@ -344,8 +345,8 @@ class NatsBatchPublisher:
         ends = time.monotonic() + max(self._bounded(CLOSE_TIMEOUT), CLOSE_GRACE)
         try:
             if not client.is_closed:
-                await asyncio.wait_for(client.close(), max(ends - time.monotonic(), 0.001))
-            await asyncio.wait_for(self._closed.wait(), max(ends - time.monotonic(), 0.001))
+                await within(max(ends - time.monotonic(), 0.001), client.close())
+            await within(max(ends - time.monotonic(), 0.001), self._closed.wait())
         except (nats.errors.Error, OSError, TimeoutError) as exc:
             log.debug("closing the NATS connection: %r", exc)
 

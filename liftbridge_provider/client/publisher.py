@@ -27,6 +27,7 @@ import grpc.aio
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.addresses import leader_first, replica_address
+from liftbridge_provider.client.aio_timeout import within
 from liftbridge_provider.client.errors import (
     EncryptionError,
     IncorrectOffsetError,
@@ -179,7 +180,7 @@ class BatchPublisher:
         async with self._router.pool.aio_channel(address) as channel:
             try:
                 # Connect before writing: messages written to a channel that never connects were not sent.
-                await asyncio.wait_for(channel.channel_ready(), self._bounded(CONNECT_TIMEOUT))
+                await within(self._bounded(CONNECT_TIMEOUT), channel.channel_ready())
             except TimeoutError:
                 raise _NotConnected(address) from None
             call = api_grpc.APIStub(channel).PublishAsync()

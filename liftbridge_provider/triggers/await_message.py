@@ -10,6 +10,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from liftbridge_provider.client import AsyncLiftbridgeClient, InvalidArgumentError, LiftbridgeError, Message
+from liftbridge_provider.client.aio_timeout import within
 from liftbridge_provider.functions import import_function
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.ranges import partition_offsets
@@ -99,7 +100,7 @@ class LiftbridgeAwaitMessageTrigger(BaseTrigger):
         try:
             function = import_function(self.apply_function)
             client = await LiftbridgeHook(liftbridge_conn_id=self.liftbridge_conn_id).aget_async_client()
-            found = await asyncio.wait_for(self._first_match(client, function), self.timeout)
+            found = await within(self.timeout, self._first_match(client, function))
             yield TriggerEvent({"status": "success", **found})
         except TimeoutError:
             yield TriggerEvent({"status": "timeout", "after": self.timeout})

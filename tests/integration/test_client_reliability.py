@@ -373,3 +373,34 @@ def test_compacted_log_that_starts_past_the_high_watermark_reads_as_removed(tmp_
             assert (info.high_watermark, info.newest_offset) == (20, 70), info
             assert client.earliest_offset(name, 0) == 21
             assert list(client.read_range(name, 0, 0, 21, timeout=5)) == []
+
+
+def test_a_cancelled_async_call_never_goes_on(liftbridge_server: DevServer) -> None:
+    """Guards a hang found in the consumer-group race test (1 run in ~20): Python 3.11's ``asyncio.wait_for``
+    returns its inner result when the task is cancelled just as that result arrives, dropping the
+    cancellation. The client waited for a channel's connection that way, so a cancelled call could go on:
+    a consumer's reader, cancelled by ``AsyncConsumer.close`` while it fetched its cursor, went on to
+    subscribe for good, and ``close`` waited for it forever. Every point at which a call can be
+    cancelled is tried (``fetch_metadata`` waits for the connection on every call)."""
+
+    async def cancelled_at(aio: AsyncLiftbridgeClient, switches: int) -> str:
+        task = asyncio.create_task(aio.fetch_metadata())
+        for _ in range(switches):
+            await asyncio.sleep(0)
+        if not task.cancel():
+            return "finished first"
+        try:
+            await task
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "went on"
+
+    async def every_point() -> list[str]:
+        async with AsyncLiftbridgeClient(liftbridge_server.brokers) as aio:
+            await aio.fetch_metadata()  # connected: the connection wait ends at its first step
+            return [await cancelled_at(aio, switches) for switches in range(60)]
+
+    outcomes = asyncio.run(every_point())
+    assert "finished first" in outcomes, f"the call outlasted every switch count tried: {outcomes}"
+    lost = [switches for switches, outcome in enumerate(outcomes) if outcome == "went on"]
+    assert not lost, f"cancellations lost at switch counts {lost}"
