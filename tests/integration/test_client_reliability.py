@@ -29,6 +29,7 @@ from liftbridge_provider.client import (
 )
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.proxy import FaultProxy
+from tests.cancellation import cancelled_at_each_switch
 
 
 @pytest.fixture(scope="module")
@@ -383,22 +384,10 @@ def test_a_cancelled_async_call_never_goes_on(liftbridge_server: DevServer) -> N
     subscribe for good, and ``close`` waited for it forever. Every point at which a call can be
     cancelled is tried (``fetch_metadata`` waits for the connection on every call)."""
 
-    async def cancelled_at(aio: AsyncLiftbridgeClient, switches: int) -> str:
-        task = asyncio.create_task(aio.fetch_metadata())
-        for _ in range(switches):
-            await asyncio.sleep(0)
-        if not task.cancel():
-            return "finished first"
-        try:
-            await task
-        except asyncio.CancelledError:
-            return "cancelled"
-        return "went on"
-
     async def every_point() -> list[str]:
         async with AsyncLiftbridgeClient(liftbridge_server.brokers) as aio:
             await aio.fetch_metadata()  # connected: the connection wait ends at its first step
-            return [await cancelled_at(aio, switches) for switches in range(60)]
+            return await cancelled_at_each_switch(aio.fetch_metadata, 60)
 
     outcomes = asyncio.run(every_point())
     assert "finished first" in outcomes, f"the call outlasted every switch count tried: {outcomes}"

@@ -6,10 +6,12 @@ import asyncio
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from liftbridge_provider.client.aio_timeout import within
+from tests.cancellation import cancelled_at_each_switch
 
 PACKAGE = Path(__file__).resolve().parents[2] / "liftbridge_provider"
 
@@ -20,28 +22,9 @@ async def soon(switches: int) -> str:
     return "result"
 
 
-def outcomes_of(bounded: object) -> list[str]:
-    """Cancel ``bounded(soon(2))`` after each number of task switches: what the cancelled task did."""
-
-    async def bounded_soon() -> object:
-        return await bounded(5.0, soon(2))  # type: ignore[operator]
-
-    async def at(switches: int) -> str:
-        task = asyncio.create_task(bounded_soon())
-        for _ in range(switches):
-            await asyncio.sleep(0)
-        if not task.cancel():
-            return "finished first"
-        try:
-            await task
-        except asyncio.CancelledError:
-            return "cancelled"
-        return "went on"
-
-    async def every() -> list[str]:
-        return [await at(switches) for switches in range(8)]
-
-    return asyncio.run(every())
+def outcomes_of(bounded: Any) -> list[str]:
+    """What ``bounded(5.0, soon(2))`` did when cancelled after each number of task switches."""
+    return asyncio.run(cancelled_at_each_switch(lambda: bounded(5.0, soon(2)), 8))
 
 
 def test_a_cancelled_bounded_await_is_cancelled_at_every_point() -> None:
@@ -55,8 +38,8 @@ def test_the_standard_wait_for_drops_a_cancellation_before_python_3_12() -> None
     """Why ``within`` exists: on Python 3.11 the same probe finds ``asyncio.wait_for`` going on after a
     cancellation (3.12 rebuilt it on ``asyncio.timeout``)."""
 
-    def wait_for(seconds: float, awaitable: object) -> object:
-        return asyncio.wait_for(awaitable, seconds)  # type: ignore[arg-type]
+    def wait_for(seconds: float, awaitable: Any) -> Any:
+        return asyncio.wait_for(awaitable, seconds)
 
     assert ("went on" in outcomes_of(wait_for)) == (sys.version_info < (3, 12))
 
