@@ -129,12 +129,13 @@ def decode_ack(data: BytesLike) -> api.Ack:
     return ack
 
 
-_PLAIN_ACK_HEADER = MAGIC + bytes((VERSION, MIN_HEADER_LEN, 0, MessageType.ACK))
+_PLAIN_HEADERS = {kind: MAGIC + bytes((VERSION, MIN_HEADER_LEN, 0, kind)) for kind in MessageType}  # no CRC
+_PLAIN_ACK_HEADER = _PLAIN_HEADERS[MessageType.ACK]
 
 
 def _encode(msg_type: MessageType, payload: bytes, with_crc: bool) -> bytes:
     if not with_crc:
-        return MAGIC + bytes((VERSION, MIN_HEADER_LEN, 0, msg_type)) + payload
+        return _PLAIN_HEADERS[msg_type] + payload
     header = MAGIC + bytes((VERSION, CRC_HEADER_LEN, FLAG_CRC, msg_type))
     return header + crc32c(payload).to_bytes(4, "big") + payload
 
