@@ -3,7 +3,7 @@
 A step's own findings are failures the oracle cannot see in the data: a
 bad-input error where no input was bad, the batch path failing on a paused
 partition, the ingest job's own checks failing, a call failing on a healthy
-cluster (every node up and unfrozen for ``Timeouts.settle`` seconds).
+cluster (every node up and unfrozen for ``Timeouts.settle`` seconds before the call began).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def judge(
         report.summary += f" (not promised at RF 1: {why})"
     elif isinstance(error, IngestFailed):
         report.findings.append(Finding("ingest-check", f"{outcome.describe()}"))
-    elif world.impaired is None:
+    elif world.impaired_during(outcome.seconds) is None:
         what = f"the {batch_task} task" if batch_task else "a call"
         report.findings.append(Finding("failed-healthy", f"{what} failed on a healthy cluster: {outcome.describe()}"))
 

@@ -70,6 +70,21 @@ class World:
             return f"settling for {settling:.1f}s more"
         return None
 
+    def impaired_during(self, seconds: float) -> str | None:
+        """Why the cluster was not healthy at some time in the last ``seconds`` (a call's duration), or None.
+
+        Faults come and go between steps, so a call saw an impaired cluster if it is impaired now or if
+        the call began before the last fault's settle time ended (seed 92).
+        """
+        now = self.impaired
+        if now is not None:
+            return now
+        settled_at = self.calm_since + self.timeouts.settle
+        began = time.monotonic() - seconds
+        if began < settled_at:
+            return f"settling when the call began ({settled_at - began:.1f}s before it settled)"
+        return None
+
     def run(self, stream: str, number: int) -> BatchRun:
         key = (stream, number)
         if key not in self.runs:

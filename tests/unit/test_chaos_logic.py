@@ -478,3 +478,27 @@ def test_a_run_whose_task_failed_stops_even_when_the_failure_is_excused() -> Non
     assert calls == ["wait"]
     assert [r.findings for r in reports] == [[]]
     assert "not promised at RF 1" in reports[0].summary
+
+
+def test_a_call_that_began_while_the_cluster_settled_is_excused_even_if_it_ended_after() -> None:
+    """Seed 92 (c9e2651): a publish_batch began 3 s after a node frozen for 39 s was thawed (the settle time
+    is 6 s) and failed 3 s later, every ack missing; the harness judged the cluster at the call's end,
+    healthy by then, and reported a failure on a healthy cluster."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from tests.chaos.judging import StepReport, judge  # noqa: PLC0415
+    from tests.chaos.timing import Outcome  # noqa: PLC0415
+
+    world = _bare_world(SimpleNamespace(nodes=[], frozen=[]))
+    settle = world.timeouts.settle
+    world.calm_since = time.monotonic() - settle - 1  # healthy now, for 1 s
+    failure = RuntimeError("BatchPublishError: 69 of 69 messages failed: #0: no ack within 3s")
+    began_settling: Outcome[Any] = Outcome("publish_batch pausing", 10, 4.0, error=failure)
+    report = StepReport("publish pausing 69x batch keyed")
+    judge(world, report, began_settling)
+    assert report.findings == []
+
+    began_healthy: Outcome[Any] = Outcome("publish_batch pausing", 10, 0.5, error=failure)
+    report = StepReport("publish pausing 69x batch keyed")
+    judge(world, report, began_healthy)
+    assert [f.kind for f in report.findings] == ["failed-healthy"]
