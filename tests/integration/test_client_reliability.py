@@ -390,6 +390,8 @@ def test_a_cancelled_async_call_never_goes_on(liftbridge_server: DevServer) -> N
             return await cancelled_at_each_switch(aio.fetch_metadata, 60)
 
     outcomes = asyncio.run(every_point())
-    assert "finished first" in outcomes, f"the call outlasted every switch count tried: {outcomes}"
     lost = [switches for switches, outcome in enumerate(outcomes) if outcome == "went on"]
     assert not lost, f"cancellations lost at switch counts {lost}"
+    # The connection wait ends within the first few switches (where 3.11's wait_for lost them: 1, 2, 3);
+    # how many more the RPC takes depends on the machine (CI's call outlasted all 60 once).
+    assert outcomes[:4].count("cancelled") >= 3, outcomes[:4]
