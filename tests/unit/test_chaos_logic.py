@@ -502,3 +502,20 @@ def test_a_call_that_began_while_the_cluster_settled_is_excused_even_if_it_ended
     report = StepReport("publish pausing 69x batch keyed")
     judge(world, report, began_healthy)
     assert [f.kind for f in report.findings] == ["failed-healthy"]
+
+
+def test_a_message_that_may_be_stored_can_compact_older_ones_before_a_read_reaches_it() -> None:
+    """CI seed 1 on 09ac378: a sync publish to the frozen RF 1 leader of compact/0 timed out ("may be
+    stored"); at the thaw the leader stored it above the high watermark the oracle had just read, and its
+    cleaner removed the older offsets of the same keys; the read up to that high watermark saw neither,
+    and the oracle called the older offsets lost. Mid-run, a later message that may be stored explains the
+    gap; the final check (after the drain, everything stored is below the high watermark) does not."""
+    ledger = ledger_with("compact", 0, {0: (b"k1", b"a"), 1: (b"k2", b"b")})
+    ledger.record_maybe(Sent("compact", b"k1", b"maybe"))
+    during = Verdict()
+    check_stream(COMPACT, snapshot("compact", {1: (b"k2", b"b")}, 1), ledger, during, final=False)
+    assert kinds(during) == []
+    assert "may be stored" in during.removed[("compact", 0, 0)]
+    final = Verdict()
+    check_stream(COMPACT, snapshot("compact", {1: (b"k2", b"b")}, 1), ledger, final, final=True)
+    assert kinds(final) == ["lost"]
