@@ -130,15 +130,17 @@ class RetryState:
         in the time an attempt gets (an attempt cut short by the call's deadline proves nothing)."""
         return exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and self.attempt_expired()
 
+    def action_for(self, exc: grpc.RpcError) -> Action:
+        """What to do about the attempt that raised ``exc`` (see :func:`classify`)."""
+        return classify(exc, leader_directed=self.leader_directed, attempt_expired=self.attempt_expired())
+
     def is_final(self, exc: grpc.RpcError) -> bool:
-        """Retrying does not heal ``exc`` (see :func:`classify`)."""
-        return (
-            classify(exc, leader_directed=self.leader_directed, attempt_expired=self.attempt_expired()) is Action.FAIL
-        )
+        """Retrying does not heal ``exc``."""
+        return self.action_for(exc) is Action.FAIL
 
     def after_failure(self, exc: grpc.RpcError) -> tuple[Action, float]:
         error = error_from_rpc(exc, stream=self.stream, partition=self.partition)
-        action = classify(exc, leader_directed=self.leader_directed, attempt_expired=self.attempt_expired())
+        action = self.action_for(exc)
         if action is Action.FAIL:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise self.timeout_error() from exc

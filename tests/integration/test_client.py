@@ -488,10 +488,14 @@ def test_the_fast_stream_reader_ends_and_fails_as_iterating_the_call(
     assert fast[1][0] == grpc.StatusCode.RESOURCE_EXHAUSTED, "the server ends the call at the stop offset"
 
     waiting = call(50, 1.0)  # offsets past the end: the call waits, then its deadline ends it
+    started = time.monotonic()
     offsets, end = outcome(messages_of(waiting))
     assert offsets == [0, *range(10)]
-    assert end is not None
-    assert end[0] == grpc.StatusCode.DEADLINE_EXCEEDED
+    # Either side's deadline may end it first: the client's timer gives DEADLINE_EXCEEDED, the server's
+    # Subscribe returns nil when its context expires, so a status OK (a clean end) may arrive first on a
+    # loaded machine (CI on b729769 saw it; docs/client.md). The client's own deadline check handles both.
+    assert end is None or end[0] == grpc.StatusCode.DEADLINE_EXCEEDED, end
+    assert 0.9 < time.monotonic() - started < 5, "the deadline, not anything else, ended the call"
 
     cancelled = call(50, 30)
     threading.Timer(0.5, cancelled.cancel).start()
