@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from liftbridge_provider.client import InvalidArgumentError
+from liftbridge_provider.client import AckTimeoutError, BatchResult, InvalidArgumentError
 from tests.chaos.lake import IngestFailed
 from tests.chaos.oracle import Finding
 from tests.chaos.timing import Outcome
@@ -52,6 +52,8 @@ def judge(
         report.summary += f" (not promised at RF 1: {why})"
     elif isinstance(error, IngestFailed):
         report.findings.append(Finding("ingest-check", f"{outcome.describe()}"))
+    elif not batch_task and stream and (why := _acks_dropped_by_a_pause(world, error, stream, outcome.seconds)):
+        report.summary += f" (the server's: {why})"
     elif world.impaired_during(outcome.seconds) is None:
         what = f"the {batch_task} task" if batch_task else "a call"
         report.findings.append(Finding("failed-healthy", f"{what} failed on a healthy cluster: {outcome.describe()}"))
@@ -71,6 +73,32 @@ def _unpromised_at_rf1(world: World, error: BaseException, task: str | None, str
     if task == "wait" and lowered and _named(error, "AirflowSensorTimeout"):
         return f"the high watermark of {stream} partition(s) {lowered} moved back and waits for a new write"
     return None
+
+
+def _acks_dropped_by_a_pause(world: World, error: BaseException, stream: str, seconds: float) -> str | None:
+    """Why every missing ack of a publish that lasted ``seconds`` is the server's, or None.
+
+    A partition that auto-pauses drops the acks it has not sent yet, and the
+    messages commit later without one (server v1.9.0: pausing stops the
+    leader, which discards its commit queue; seeds 5 and 92). So with ack ALL,
+    a message whose commit takes longer than the stream's auto-pause time
+    gets no ack; the client reports it as a timeout that may be stored, and
+    the ledger counts it as such.
+    """
+    shape = world.shapes.get(stream)
+    pause = shape.options.get("auto_pause_time") if shape is not None else None
+    if shape is None or not pause or shape.ack_policy != "all" or seconds < pause:
+        return None
+    errors = publish_errors(error)
+    if not all(isinstance(e, AckTimeoutError) and e.may_be_stored for e in errors):
+        return None
+    return f"no ack for {len(errors)} message(s) on a stream that auto-pauses after {pause}s: a pause drops acks"
+
+
+def publish_errors(error: BaseException) -> list[BaseException]:
+    """The error of each failed message of a publish (a batch's failures, or a sync publish's one error)."""
+    result = getattr(error, "result", None)
+    return [f.error for f in result.failures] if isinstance(result, BatchResult) else [error]
 
 
 def permanent(error: BaseException) -> bool:

@@ -6,7 +6,7 @@ import random
 from typing import Any
 
 from liftbridge_provider.client import BatchResult, PublishMessage, ReadonlyPartitionError, partition_by_key
-from tests.chaos.judging import StepReport, judge
+from tests.chaos.judging import StepReport, judge, publish_errors
 from tests.chaos.ledger import Sent
 from tests.chaos.oracle import Finding
 from tests.chaos.plan import Step
@@ -41,15 +41,16 @@ def publish(world: World, step: Step, index: int) -> StepReport:
     report.findings += [Finding("offset-reused", reused) for reused in world.reused]
     world.reused.clear()
     if problem is not None and problem.error is not None and not _readonly_only(world, step, problem.error):
-        judge(world, report, problem)
+        judge(world, report, problem, stream=step.stream)
     return report
 
 
 def _readonly_only(world: World, step: Step, error: BaseException) -> bool:
     """Whether every failure of a publish is "readonly partition" on a partition made readonly by a step."""
-    result = getattr(error, "result", None)
-    errors = [f.error for f in result.failures] if isinstance(result, BatchResult) else [error]
-    return all(isinstance(e, ReadonlyPartitionError) and (step.stream, e.partition) in world.readonly for e in errors)
+    return all(
+        isinstance(e, ReadonlyPartitionError) and (step.stream, e.partition) in world.readonly
+        for e in publish_errors(error)
+    )
 
 
 def _record_ack(world: World, message: Sent, partition: int, offset: int) -> None:

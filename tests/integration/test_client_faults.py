@@ -21,7 +21,9 @@ import pytest
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client import (
+    AckTimeoutError,
     AsyncLiftbridgeClient,
+    BatchPublishError,
     InvalidArgumentError,
     LiftbridgeClient,
     LiftbridgeError,
@@ -282,6 +284,53 @@ def test_publish_skips_a_broker_that_is_down_within_its_deadline(liftbridge_clus
         # drops out of the ISR after max lag (3 s).
         wait_until(lambda: client.fetch_partition_metadata("one-out", 0).high_watermark == 11, 30, "the commit")
         assert [m.value for m in client.read_range("one-out", 0, 0, 12)] == [f"m{i}".encode() for i in range(12)]
+
+
+def test_acks_an_auto_pause_dropped_are_reported_as_may_be_stored(liftbridge_cluster: DevServer) -> None:
+    """Chaos seeds 5 and 92 (issue 11): with ack ALL, a partition that auto-pauses before its messages
+    commit drops their pending acks (server v1.9.0: pausing stops the leader, which discards its commit
+    queue). Afterwards the messages commit without an ack (seed 92), or are truncated when the thawed
+    follower is elected leader with an empty log, or wait with the ISR below min ISR (seed 5). Nothing the
+    client sees tells these apart, so every message must be reported failed with ``may_be_stored=True``
+    by ``ack_wait`` (never as "not stored", never a hang), each later call must end by its deadline, and
+    no message may appear twice.
+
+    RF 2, min ISR 2, auto-pause after 2 s; the follower is frozen during the batch, so nothing commits
+    before the pause (the leader would drop it from the ISR only after its 3 s max lag)."""
+    cluster, name = liftbridge_cluster, "pause-drops-acks"
+    values = [f"m{i}".encode() for i in range(20)]
+    with LiftbridgeClient(cluster.brokers, request_timeout=10) as client:
+        client.create_stream(name, name, replication_factor=2, min_isr=2, auto_pause_time=2)
+        wait_until(lambda: len(client.fetch_partition_metadata(name, 0).isr) == 2, 30, "an ISR of 2")
+        info = client.fetch_partition_metadata(name, 0)
+        follower = next(r for r in info.replicas if r != info.leader)
+        with frozen(cluster, follower):
+            started = time.monotonic()
+            with pytest.raises(BatchPublishError) as raised:
+                client.publish_batch(name, values, ack_policy="all", ack_wait=4, timeout=8)
+            took = time.monotonic() - started
+        result = raised.value.result
+        assert took < 8 + 1, f"the batch outlived its deadline: {took:.1f}s"
+        assert result.acks == [None] * len(values), "nothing could commit while the follower was frozen"
+        assert [f.index for f in result.failures] == list(range(len(values)))
+        assert all(isinstance(f.error, AckTimeoutError) and f.may_be_stored for f in result.failures), [
+            repr(f.error) for f in result.failures[:3]
+        ]
+        wrong: list[LiftbridgeError] = []
+        for _ in range(4):  # each resumes the partition; acked once the thawed follower caught up, if ever
+            started = time.monotonic()
+            try:
+                client.publish(name, b"later", ack_policy="all", timeout=3)
+            except AckTimeoutError as exc:
+                wrong += [] if exc.may_be_stored else [exc]
+            except LiftbridgeError as exc:  # e.g. "failed to resume stream: no known metadata leader"
+                wrong += [exc] if exc.may_be_stored else []
+            assert time.monotonic() - started < 3 + 1, "a publish outlived its deadline"
+        assert wrong == [], "a timeout may be stored, a refusal is not"
+        committed = client.fetch_partition_metadata(name, 0).high_watermark
+        stored = [m.value for m in client.read_range(name, 0, 0, committed + 1, timeout=20)] if committed >= 0 else []
+    batch = [v for v in stored if v != b"later"]
+    assert batch == values[: len(batch)], "each at most once, in order"
 
 
 def paused_with_uncommitted_offsets(cluster: DevServer, client: LiftbridgeClient, name: str) -> tuple[str, int]:

@@ -519,3 +519,38 @@ def test_a_message_that_may_be_stored_can_compact_older_ones_before_a_read_reach
     final = Verdict()
     check_stream(COMPACT, snapshot("compact", {1: (b"k2", b"b")}, 1), ledger, final, final=True)
     assert kinds(final) == ["lost"]
+
+
+def test_acks_an_auto_pause_dropped_are_excused_only_on_a_stream_that_auto_pauses() -> None:
+    """Seed 5 (8fa8221): 7 s after a restart, past the settle time, a publish_batch with ack ALL to the
+    auto-pausing stream got no ack at all (the partition paused 2 s after the batch with the acks pending;
+    the server drops pending acks when a partition pauses and commits the messages later without one:
+    tests/integration/test_client_faults.py::test_acks_an_auto_pause_dropped_are_reported_as_may_be_stored).
+    The harness reported a failure on a healthy cluster. Ack timeouts after the stream's auto-pause time are
+    the server's; any other failure, or the same on a stream that never pauses, stays a finding."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from liftbridge_provider.client import AckTimeoutError, BatchResult, UnavailableError  # noqa: PLC0415
+    from liftbridge_provider.client.publish_window import BatchPublishError, Failures  # noqa: PLC0415
+    from tests.chaos.judging import StepReport, judge  # noqa: PLC0415
+    from tests.chaos.timing import Outcome  # noqa: PLC0415
+
+    world = _bare_world(SimpleNamespace(nodes=[], frozen=[]))
+    world.calm_since = time.monotonic() - 60
+    world.shapes = {shape.name: shape for shape in SHAPES}
+
+    def batch_error(stream: str, error: Any) -> BatchPublishError:
+        return BatchPublishError(BatchResult([None, None], Failures({0: error, 1: error}, size=2)))
+
+    def findings(stream: str, error: BaseException, seconds: float = 3.0) -> list[str]:
+        report = StepReport(f"publish {stream} 2x batch")
+        judge(world, report, Outcome(f"publish_batch {stream}", 10, seconds, error=error), stream=stream)
+        return [f.kind for f in report.findings]
+
+    no_ack = AckTimeoutError("no ack within 3s", stream="pausing", partition=1, may_be_stored=True)
+    assert findings("pausing", batch_error("pausing", no_ack)) == []
+    assert findings("pausing", no_ack, seconds=5.0) == [], "a sync publish's ack timeout too"
+    assert findings("plain", batch_error("plain", no_ack)) == ["failed-healthy"], "plain never pauses"
+    assert findings("pausing", batch_error("pausing", no_ack), seconds=1.0) == ["failed-healthy"], "before a pause"
+    refused = UnavailableError("no leader", stream="pausing", partition=1)
+    assert findings("pausing", batch_error("pausing", refused)) == ["failed-healthy"], "not an ack timeout"
