@@ -86,8 +86,10 @@ def _acks_dropped_by_a_pause(world: World, error: BaseException, stream: str, se
     the ledger counts it as such.
     """
     shape = world.shapes.get(stream)
-    pause = shape.options.get("auto_pause_time") if shape is not None else None
-    if shape is None or not pause or shape.ack_policy != "all" or seconds < pause:
+    if shape is None or shape.ack_policy != "all":
+        return None
+    pause = shape.options.get("auto_pause_time")
+    if not pause or seconds < pause:
         return None
     errors = publish_errors(error)
     if not all(isinstance(e, AckTimeoutError) and e.may_be_stored for e in errors):

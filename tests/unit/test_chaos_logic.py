@@ -530,7 +530,12 @@ def test_acks_an_auto_pause_dropped_are_excused_only_on_a_stream_that_auto_pause
     the server's; any other failure, or the same on a stream that never pauses, stays a finding."""
     from types import SimpleNamespace  # noqa: PLC0415
 
-    from liftbridge_provider.client import AckTimeoutError, BatchResult, UnavailableError  # noqa: PLC0415
+    from liftbridge_provider.client import (  # noqa: PLC0415
+        AckTimeoutError,
+        BatchResult,
+        LiftbridgeError,
+        UnavailableError,
+    )
     from liftbridge_provider.client.publish_window import BatchPublishError, Failures  # noqa: PLC0415
     from tests.chaos.judging import StepReport, judge  # noqa: PLC0415
     from tests.chaos.timing import Outcome  # noqa: PLC0415
@@ -539,7 +544,7 @@ def test_acks_an_auto_pause_dropped_are_excused_only_on_a_stream_that_auto_pause
     world.calm_since = time.monotonic() - 60
     world.shapes = {shape.name: shape for shape in SHAPES}
 
-    def batch_error(stream: str, error: Any) -> BatchPublishError:
+    def batch_error(error: LiftbridgeError) -> BatchPublishError:
         return BatchPublishError(BatchResult([None, None], Failures({0: error, 1: error}, size=2)))
 
     def findings(stream: str, error: BaseException, seconds: float = 3.0) -> list[str]:
@@ -548,9 +553,9 @@ def test_acks_an_auto_pause_dropped_are_excused_only_on_a_stream_that_auto_pause
         return [f.kind for f in report.findings]
 
     no_ack = AckTimeoutError("no ack within 3s", stream="pausing", partition=1, may_be_stored=True)
-    assert findings("pausing", batch_error("pausing", no_ack)) == []
+    assert findings("pausing", batch_error(no_ack)) == []
     assert findings("pausing", no_ack, seconds=5.0) == [], "a sync publish's ack timeout too"
-    assert findings("plain", batch_error("plain", no_ack)) == ["failed-healthy"], "plain never pauses"
-    assert findings("pausing", batch_error("pausing", no_ack), seconds=1.0) == ["failed-healthy"], "before a pause"
+    assert findings("plain", batch_error(no_ack)) == ["failed-healthy"], "plain never pauses"
+    assert findings("pausing", batch_error(no_ack), seconds=1.0) == ["failed-healthy"], "before a pause"
     refused = UnavailableError("no leader", stream="pausing", partition=1)
-    assert findings("pausing", batch_error("pausing", refused)) == ["failed-healthy"], "not an ack timeout"
+    assert findings("pausing", batch_error(refused)) == ["failed-healthy"], "not an ack timeout"
