@@ -3,7 +3,9 @@
 ``publish`` waits for one ack. A unary Publish call costs the broker a NATS
 inbox subscription per message; like go-liftbridge's ``Publish``, the client
 instead keeps one PublishAsync stream per broker open and matches acks to
-callers by correlation id, which roughly halves the time to an ack.
+callers by correlation id, which roughly halves the time to an ack. The
+stream is driven without grpc's per-message thread hand-offs where grpcio
+allows (``direct_call.py``): a third less time again.
 
 Guarantees, as for a unary publish:
 
@@ -11,7 +13,9 @@ Guarantees, as for a unary publish:
   anything is sent to it (the next broker gets the message);
 - once written, a message is never re-sent: a stream that breaks fails every
   message awaiting its ack with ``may_be_stored=True``, and a missing ack
-  fails at the caller's deadline with AckTimeoutError (``may_be_stored``).
+  fails at the caller's deadline with AckTimeoutError (``may_be_stored``);
+  a message that could not be written by the deadline (the previous one
+  still being written to a stalled broker) fails as not sent;
   A broker whose ack timed out goes last in the order for ``SUSPECT_FOR`` s,
   so a frozen broker does not take every publish until keepalive notices it;
 - a stream with nothing to do for ``idle_close`` s half-closes itself (before
@@ -20,7 +24,6 @@ Guarantees, as for a unary publish:
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import queue
 import threading
@@ -34,7 +37,14 @@ import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.connections import ConnectionPool, PooledChannel
-from liftbridge_provider.client.errors import AckTimeoutError, ClientClosedError, LiftbridgeError, UnavailableError
+from liftbridge_provider.client.direct_call import CallEnded, DirectCall, SendStalled, open_direct_call
+from liftbridge_provider.client.errors import (
+    AckTimeoutError,
+    ClientClosedError,
+    LiftbridgeError,
+    LiftbridgeTimeoutError,
+    UnavailableError,
+)
 from liftbridge_provider.client.plans import CONNECT_TRY, Connection, NotSent
 
 log = logging.getLogger(__name__)
@@ -56,34 +66,87 @@ def sticky_order(addresses: Sequence[str], stream: str, partition: int, suspects
     return [a for a in rotated if a not in suspects] + [a for a in rotated if a in suspects]
 
 
+class Answer:
+    """The response to one request, handed from the thread that reads it to the one caller waiting for it.
+
+    One lock, released once (a ``concurrent.futures.Future`` wakes its waiter through a condition, which
+    can wake it twice). Each answer is set or failed once: the stream pops it from its pending map first.
+    """
+
+    __slots__ = ("_error", "_ready", "_response")
+
+    def __init__(self) -> None:
+        self._ready = threading.Lock()
+        self._ready.acquire()
+        self._response: api.PublishResponse | None = None
+        self._error: LiftbridgeError | None = None
+
+    def set(self, response: api.PublishResponse) -> None:
+        self._response = response
+        self._ready.release()
+
+    def fail(self, error: LiftbridgeError) -> None:
+        self._error = error
+        self._ready.release()
+
+    def result(self, timeout: float) -> api.PublishResponse:
+        """The response, or the error it failed with; TimeoutError after ``timeout`` s."""
+        if not self._ready.acquire(timeout=timeout):
+            raise TimeoutError()
+        if self._error is not None:
+            raise self._error
+        assert self._response is not None
+        return self._response
+
+
 class BrokerStream:
-    """One PublishAsync call to one broker: requests from a queue, acks handed to waiting callers."""
+    """One PublishAsync call to one broker: callers' requests out, each ack handed to the caller waiting for it.
+
+    The call is driven directly (:mod:`~liftbridge_provider.client.direct_call`: the caller's thread writes, the
+    channel's thread hands the ack over) or, on a grpcio without the parts that needs, through grpc's iterator
+    API (:class:`_QueuedCall`). Either way one thread named ``liftbridge-publish-<address>`` lives as long as
+    the stream.
+    """
 
     def __init__(self, address: str, lease: AbstractContextManager[PooledChannel], idle_close: float) -> None:
         self.address = address
         self._lease = lease
         self._idle_close = idle_close
-        self._requests: queue.SimpleQueue[api.PublishRequest | None] = queue.SimpleQueue()
-        self._pending: dict[str, concurrent.futures.Future[api.PublishResponse]] = {}
+        self._pending: dict[str, Answer] = {}
         self._lock = threading.Lock()
         self._closing = False
+        self._closed = threading.Event()
+        self._last_sent = time.monotonic()
         pooled = lease.__enter__()
-        self._call: Any = pooled.stub.PublishAsync(self._outgoing())
-        self._reader = threading.Thread(target=self._read, name=f"liftbridge-publish-{address}", daemon=True)
-        self._reader.start()
+        method = pooled.stub.PublishAsync
+        direct = open_direct_call(method, self._hold_open, self._on_response, self._on_end)
+        self._call: DirectCall | _QueuedCall = direct or _QueuedCall(method, self)
 
     @property
     def usable(self) -> bool:
         return not self._closing
 
-    def send(self, request: api.PublishRequest) -> concurrent.futures.Future[api.PublishResponse]:
-        """Queue ``request``; the future gets its response. StreamClosed when this stream takes no more."""
-        answer: concurrent.futures.Future[api.PublishResponse] = concurrent.futures.Future()
+    @property
+    def direct(self) -> bool:
+        """The call is driven directly (no thread hand-offs per message)."""
+        return isinstance(self._call, DirectCall)
+
+    def send(self, request: api.PublishRequest, deadline: float) -> Answer:
+        """Send ``request``; the future gets its response. StreamClosed when this stream takes no more,
+        SendStalled when the previous message was still being written at ``deadline`` (both: not sent)."""
+        answer = Answer()
         with self._lock:
             if self._closing:
                 raise StreamClosed(self.address)
             self._pending[request.correlationId] = answer
-            self._requests.put(request)
+            self._last_sent = time.monotonic()
+        try:
+            self._call.send(request, deadline)
+        except (CallEnded, SendStalled) as exc:
+            self.forget(request.correlationId)
+            if isinstance(exc, CallEnded):
+                raise StreamClosed(self.address) from None
+            raise
         return answer
 
     def forget(self, correlation_id: str) -> None:
@@ -95,41 +158,39 @@ class BrokerStream:
         """Stop taking requests, cancel the call, fail what still waits with a new ``error()`` each."""
         with self._lock:
             self._closing = True
-        self._requests.put(None)
+        self._closed.set()
         self._call.cancel()
         self._fail_pending(error)
 
-    def _outgoing(self) -> Iterator[api.PublishRequest]:
-        """The requests, as gRPC's sending thread asks for them; ends (half-closes) when idle or closed."""
-        while True:
-            try:
-                request = self._requests.get(timeout=self._idle_close)
-            except queue.Empty:
-                with self._lock:
-                    if self._pending or not self._requests.empty():
-                        continue
-                    self._closing = True  # idle: end the stream; the next publish opens a new one
-                return
-            if request is None:
-                return
-            yield request
+    def close_if_idle(self) -> bool:
+        """Nothing sent for ``idle_close`` s and no ack awaited: stop taking requests (True)."""
+        with self._lock:
+            if self._pending or time.monotonic() - self._last_sent < self._idle_close:
+                return False
+            self._closing = True
+            return True
 
-    def _read(self) -> None:
-        try:
-            for response in self._call:
-                failed = response.HasField("asyncError")
-                correlation_id = response.correlationId if failed else response.ack.correlationId
-                with self._lock:
-                    answer = self._pending.pop(correlation_id, None)
-                if answer is not None:
-                    answer.set_result(response)
-            reason = "the server ended the stream"
-        except grpc.RpcError as exc:
-            reason = f"{exc.code().name}: {exc.details()}"
-        finally:
-            with self._lock:
-                self._closing = True
-            self._lease.__exit__(None, None, None)
+    def _hold_open(self) -> None:
+        """Block while the direct call should stay open (on grpc's request thread, named after the stream)."""
+        threading.current_thread().name = f"liftbridge-publish-{self.address}"
+        while not self._closed.wait(max(self._last_sent + self._idle_close - time.monotonic(), self._idle_close / 10)):
+            if self.close_if_idle():
+                return
+
+    def _on_response(self, response: api.PublishResponse) -> None:
+        failed = response.HasField("asyncError")
+        correlation_id = response.correlationId if failed else response.ack.correlationId
+        with self._lock:
+            answer = self._pending.pop(correlation_id, None)
+        if answer is not None:
+            answer.set(response)
+
+    def _on_end(self, call: grpc.RpcError) -> None:
+        code = call.code()
+        reason = "the server ended the stream" if code is grpc.StatusCode.OK else f"{code.name}: {call.details()}"
+        with self._lock:
+            self._closing = True
+        self._lease.__exit__(None, None, None)
         self._fail_pending(
             lambda: UnavailableError(
                 f"PublishAsync stream to {self.address} ended before the ack ({reason}); "
@@ -143,8 +204,47 @@ class BrokerStream:
         with self._lock:
             waiting, self._pending = self._pending, {}
         for answer in waiting.values():
-            if not answer.done():
-                answer.set_exception(error())
+            answer.fail(error())
+
+
+class _QueuedCall:
+    """grpc's iterator API: requests through a queue to grpc's sending thread, responses read by a thread of
+    ours (three thread hand-offs per message and ack; the fallback of :class:`DirectCall`)."""
+
+    def __init__(self, method: Callable[[Iterator[api.PublishRequest]], Any], owner: BrokerStream) -> None:
+        self._owner = owner
+        self._requests: queue.SimpleQueue[api.PublishRequest | None] = queue.SimpleQueue()
+        self._call: Any = method(self._outgoing())
+        name = f"liftbridge-publish-{owner.address}"
+        threading.Thread(target=self._read, name=name, daemon=True).start()
+
+    def send(self, request: api.PublishRequest, deadline: float) -> None:
+        self._requests.put(request)
+
+    def cancel(self) -> None:
+        self._requests.put(None)
+        self._call.cancel()
+
+    def _outgoing(self) -> Iterator[api.PublishRequest]:
+        """The requests, as gRPC's sending thread asks for them; ends (half-closes) when idle or closed."""
+        while True:
+            try:
+                request = self._requests.get(timeout=self._owner._idle_close)
+            except queue.Empty:
+                if self._requests.empty() and self._owner.close_if_idle():
+                    return
+                continue
+            if request is None:
+                return
+            yield request
+
+    def _read(self) -> None:
+        try:
+            for response in self._call:
+                self._owner._on_response(response)
+        except grpc.RpcError:
+            pass
+        self._owner._on_end(self._call)
 
 
 class PublishStreams:
@@ -186,15 +286,22 @@ class PublishStreams:
         for stream in streams:
             stream.close(_closed_while_waiting)
 
-    def _send(
-        self, address: str, request: api.PublishRequest, deadline: float
-    ) -> tuple[concurrent.futures.Future[api.PublishResponse], BrokerStream]:
+    def _send(self, address: str, request: api.PublishRequest, deadline: float) -> tuple[Answer, BrokerStream]:
         for _ in range(3):  # a stream may close between taking it and sending: take a fresh one
             stream = self._stream(address, deadline)
             try:
-                return stream.send(request), stream
+                return stream.send(request, deadline), stream
             except StreamClosed:
                 continue
+            except SendStalled:
+                self._suspects[address] = time.monotonic() + SUSPECT_FOR
+                raise LiftbridgeTimeoutError(
+                    f"the PublishAsync stream to {address} was still writing an earlier message at the deadline "
+                    "(the broker is frozen or slow); this message was not sent",
+                    stream=request.stream,
+                    partition=request.partition,
+                    code=grpc.StatusCode.DEADLINE_EXCEEDED,
+                ) from None
         raise NotSent(address)
 
     def _stream(self, address: str, deadline: float) -> BrokerStream:
@@ -226,14 +333,14 @@ class PublishStreams:
 
     def _wait(
         self,
-        answer: concurrent.futures.Future[api.PublishResponse],
+        answer: Answer,
         stream: BrokerStream,
         request: api.PublishRequest,
         deadline: float,
     ) -> api.PublishResponse:
         try:
             return answer.result(timeout=max(deadline - time.monotonic(), 0.0))
-        except concurrent.futures.TimeoutError:
+        except TimeoutError:
             stream.forget(request.correlationId)
             self._suspects[stream.address] = time.monotonic() + SUSPECT_FOR
             log.warning("no ack from %s in time; it goes last for %gs", stream.address, SUSPECT_FOR)

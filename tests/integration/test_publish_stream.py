@@ -13,8 +13,10 @@ import pytest
 from liftbridge_provider.client import (
     AckTimeoutError,
     LiftbridgeClient,
+    LiftbridgeTimeoutError,
     ReadonlyPartitionError,
     UnavailableError,
+    publish_stream,
 )
 from liftbridge_provider.client.publish_stream import sticky_order
 from liftbridge_provider.devserver import DevServer
@@ -152,3 +154,79 @@ def test_killed_broker_fails_the_waiting_publish_at_once_as_may_be_stored(liftbr
         assert elapsed < 10, f"the broken stream was noticed after {elapsed:.1f}s"
         ack = client.publish(name, b"next", timeout=30)
         assert ack is not None
+
+
+def test_the_pinned_grpcio_drives_the_stream_directly(client: LiftbridgeClient) -> None:
+    """The shared stream takes direct_call.py's path (no thread hand-offs per message) with the pinned grpcio."""
+    name = new_stream(client)
+    assert client.publish(name, b"x") is not None
+    streams = list(client._publish_streams._streams.values())
+    assert streams, "the publish opened a stream"
+    assert all(stream.direct for stream in streams)
+
+
+def test_without_the_direct_path_the_stream_works_through_grpcs_iterator_api(
+    liftbridge_server: DevServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback for a grpcio without the private parts: every ack to its caller, idle close, reopen."""
+    monkeypatch.setattr(publish_stream, "open_direct_call", lambda *args: None)
+    with LiftbridgeClient(liftbridge_server.brokers, keep_alive_time=1.0) as client:
+        name = new_stream(client)
+        before = set(publish_threads())
+        offsets = [client.publish(name, f"m{i}".encode()) for i in range(50)]
+        assert [ack.offset for ack in offsets if ack is not None] == list(range(50))
+        (stream,) = client._publish_streams._streams.values()
+        assert not stream.direct
+        (reader,) = set(publish_threads()) - before
+        reader.join(timeout=10)
+        assert not reader.is_alive(), "the idle stream did not end"
+        ack = client.publish(name, b"after")
+        assert ack is not None
+        assert ack.offset == 50
+
+
+def test_a_message_that_cannot_be_written_by_its_deadline_is_not_sent_later(liftbridge_cluster: DevServer) -> None:
+    """Guards a defect of the queued stream: a publish queued behind messages the frozen broker would not
+    take (HTTP/2 flow control) timed out as may-be-stored, then was written after the thaw and stored,
+    after its caller had been told it failed. Now it is not sent at all, and says so; and no message
+    reported as not stored is stored after the thaw."""
+    with LiftbridgeClient(liftbridge_cluster.brokers) as client:
+        name, node = stream_whose_first_broker_is_not_its_leader(client, liftbridge_cluster)
+        outcomes: dict[bytes, BaseException | None] = {}
+
+        def publish(value: bytes, timeout: float) -> None:
+            try:
+                client.publish(name, value, timeout=timeout)
+                outcomes[value[:9]] = None
+            except BaseException as exc:  # checked below
+                outcomes[value[:9]] = exc
+
+        liftbridge_cluster.freeze(node.server_id)
+        try:  # 36 MB: more than the HTTP/2 windows and socket buffers take while the broker is frozen
+            writers = [threading.Thread(target=publish, args=(b"big-%05d" % i + b"B" * 900_000, 4)) for i in range(40)]
+            for writer in writers:
+                writer.start()
+            time.sleep(0.5)
+            started = time.monotonic()
+            publish(b"behind---", 1)
+            assert time.monotonic() - started < 2.0
+            for writer in writers:
+                writer.join(timeout=15)
+            assert not any(writer.is_alive() for writer in writers)
+        finally:
+            liftbridge_cluster.thaw(node.server_id)
+        behind = outcomes[b"behind---"]
+        assert isinstance(behind, LiftbridgeTimeoutError), behind
+        assert not behind.may_be_stored, behind
+        assert all(isinstance(error, LiftbridgeTimeoutError) for error in outcomes.values()), outcomes
+        assert client.publish(name, b"after", ack_policy="all", timeout=15) is not None
+        high_watermark = client.fetch_partition_metadata(name, 0).high_watermark
+        stored = {m.value[:9] for m in client.read_range(name, 0, 0, high_watermark + 1)}
+        assert b"after" in stored
+        not_sent = {
+            value
+            for value, error in outcomes.items()
+            if isinstance(error, LiftbridgeTimeoutError) and not error.may_be_stored
+        }
+        assert b"behind---" in not_sent
+        assert not_sent.isdisjoint(stored), "a message its caller was told was not sent was stored"
