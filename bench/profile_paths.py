@@ -87,9 +87,15 @@ def nats_publish(server: DevServer, client: LiftbridgeClient, count: int, top: i
             build.publish_request(name, VALUE, partition=0, ack_policy=AckPolicy.LEADER, correlation_id=str(i))
             for i in range(count)
         ]
-        result = asyncio.run(
-            NatsBatchPublisher(config, requests, {0: name}, window=1024, ack_wait=5, deadline=None)._run()
-        )
+        # A plain loop, not asyncio.run: in the main thread that installs a SIGINT handler holding the task,
+        # and restoring it formats the task's repr, result included (every ack of the batch) into the profile.
+        loop = asyncio.new_event_loop()
+        try:
+            result = loop.run_until_complete(
+                NatsBatchPublisher(config, requests, {0: name}, window=1024, ack_wait=5, deadline=None)._run()
+            )
+        finally:
+            loop.close()
         assert result.ok, result.failures[:3]
 
     profile("NATS publish_batch messages (stream creation included)", publish_all, count, top)

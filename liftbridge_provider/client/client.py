@@ -659,6 +659,35 @@ class LiftbridgeClient:
         ``end - 1`` even when compaction removed that offset. A paused
         partition raises PartitionPausedError unless ``resume`` is true.
         """
+        subscription = self.range_subscription(
+            stream,
+            partition,
+            start,
+            end,
+            beyond_high_watermark=beyond_high_watermark,
+            timeout=timeout,
+            idle_timeout=idle_timeout,
+            read_isr_replica=read_isr_replica,
+            resume=resume,
+        )
+        return iter(()) if subscription is None else _closing(subscription)
+
+    def range_subscription(
+        self,
+        stream: str,
+        partition: int,
+        start: int,
+        end: int,
+        *,
+        beyond_high_watermark: BeyondHighWatermark = "refuse",
+        timeout: float | None = None,
+        idle_timeout: float | None = None,
+        read_isr_replica: bool | None = None,
+        resume: bool = False,
+    ) -> Subscription | None:
+        """The subscription :meth:`read_range` iterates (same parameters, checks and errors), None for an
+        empty range: for callers that manage it themselves (use it as a context manager) or want the
+        received protobufs (``raw_messages()``, as the Spark source does)."""
         check_timeout("timeout", timeout)
         check_timeout("idle_timeout", idle_timeout)
         build.check_flag(resume, "resume")
@@ -674,7 +703,7 @@ class LiftbridgeClient:
                 f"beyond_high_watermark must be 'refuse', 'wait' or 'truncate', got {beyond_high_watermark!r}"
             )
         if start == end:
-            return iter(())
+            return None
         deadline = Deadline(timeout) if timeout is not None else None
         last = end - 1
         if beyond_high_watermark != "wait":
@@ -693,8 +722,8 @@ class LiftbridgeClient:
                 )
             last = min(last, high_watermark)
             if start > last:
-                return iter(())
-        subscription = self.subscribe(
+                return None
+        return self.subscribe(
             stream,
             partition=partition,
             start=StartPosition.at_offset(start),
@@ -704,7 +733,6 @@ class LiftbridgeClient:
             timeout=deadline.remaining() if deadline is not None else None,
             idle_timeout=idle_timeout,
         )
-        return _closing(subscription)
 
     def wait_for_high_watermark(self, stream: str, partition: int, offset: int, *, timeout: float | None = None) -> int:
         """The leader's committed high watermark once it reaches ``offset``, or the last one seen when

@@ -40,7 +40,7 @@ class Subscription(Iterator[Message]):
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
         self._call: Any = None
-        self._messages: Generator[Message, None, None] = self._run()
+        self._messages: Generator[api.Message, None, None] = self._run()
 
     @property
     def stream(self) -> str:
@@ -56,7 +56,12 @@ class Subscription(Iterator[Message]):
         return self._state.last_offset
 
     def __next__(self) -> Message:
-        return next(self._messages)
+        return Message(next(self._messages))
+
+    def raw_messages(self) -> Iterator[api.Message]:
+        """The same messages as received protobufs, without the :class:`Message` view (the Spark task's
+        read, which reads every field once anyway). Iterating both shares one position."""
+        return self._messages
 
     def cancel(self) -> None:
         """End the subscription; a blocked ``next`` returns (iteration stops). Thread-safe."""
@@ -77,7 +82,7 @@ class Subscription(Iterator[Message]):
         with contextlib.suppress(ValueError):  # "generator already executing": another thread iterates
             self._messages.close()  # release the channel now, not whenever the garbage collector runs
 
-    def _run(self) -> Generator[Message, None, None]:
+    def _run(self) -> Generator[api.Message, None, None]:
         state = self._state
         # The hot path, once per message: names bound locally (about half the cost of attribute lookups).
         on_message, progressed = state.on_message, state.progressed
@@ -91,7 +96,7 @@ class Subscription(Iterator[Message]):
                         continue
                     if verdict is end:
                         return
-                    yield Message(raw)
+                    yield raw
                     progressed()
                     if verdict is last:
                         return

@@ -216,7 +216,7 @@ def read_slice(options: ReadOptions, stream: str, work: Slice, schema: pa.Schema
     long backlog that keeps arriving is never cut short.
     """
     with LiftbridgeClient(options.config) as client:
-        messages = client.read_range(
+        subscription = client.range_subscription(
             stream,
             work.partition,
             work.start,
@@ -225,10 +225,17 @@ def read_slice(options: ReadOptions, stream: str, work: Slice, schema: pa.Schema
             read_isr_replica=options.read_from_replica,
             resume=True,
         )
-        raw = (message.raw for message in messages)
-        yield from record_batches(
-            raw, schema, stream, work.partition, max_rows=options.batch_size, max_bytes=options.batch_bytes
-        )
+        if subscription is None:
+            return
+        with subscription:
+            yield from record_batches(
+                subscription.raw_messages(),
+                schema,
+                stream,
+                work.partition,
+                max_rows=options.batch_size,
+                max_bytes=options.batch_bytes,
+            )
 
 
 class LiftbridgeReader(DataSourceReader):
