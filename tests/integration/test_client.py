@@ -592,6 +592,21 @@ def test_read_range_exact_and_empty(client: LiftbridgeClient, ten: str) -> None:
         list(client.read_range(empty, 0, 0, 1, timeout=0.5))
 
 
+def test_range_subscription_gives_read_range_messages_as_protobufs(client: LiftbridgeClient, ten: str) -> None:
+    """The Spark task's read: the same messages as read_range, as api.Message; None for an empty range; the
+    checks of read_range before anything is opened."""
+    subscription = client.range_subscription(ten, 0, 3, 7)
+    assert subscription is not None
+    with subscription:
+        raw = list(subscription.raw_messages())
+    assert all(isinstance(message, api.Message) for message in raw)
+    assert [(m.offset, m.value) for m in raw] == [(m.offset, m.value) for m in client.read_range(ten, 0, 3, 7)]
+    assert client.range_subscription(ten, 0, 5, 5) is None
+    assert client.range_subscription(new_stream(client), 0, 0, 1, beyond_high_watermark="truncate") is None
+    with pytest.raises(InvalidArgumentError, match="range end 2 is before start 4"):
+        client.range_subscription(ten, 0, 4, 2)
+
+
 def test_read_range_beyond_high_watermark(client: LiftbridgeClient, ten: str) -> None:
     started = time.monotonic()
     with pytest.raises(BeyondHighWatermarkError, match=r"range \[8, 12\) goes beyond the committed high watermark 9"):
