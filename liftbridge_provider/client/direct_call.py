@@ -153,9 +153,26 @@ class DirectCall:
             state.due.discard(self._receive_type)
 
     def _on_event(self, event: Any) -> bool:
-        """A receive finished (the channel's thread): grpc's own handling, then the next receive, then the
-        response to its owner. Returns whether the call needs no more events, as grpc's handler does."""
+        """A receive finished (the channel's thread): the next receive, then the response to its owner; any
+        event but a plain response (the stream's end, a response that does not parse) through grpc's own
+        handling. Returns whether the call needs no more events, as grpc's handler does."""
         state = self._state
+        operations = event.batch_operations
+        if len(operations) == 1 and operations[0].type() == self._receive_type:  # the common case: one response
+            data = operations[0].message()
+            if data is not None:
+                try:
+                    response = self._deserialize(data)
+                except Exception:  # grpc's handling below aborts the call with INTERNAL
+                    pass
+                else:
+                    with state.condition:
+                        state.due.discard(self._receive_type)
+                        if state.code is None:
+                            self._receive_next()
+                        done = not state.due
+                    self._on_response(response)
+                    return done and state.fork_epoch >= cygrpc.get_fork_epoch()
         with state.condition:
             callbacks = _channel._handle_event(event, state, self._deserialize)
             response, state.response = state.response, None

@@ -143,7 +143,10 @@ class Router:
 
     def snapshot_with(self, stream: str, *, timeout: float | None = None) -> Metadata:
         """A snapshot that knows ``stream``: refreshed once if the cached one does not."""
-        return self.run(plans.knowing(self.deadline(timeout), self.metadata.snapshot, stream))
+        snapshot = self.metadata.snapshot
+        if stream in snapshot.streams:  # the common case, without a plan to run (each publish asks)
+            return snapshot
+        return self.run(plans.knowing(self.deadline(timeout), snapshot, stream))
 
     def partition_count(self, stream: str) -> int:
         return len(self.snapshot_with(stream).stream(stream).partitions)
