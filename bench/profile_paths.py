@@ -1,14 +1,17 @@
 """cProfile of one hot path at a time, against a real single-node server (the profiles in docs/benchmarks.md).
 
-    .venv/bin/python bench/profile_paths.py batch-builder|nats-publish|read-range|read-slice|sync-publish \
+    .venv/bin/python bench/profile_paths.py batch-builder|nats-publish|read-range|read-slice|sync-publish|sync-steps \
         [--messages N] [--top K]
 
 - ``batch-builder``: the Spark source's record_batches over N received messages (256-byte values, the
-  server's two headers), no server needed; prints microseconds per row unprofiled, then the profile.
+  server's two headers), no server needed; prints microseconds per row unprofiled, next to the cost of
+  only reading every field of each message once (the floor of any Python builder), then the profile.
 - ``nats-publish``: NatsBatchPublisher over N prepared requests, run on this thread so the profile sees it.
 - ``read-range``: ``read_range`` over N messages of one partition.
 - ``read-slice``: the Spark task's ``read_slice`` over the same (record batches of the source's schema).
 - ``sync-publish``: N ``publish`` calls in a loop (the shared PublishAsync stream).
+- ``sync-steps``: N ``publish`` calls, each timed at its steps (the client's code, the write, the wait for
+  the ack event on the channel's thread, the hand-over to the caller); p50 of each, no profiler.
 
 A profile, not a benchmark: cProfile roughly doubles the time of Python code, so read the shares.
 """
@@ -20,14 +23,18 @@ import asyncio
 import cProfile
 import os
 import pstats
+import statistics
 import time
+import timeit
 from collections.abc import Callable
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import LiftbridgeClient, NatsConfig
 from liftbridge_provider.client import requests as build
+from liftbridge_provider.client.direct_call import DirectCall
 from liftbridge_provider.client.messages import AckPolicy
 from liftbridge_provider.client.nats_publisher import NatsBatchPublisher
+from liftbridge_provider.client.publish_stream import Answer
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.spark.batches import record_batches
 from liftbridge_provider.spark.options import parse_options
@@ -68,6 +75,15 @@ def batch_builder(count: int, top: int) -> None:
         for _ in record_batches(messages, arrow_schema(), "orders", 0, max_rows=10_000, max_bytes=64 << 20):
             pass
 
+    def read_fields() -> None:
+        for raw in messages:
+            headers = raw.headers
+            raw.offset, raw.timestamp, raw.subject, raw.key, raw.value  # noqa: B018 - reading is the point
+            for name in list(headers):
+                headers[name]
+
+    floor = min(timeit.repeat(read_fields, number=1, repeat=5))
+    print(f"reading every field of a message once: {floor / count * 1e6:.2f} us a row (the floor of a builder)")
     profile("record_batches rows", build_all, count, top)
 
 
@@ -129,24 +145,67 @@ def sync_publish(server: DevServer, client: LiftbridgeClient, count: int, top: i
     profile("publish calls", publish_all, count, top)
 
 
+def sync_steps(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
+    """p50 of each step of a single publish, from timestamps taken by wrappers around the direct path."""
+    name = with_stream(server, client, "steps")
+    stamps: dict[str, float] = {}
+
+    def stamped(owner: type, method: str, label: str) -> None:
+        original = getattr(owner, method)
+
+        def wrapper(self: object, *args: object) -> object:
+            stamps[label] = time.perf_counter()
+            result = original(self, *args)
+            stamps[label + " done"] = time.perf_counter()
+            return result
+
+        setattr(owner, method, wrapper)
+
+    stamped(DirectCall, "send", "write")
+    stamped(DirectCall, "_on_event", "ack event")
+    stamped(Answer, "set", "answer")
+    client.publish(name, VALUE)
+    steps: dict[str, list[float]] = {}
+    for _ in range(count):
+        started = time.perf_counter()
+        client.publish(name, VALUE)
+        ended = time.perf_counter()
+        spans = {
+            "client code before the write": stamps["write"] - started,
+            "the write (grpc operate, on the caller's thread)": stamps["write done"] - stamps["write"],
+            "write -> ack event on the channel's thread": stamps["ack event"] - stamps["write done"],
+            "ack event -> answer set": stamps["answer"] - stamps["ack event"],
+            "answer set -> caller back from publish": ended - stamps["answer"],
+            "whole publish": ended - started,
+        }
+        for label, seconds in spans.items():
+            steps.setdefault(label, []).append(seconds)
+    print(f"{count} publishes, p50 of each step (us):")
+    for label, durations in steps.items():
+        print(f"  {label:50s} {statistics.median(durations) * 1e6:8.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("path", choices=["batch-builder", "nats-publish", "read-range", "read-slice", "sync-publish"])
+    parser.add_argument(
+        "path", choices=["batch-builder", "nats-publish", "read-range", "read-slice", "sync-publish", "sync-steps"]
+    )
     parser.add_argument("--messages", type=int, default=None, help="messages (100000; 3000 for sync-publish)")
     parser.add_argument("--top", type=int, default=20, help="functions shown (20)")
     args = parser.parse_args()
-    count = args.messages or (3_000 if args.path == "sync-publish" else 100_000)
+    count = args.messages or (3_000 if args.path.startswith("sync") else 100_000)
     if args.path == "batch-builder":
         batch_builder(count, args.top)
         return
-    paths = {
+    runs = {
         "nats-publish": nats_publish,
         "read-range": read_range,
         "read-slice": read_slice_path,
         "sync-publish": sync_publish,
+        "sync-steps": sync_steps,
     }
     with start_single() as server, LiftbridgeClient(server.brokers) as client:
-        paths[args.path](server, client, count, args.top)
+        runs[args.path](server, client, count, args.top)
 
 
 if __name__ == "__main__":
