@@ -19,6 +19,7 @@ takes this path.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +35,7 @@ try:  # grpc's private modules: absent or different in another grpcio, then the 
 except ImportError:  # pragma: no cover - grpcio always has them today
     _channel = cygrpc = None
 
+log = logging.getLogger(__name__)
 _PARTS = ("_event_handler", "_handle_event", "_MultiThreadedRendezvous")
 CLOSE_WAIT = 5.0  # seconds a half-close waits for the message being written; then the call is cancelled
 _CALL_PARTS = ("_state", "_call", "_response_deserializer")
@@ -88,8 +90,13 @@ def open_direct_call(
         call.cancel()
         started.set()
         return None
-    direct.append(DirectCall(call, on_response, on_end))
-    started.set()
+    try:
+        direct.append(DirectCall(call, on_response, on_end))
+    except BaseException:
+        call.cancel()
+        raise
+    finally:
+        started.set()
     return direct[0]
 
 
@@ -122,7 +129,11 @@ class DirectCall:
                 if state.code is not None:
                     raise CallEnded()
                 state.due.add(self._send_type)
-                if not self._core.operate((cygrpc.SendMessageOperation(serialized, 0),), self._send_done):
+                try:
+                    operating = self._core.operate((cygrpc.SendMessageOperation(serialized, 0),), self._send_done)
+                except ValueError:  # grpc's core refused the operation: nothing was started
+                    operating = False
+                if not operating:
                     state.due.discard(self._send_type)
                     raise CallEnded()
         finally:
@@ -149,8 +160,14 @@ class DirectCall:
         """Ask for the next response (under the state's lock), as grpc's ``_next`` does."""
         state = self._state
         state.due.add(self._receive_type)
-        if not self._core.operate((cygrpc.ReceiveMessageOperation(0),), self._on_event):
+        try:
+            operating = self._core.operate((cygrpc.ReceiveMessageOperation(0),), self._on_event)
+        except ValueError:  # grpc's core refused the operation
+            operating = False
+        if not operating:
             state.due.discard(self._receive_type)
+            if state.code is None:  # no response could arrive any more: end the call (its status ends it)
+                self._core.cancel(cygrpc.StatusCode.cancelled, "could not ask for the next response")
 
     def _on_event(self, event: Any) -> bool:
         """A receive finished (the channel's thread): the next receive, then the response to its owner; any
@@ -171,7 +188,7 @@ class DirectCall:
                         if state.code is None:
                             self._receive_next()
                         done = not state.due
-                    self._on_response(response)
+                    self._hand_over(response)
                     return done and state.fork_epoch >= cygrpc.get_fork_epoch()
         with state.condition:
             callbacks = _channel._handle_event(event, state, self._deserialize)
@@ -183,10 +200,20 @@ class DirectCall:
             state.condition.notify_all()
             done = not state.due
         for callback in callbacks:
-            callback()
+            try:
+                callback()
+            except Exception:  # as grpc's own handler: never end the channel's thread
+                log.exception("a call-end callback failed")
         if response is not None:
-            self._on_response(response)
+            self._hand_over(response)
         return done and state.fork_epoch >= cygrpc.get_fork_epoch()
+
+    def _hand_over(self, response: Any) -> None:
+        """Give the owner a response; an error in its callback must not end the channel's thread."""
+        try:
+            self._on_response(response)
+        except Exception:  # logged, as grpc does for its callbacks: the channel's other calls go on
+            log.exception("a response handler failed; the response is dropped")
 
 
 def _on_own_thread(work: Callable[[Any], None], argument: Any) -> None:

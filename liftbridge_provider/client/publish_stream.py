@@ -49,6 +49,7 @@ from liftbridge_provider.client.plans import CONNECT_TRY, Connection, NotSent
 
 log = logging.getLogger(__name__)
 SUSPECT_FOR = 30.0  # seconds a broker whose ack timed out or whose stream broke is tried last
+LATE_ANSWER_WAIT = 1.0  # seconds to wait for an answer taken to be set just as the caller's wait ended
 
 
 class StreamClosed(Exception):
@@ -142,24 +143,28 @@ class BrokerStream:
             self._last_sent = time.monotonic()
         try:
             self._call.send(request, deadline)
-        except (CallEnded, SendStalled) as exc:
+        except CallEnded:
             self.forget(request.correlationId)
-            if isinstance(exc, CallEnded):
-                raise StreamClosed(self.address) from None
+            with self._lock:
+                self._closing = True  # the next publish opens a new stream, not this dead one
+            raise StreamClosed(self.address) from None
+        except BaseException:  # SendStalled (not sent), or anything unexpected: nobody waits for this answer
+            self.forget(request.correlationId)
             raise
         return answer
 
-    def forget(self, correlation_id: str) -> None:
-        """The caller stopped waiting (its deadline passed); a late ack is dropped."""
+    def forget(self, correlation_id: str) -> bool:
+        """The caller stopped waiting (its deadline passed); a late ack is dropped. False when the answer
+        was already taken to be set (its ack or error came as the wait ended)."""
         with self._lock:
-            self._pending.pop(correlation_id, None)
+            return self._pending.pop(correlation_id, None) is not None
 
     def close(self, error: Callable[[], LiftbridgeError]) -> None:
         """Stop taking requests, cancel the call, fail what still waits with a new ``error()`` each."""
         with self._lock:
             self._closing = True
+        self._call.cancel()  # before _closed: a half-close first would fail a write racing it as may-be-stored
         self._closed.set()
-        self._call.cancel()
         self._fail_pending(error)
 
     def close_if_idle(self) -> bool:
@@ -322,7 +327,11 @@ class PublishStreams:
         if connection is not Connection.READY:
             lease.__exit__(None, None, None)
             raise NotSent(address, connection)
-        opened = BrokerStream(address, _Held(lease, pooled), self._idle_close)
+        try:
+            opened = BrokerStream(address, _Held(lease, pooled), self._idle_close)
+        except BaseException:
+            lease.__exit__(None, None, None)
+            raise
         with self._lock:
             current = self._streams.get(address)
             if current is not None and current.usable:  # another thread opened one meanwhile: use that
@@ -341,7 +350,8 @@ class PublishStreams:
         try:
             return answer.result(timeout=max(deadline - time.monotonic(), 0.0))
         except TimeoutError:
-            stream.forget(request.correlationId)
+            if not stream.forget(request.correlationId):  # the answer came as the wait ended: it is being set
+                return self._late(answer, stream, request)
             self._suspects[stream.address] = time.monotonic() + SUSPECT_FOR
             log.warning("no ack from %s in time; it goes last for %gs", stream.address, SUSPECT_FOR)
             raise AckTimeoutError(
@@ -355,6 +365,22 @@ class PublishStreams:
             exc.stream, exc.partition = request.stream, request.partition
             if isinstance(exc, UnavailableError):  # its connection broke: the next publishes try others first
                 self._suspects[stream.address] = time.monotonic() + SUSPECT_FOR
+            raise
+
+    def _late(self, answer: Answer, stream: BrokerStream, request: api.PublishRequest) -> api.PublishResponse:
+        """The answer taken by the stream just as the caller's wait ended (set within moments)."""
+        try:
+            return answer.result(timeout=LATE_ANSWER_WAIT)
+        except TimeoutError:  # pragma: no cover - the taker sets it right after taking it
+            raise AckTimeoutError(
+                "no ack before the deadline; the message may have been stored",
+                stream=request.stream,
+                partition=request.partition,
+                code=grpc.StatusCode.DEADLINE_EXCEEDED,
+                may_be_stored=True,
+            ) from None
+        except LiftbridgeError as exc:
+            exc.stream, exc.partition = request.stream, request.partition
             raise
 
 

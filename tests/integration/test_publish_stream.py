@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import uuid
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import (
     AckTimeoutError,
     LiftbridgeClient,
@@ -18,6 +20,7 @@ from liftbridge_provider.client import (
     UnavailableError,
     publish_stream,
 )
+from liftbridge_provider.client.direct_call import DirectCall, open_direct_call
 from liftbridge_provider.client.publish_stream import sticky_order
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.cluster import Node
@@ -230,3 +233,47 @@ def test_a_message_that_cannot_be_written_by_its_deadline_is_not_sent_later(lift
         }
         assert b"behind---" in not_sent
         assert not_sent.isdisjoint(stored), "a message its caller was told was not sent was stored"
+
+
+def test_a_failing_response_handler_does_not_end_the_channels_thread(client: LiftbridgeClient) -> None:
+    """Guards review finding 3: DirectCall's handler runs on grpc's channel thread; an exception escaping it
+    ended that thread, and every later stream call on the channel hung. Now the error is logged, the other
+    calls on the channel go on."""
+    name = new_stream(client)
+    address = client._router.broker_addresses()[0]
+    received: list[Any] = []
+
+    def failing(response: Any) -> None:
+        received.append(response)
+        raise RuntimeError("handler bug")
+
+    def publish_on(call: DirectCall, value: bytes) -> None:
+        request = api.PublishRequest(stream=name, value=value, correlationId=value.decode(), ackPolicy=api.LEADER)
+        call.send(request, time.monotonic() + 5)
+
+    stop = threading.Event()
+
+    def hold_open() -> None:
+        stop.wait(30)
+
+    with client._pool.lease(address) as pooled:
+        broken = open_direct_call(pooled.stub.PublishAsync, hold_open, failing, lambda call: None)
+        assert broken is not None
+        working = None
+        try:
+            publish_on(broken, b"first")
+            deadline = time.monotonic() + 5
+            while not received and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert received, "the first ack reached the handler"
+            acks: queue.SimpleQueue[api.PublishResponse] = queue.SimpleQueue()
+            working = open_direct_call(pooled.stub.PublishAsync, hold_open, acks.put, lambda call: None)
+            assert working is not None
+            publish_on(working, b"second")
+            ack = acks.get(timeout=5)  # hung (queue.Empty after 5 s) when the channel's thread had died
+            assert ack.ack.offset == 1
+        finally:
+            stop.set()
+            for call in (broken, working):
+                if call is not None:
+                    call.cancel()
