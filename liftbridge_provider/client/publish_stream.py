@@ -354,13 +354,7 @@ class PublishStreams:
                 return self._late(answer, stream, request)
             self._suspects[stream.address] = time.monotonic() + SUSPECT_FOR
             log.warning("no ack from %s in time; it goes last for %gs", stream.address, SUSPECT_FOR)
-            raise AckTimeoutError(
-                "no ack before the deadline; the message may have been stored",
-                stream=request.stream,
-                partition=request.partition,
-                code=grpc.StatusCode.DEADLINE_EXCEEDED,
-                may_be_stored=True,
-            ) from None
+            raise _no_ack_in_time(request) from None
         except LiftbridgeError as exc:
             exc.stream, exc.partition = request.stream, request.partition
             if isinstance(exc, UnavailableError):  # its connection broke: the next publishes try others first
@@ -372,16 +366,20 @@ class PublishStreams:
         try:
             return answer.result(timeout=LATE_ANSWER_WAIT)
         except TimeoutError:  # pragma: no cover - the taker sets it right after taking it
-            raise AckTimeoutError(
-                "no ack before the deadline; the message may have been stored",
-                stream=request.stream,
-                partition=request.partition,
-                code=grpc.StatusCode.DEADLINE_EXCEEDED,
-                may_be_stored=True,
-            ) from None
+            raise _no_ack_in_time(request) from None
         except LiftbridgeError as exc:
             exc.stream, exc.partition = request.stream, request.partition
             raise
+
+
+def _no_ack_in_time(request: api.PublishRequest) -> AckTimeoutError:
+    return AckTimeoutError(
+        "no ack before the deadline; the message may have been stored",
+        stream=request.stream,
+        partition=request.partition,
+        code=grpc.StatusCode.DEADLINE_EXCEEDED,
+        may_be_stored=True,
+    )
 
 
 def _closed_while_waiting() -> LiftbridgeError:

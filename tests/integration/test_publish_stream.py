@@ -95,17 +95,27 @@ def test_refusals_come_back_typed_and_not_stored(client: LiftbridgeClient) -> No
     assert ack.offset == 0
 
 
-def test_an_idle_stream_closes_itself_and_the_next_publish_opens_another(liftbridge_server: DevServer) -> None:
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "iterator-api"])
+def test_acks_in_order_then_an_idle_stream_closes_itself_and_the_next_publish_opens_another(
+    liftbridge_server: DevServer, monkeypatch: pytest.MonkeyPatch, direct: bool
+) -> None:
+    """Driven directly (the pinned grpcio must take that path) and through grpc's iterator API (the fallback
+    for a grpcio without direct_call.py's private parts): every ack in order, idle close, a new stream."""
+    if not direct:
+        monkeypatch.setattr(publish_stream, "open_direct_call", lambda *args: None)
     with LiftbridgeClient(liftbridge_server.brokers, keep_alive_time=1.0) as client:
         name = new_stream(client)
         before = set(publish_threads())
-        assert client.publish(name, b"1") is not None
+        acks = [client.publish(name, f"m{i}".encode()) for i in range(50)]
+        assert [ack.offset for ack in acks if ack is not None] == list(range(50))
+        (stream,) = client._publish_streams._streams.values()
+        assert stream.direct is direct
         (reader,) = set(publish_threads()) - before
         reader.join(timeout=10)
         assert not reader.is_alive(), "the idle stream did not end"
-        ack = client.publish(name, b"2")
+        ack = client.publish(name, b"after")
         assert ack is not None
-        assert ack.offset == 1
+        assert ack.offset == 50
 
 
 def test_frozen_broker_times_the_publish_out_and_the_next_one_goes_elsewhere(liftbridge_cluster: DevServer) -> None:
@@ -157,35 +167,6 @@ def test_killed_broker_fails_the_waiting_publish_at_once_as_may_be_stored(liftbr
         assert elapsed < 10, f"the broken stream was noticed after {elapsed:.1f}s"
         ack = client.publish(name, b"next", timeout=30)
         assert ack is not None
-
-
-def test_the_pinned_grpcio_drives_the_stream_directly(client: LiftbridgeClient) -> None:
-    """The shared stream takes direct_call.py's path (no thread hand-offs per message) with the pinned grpcio."""
-    name = new_stream(client)
-    assert client.publish(name, b"x") is not None
-    streams = list(client._publish_streams._streams.values())
-    assert streams, "the publish opened a stream"
-    assert all(stream.direct for stream in streams)
-
-
-def test_without_the_direct_path_the_stream_works_through_grpcs_iterator_api(
-    liftbridge_server: DevServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The fallback for a grpcio without the private parts: every ack to its caller, idle close, reopen."""
-    monkeypatch.setattr(publish_stream, "open_direct_call", lambda *args: None)
-    with LiftbridgeClient(liftbridge_server.brokers, keep_alive_time=1.0) as client:
-        name = new_stream(client)
-        before = set(publish_threads())
-        offsets = [client.publish(name, f"m{i}".encode()) for i in range(50)]
-        assert [ack.offset for ack in offsets if ack is not None] == list(range(50))
-        (stream,) = client._publish_streams._streams.values()
-        assert not stream.direct
-        (reader,) = set(publish_threads()) - before
-        reader.join(timeout=10)
-        assert not reader.is_alive(), "the idle stream did not end"
-        ack = client.publish(name, b"after")
-        assert ack is not None
-        assert ack.offset == 50
 
 
 def test_a_message_that_cannot_be_written_by_its_deadline_is_not_sent_later(liftbridge_cluster: DevServer) -> None:
