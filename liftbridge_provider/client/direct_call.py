@@ -7,8 +7,8 @@ by the channel's thread: a message and its ack cross three threads, about
 from the caller's thread and hands each response to a callback on the
 channel's thread, performing the same operations on the call's own state
 (grpc's ``_MultiThreadedRendezvous``) as grpc's request consumer and
-``_next`` do: a single ``publish``'s time to its ack fell from 0.31 to 0.21 ms
-(``bench/bench_client.py``, go-liftbridge's sync publish 0.21 ms on the same run).
+``_next`` do: a single ``publish``'s time to its ack fell from 0.31 to 0.25 ms
+(p50, old and new side by side in one process; docs/benchmarks.md).
 
 These are grpc's private parts: :func:`direct_call_available` checks that
 they are there, and :func:`open_direct_call` returns None for any other call,
@@ -196,7 +196,9 @@ class DirectCall:
             if response is not None and state.code is None:
                 self._receive_next()
             elif response is None and state.code is not None and state.due:
-                self._core.cancel(cygrpc.StatusCode.internal, str(state.details))  # a response did not parse
+                # ended, or a response did not parse (grpc set INTERNAL): end the core call too (a no-op
+                # when nothing is pending in it), so its status arrives and the call is done
+                self._core.cancel(cygrpc.StatusCode.internal, str(state.details))
             state.condition.notify_all()
             done = not state.due
         for callback in callbacks:

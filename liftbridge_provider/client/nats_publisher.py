@@ -86,16 +86,15 @@ def publish_envelope(request: api.PublishRequest, inbox: str) -> bytes:
 
     The fields the messages of a batch share (the inbox, the ack policy and, unless each message has its own,
     the expected offset) are serialized once and appended to each message's own (a protobuf parser merges
-    concatenated messages): 0.8 instead of 1.25 us a message.
+    concatenated messages): 1.06 instead of 1.25 us a message (timeit).
     """
-    message = _Message(key=request.key, value=request.value, correlationId=request.correlationId)
+    message = api.Message(key=request.key, value=request.value, correlationId=request.correlationId)
     if request.headers:  # (copying an empty map still costs a Python-level update)
         message.headers.update(request.headers)
     shared = _shared_fields(inbox, request.ackPolicy, request.expectedOffset)
     return _PUBLISH_HEADER + message.SerializeToString() + shared
 
 
-_Message = api.Message
 _PUBLISH_HEADER = wrap_publish(api.Message())  # the envelope header alone: an empty message serializes to b""
 
 

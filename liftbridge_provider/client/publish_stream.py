@@ -121,7 +121,14 @@ class BrokerStream:
         pooled = lease.__enter__()
         method = pooled.stub.PublishAsync
         direct = open_direct_call(method, self._hold_open, self._on_response, self._on_end)
-        self._call: DirectCall | _QueuedCall = direct or _QueuedCall(method, self)
+        self._call: DirectCall | _QueuedCall = direct or _QueuedCall(
+            method,
+            name=f"liftbridge-publish-{address}",
+            idle_close=idle_close,
+            close_if_idle=self.close_if_idle,
+            on_response=self._on_response,
+            on_end=self._on_end,
+        )
 
     @property
     def usable(self) -> bool:
@@ -133,7 +140,7 @@ class BrokerStream:
         return isinstance(self._call, DirectCall)
 
     def send(self, request: api.PublishRequest, deadline: float) -> Answer:
-        """Send ``request``; the future gets its response. StreamClosed when this stream takes no more,
+        """Send ``request``; the answer gets its response. StreamClosed when this stream takes no more,
         SendStalled when the previous message was still being written at ``deadline`` (both: not sent)."""
         answer = Answer()
         with self._lock:
@@ -216,11 +223,21 @@ class _QueuedCall:
     """grpc's iterator API: requests through a queue to grpc's sending thread, responses read by a thread of
     ours (three thread hand-offs per message and ack; the fallback of :class:`DirectCall`)."""
 
-    def __init__(self, method: Callable[[Iterator[api.PublishRequest]], Any], owner: BrokerStream) -> None:
-        self._owner = owner
+    def __init__(
+        self,
+        method: Callable[[Iterator[api.PublishRequest]], Any],
+        *,
+        name: str,
+        idle_close: float,
+        close_if_idle: Callable[[], bool],
+        on_response: Callable[[api.PublishResponse], None],
+        on_end: Callable[[grpc.RpcError], None],
+    ) -> None:
+        self._idle_close = idle_close
+        self._close_if_idle = close_if_idle
+        self._on_response, self._on_end = on_response, on_end
         self._requests: queue.SimpleQueue[api.PublishRequest | None] = queue.SimpleQueue()
         self._call: Any = method(self._outgoing())
-        name = f"liftbridge-publish-{owner.address}"
         threading.Thread(target=self._read, name=name, daemon=True).start()
 
     def send(self, request: api.PublishRequest, deadline: float) -> None:
@@ -234,9 +251,9 @@ class _QueuedCall:
         """The requests, as gRPC's sending thread asks for them; ends (half-closes) when idle or closed."""
         while True:
             try:
-                request = self._requests.get(timeout=self._owner._idle_close)
+                request = self._requests.get(timeout=self._idle_close)
             except queue.Empty:
-                if self._requests.empty() and self._owner.close_if_idle():
+                if self._requests.empty() and self._close_if_idle():
                     return
                 continue
             if request is None:
@@ -246,10 +263,10 @@ class _QueuedCall:
     def _read(self) -> None:
         try:
             for response in self._call:
-                self._owner._on_response(response)
+                self._on_response(response)
         except grpc.RpcError:
             pass
-        self._owner._on_end(self._call)
+        self._on_end(self._call)
 
 
 class PublishStreams:
