@@ -35,6 +35,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 from pyspark.sql import DataFrame, SparkSession
 
+from liftbridge_provider import fault_points
 from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.delta_plan import DeltaPlan, app_id, plan_delta
 from liftbridge_provider.delta_table import table_path
@@ -217,13 +218,6 @@ def _write_files(spark: SparkSession, frame: DataFrame, folder: Path) -> None:
         frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(folder.as_uri())
 
 
-def crash_point(name: str) -> None:
-    """Tests only: the ingest job's crash hook (imported late: the job module imports this one)."""
-    from liftbridge_provider.spark.ingest import crash_point as job_crash_point  # noqa: PLC0415
-
-    job_crash_point(name)
-
-
 def ingest_delta(
     spark: SparkSession,
     document: RangesDocument,
@@ -255,7 +249,7 @@ def ingest_delta(
         if found:
             shutil.rmtree(folder, ignore_errors=True)
             return Outcome(entries, [f"{p} (not committed)" for p in found], gaps, table)
-        crash_point("delta_written")
+        fault_points.reached("ingest.delta_written")
         try:
             versions = {app_id(document.stream, p): end for p, end in plan.versions().items()}
             _commit(delta, actions, versions, document.stream)

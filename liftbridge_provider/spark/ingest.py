@@ -53,6 +53,7 @@ from typing import Any, NoReturn
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from liftbridge_provider import fault_points
 from liftbridge_provider.client import ClientConfig, InvalidArgumentError, TLSConfig
 from liftbridge_provider.connection import config_from_connection_json
 from liftbridge_provider.delta_table import require_deltalake, table_path
@@ -64,8 +65,6 @@ from liftbridge_provider.spark.source import LiftbridgeDataSource
 log = logging.getLogger("liftbridge.ingest")
 
 CONNECTION_ENV = "LIFTBRIDGE_CONN_JSON"
-CRASH_ENV = "LIFTBRIDGE_INGEST_CRASH_AT"  # tests only: "claimed", "staged" or "decided"
-CRASH_EXIT = 75
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -180,14 +179,6 @@ class Job:
     head_loss_ok: bool
 
 
-def crash_point(name: str) -> None:
-    """Tests only: die here, as a killed driver would, when $LIFTBRIDGE_INGEST_CRASH_AT names this point."""
-    if os.environ.get(CRASH_ENV) == name:
-        log.error("crashing at %r (%s is set)", name, CRASH_ENV)
-        logging.shutdown()
-        os._exit(CRASH_EXIT)
-
-
 def entry_of(job: Job, claim: Claim) -> dict[str, Any]:
     assert claim.commit is not None
     return {
@@ -239,7 +230,7 @@ def write_piece(spark: SparkSession, job: Job, ledger: Ledger, claim: Claim) -> 
         .first()
     )
     assert stats is not None
-    crash_point("staged")
+    fault_points.reached("ingest.staged")
     commit = Commit(staging, int(stats["rows"]), stats["min"], stats["max"], job.run)
     found = problems([entry_of(job, dataclasses.replace(claim, commit=commit))], job.compacted, job.head_loss_ok)
     if found:
@@ -248,7 +239,7 @@ def write_piece(spark: SparkSession, job: Job, ledger: Ledger, claim: Claim) -> 
     winner = ledger.commit(claim, commit)
     if winner.staging != staging:
         job.store.delete(folder)  # another run committed this piece first: its rows are the lake's
-    crash_point("decided")
+    fault_points.reached("ingest.decided")
     publish(job, dataclasses.replace(claim, commit=winner))
     log.info(
         "partition %d [%d, %d): %d rows, claim %d (%s)",
@@ -269,7 +260,7 @@ def ingest_range(spark: SparkSession, job: Job, offset_range: OffsetRange) -> Ou
         if claim.committed:
             publish(job, claim)  # finish a rename that a crash interrupted
     plan = ledger.claim(offset_range)
-    crash_point("claimed")
+    fault_points.reached("ingest.claimed")
     found = []
     for claim in plan.write:
         found += write_piece(spark, job, ledger, claim)

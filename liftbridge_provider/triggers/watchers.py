@@ -22,14 +22,13 @@ import asyncio
 import collections
 import contextlib
 import logging
-import os
-import signal
 import time
 from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
 from typing import Any
 
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
+from liftbridge_provider import fault_points
 from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeError, Message
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.metrics import cursor_lag
@@ -60,18 +59,6 @@ SUBSCRIPTIONS_OPENED: collections.Counter[tuple[str, int]] = collections.Counter
 
 # Why watchers refused messages, by group key and (partition, offset); read by the group's reader.
 _REFUSALS: dict[Hashable, dict[tuple[int, int], list[str]]] = collections.defaultdict(dict)
-
-
-# Fault injection for the crash tests: the batch step at which the triggerer's process group is
-# SIGKILLed ("planned": slot and planned written, event not yet sent; "stored": Airflow stored the
-# event, not yet recorded; "recorded": recorded, positions not yet moved). Unset in production.
-CRASH_AT_ENV = "LIFTBRIDGE_WATCHER_TEST_CRASH_AT"
-
-
-def _crash_point(step: str) -> None:
-    if os.environ.get(CRASH_AT_ENV) == step:
-        log.warning("Liftbridge watcher: %s=%s, killing the triggerer now", CRASH_AT_ENV, step)
-        os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 class WatcherError(LiftbridgeError):
@@ -326,7 +313,7 @@ class BatchReader(_Reader):
                 continue
             document = batch_document(self.settings.stream, starts, ends, batch=batch, cursor_id=self.settings.cursor)
             await self._plan(client, batch, starts, ends)
-            _crash_point("planned")
+            fault_points.reached("watcher.planned")
             yield self._send(document.to_json(), batch, document.ranges)
             starts, batch, first_seen = ends, batch + 1, None
 
@@ -374,9 +361,9 @@ class BatchReader(_Reader):
                 raise WatcherError(f"batch {number} of {self.settings.stream} was not stored; sending it again")
             client, stream = self._client, self.settings.stream
             assert client is not None
-            _crash_point("stored")
+            fault_points.reached("watcher.stored")
             await self._write_cursor(client, self.cursors.recorded, self._partitions[0], number)
-            _crash_point("recorded")
+            fault_points.reached("watcher.recorded")
             for partition, last in last_offsets.items():
                 await client.set_cursor(self.cursors.position, stream, partition, last)
                 self._committed[partition] = last

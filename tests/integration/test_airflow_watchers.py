@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
+from liftbridge_provider import fault_points
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
-from liftbridge_provider.triggers.watchers import CRASH_AT_ENV
 from liftbridge_provider.watching import CursorNames
 from tests.integration.statsd import StatsdListener
 
@@ -523,7 +523,7 @@ def test_batch_watcher_killed_at_each_step_sends_every_offset_once(
             options='mode="batch", max_messages=6, max_wait=2, poll_interval=0.2',
         )
         publish(client, stream, 2, 0, 8)
-        crashing = triggerer_factory({**env, CRASH_AT_ENV: step})
+        crashing = triggerer_factory({**env, fault_points.ENV: f"watcher.{step}=kill-group"})
         crashing.start()
         assert crashing.process is not None
         crashing.process.wait(WAIT)

@@ -25,6 +25,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from liftbridge_provider import fault_points
 from liftbridge_provider.client import InvalidArgumentError, LiftbridgeClient, PublishMessage
 from liftbridge_provider.delta_plan import app_id
 from liftbridge_provider.devserver import DevServer
@@ -184,11 +185,12 @@ def test_a_driver_killed_between_writing_and_committing_leaves_each_offset_once(
         "--conf", "spark.ui.enabled=false", str(INGEST), "--brokers", ",".join(liftbridge_server.brokers),
         "--ranges", ranges.dumps(), "--output", str(table), "--format", "delta",
     ]  # fmt: skip
-    env = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, ingest.CRASH_ENV: "delta_written"}
+    env = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    env[fault_points.ENV] = "ingest.delta_written=exit"
     crashed = subprocess.run(
         command, check=False, env={**os.environ, **env}, capture_output=True, text=True, timeout=600
     )
-    assert crashed.returncode == ingest.CRASH_EXIT, crashed.stderr[-3000:]
+    assert crashed.returncode == fault_points.EXIT_STATUS, crashed.stderr[-3000:]
     assert list(table.glob("liftbridge-*/partition=*/*.parquet")), "the killed run had written its files"
     assert DeltaTable(str(table)).file_uris() == [], "nothing was committed"
 
@@ -208,7 +210,6 @@ def test_two_runs_committing_at_once_leave_each_offset_once(
     with the first files, and delta-rs let two crossing creates both succeed (both runs' rows in the table)."""
     table = tmp_path / "orders"
     both_written = threading.Barrier(2, timeout=120)
-    monkeypatch.setattr(delta_ingest, "crash_point", lambda name: both_written.wait())
     for ranges in (document(stream, (0, 0, 60), (1, 0, 90)), document(stream, (0, 40, 160), (1, 90, 130))):
         outcomes: list[Any] = []
         errors: list[BaseException] = []
@@ -222,10 +223,11 @@ def test_two_runs_committing_at_once_leave_each_offset_once(
                 errors.append(exc)
 
         runs = [threading.Thread(target=one_run) for _ in range(2)]
-        for thread in runs:
-            thread.start()
-        for thread in runs:
-            thread.join(300)
+        with fault_points.armed("ingest.delta_written", lambda _: both_written.wait()):
+            for thread in runs:
+                thread.start()
+            for thread in runs:
+                thread.join(300)
         assert errors == []
         assert len(outcomes) == 2
         assert sorted(bool(o.entries) for o in outcomes) == [False, True], "one run committed, the other found it held"

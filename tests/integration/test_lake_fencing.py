@@ -10,7 +10,6 @@ between claim and publish, must leave each offset exactly once in
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.util
 import multiprocessing
 import os
 import subprocess
@@ -21,16 +20,17 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
+from liftbridge_provider import fault_points
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.lake import Ledger, check_ledger, holdings
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.spark import ingest
 from liftbridge_provider.spark.lake_store import HadoopStore, _link_exclusive
 from tests.spark_session import local_spark
 
@@ -39,17 +39,6 @@ INGEST = ROOT / "spark_jobs" / "ingest.py"  # what spark-submit runs: it calls t
 JOB_MODULE = ROOT / "liftbridge_provider" / "spark" / "ingest.py"
 SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
 SPARK_ENV = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-
-
-def load_ingest() -> ModuleType:
-    """A fresh copy of the job module, so that a test can replace its crash_point without touching others'."""
-    spec = importlib.util.spec_from_file_location("liftbridge_ingest_job", JOB_MODULE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -104,16 +93,17 @@ def run_here(
     *,
     crash_at: str | None = None,
 ) -> Any:
-    """The job's ``run`` in this process, on the test's Spark session (threads may call it at once)."""
-    ingest = load_ingest()
-
-    def crash_point(name: str) -> None:
-        if name == crash_at:
-            raise SimulatedCrash(name)
-
-    setattr(ingest, "crash_point", crash_point)  # noqa: B010  # a module loaded from a file
+    """The job's ``run`` in this process, on the test's Spark session (threads may call it at once); with
+    ``crash_at``, it stops at that fault point of the job as a killed driver would."""
     args = ingest.parse_args(["--brokers", ",".join(brokers), "--ranges", ranges.dumps(), "--output", str(output)])
-    return ingest.run(spark, args, store=store)
+    if crash_at is None:
+        return ingest.run(spark, args, store=store)
+
+    def crash(name: str) -> None:
+        raise SimulatedCrash(name)
+
+    with fault_points.armed(f"ingest.{crash_at}", crash):
+        return ingest.run(spark, args, store=store)
 
 
 def lake_offsets(spark: SparkSession, output: Path, stream: str) -> list[int]:
@@ -212,7 +202,7 @@ def test_a_rerun_after_the_driver_is_killed_after_claiming_leaves_each_offset_on
     the rerun (an Airflow retry, here of a bigger range) writes the open piece, once."""
     output = tmp_path / "lake"
     crashed = run_submit(
-        liftbridge_server.brokers, document(stream, 0, 100), output, env={"LIFTBRIDGE_INGEST_CRASH_AT": "claimed"}
+        liftbridge_server.brokers, document(stream, 0, 100), output, env={fault_points.ENV: "ingest.claimed=exit"}
     )
     assert crashed.returncode == 75, "the job crashed after claiming: " + crashed.stderr[-3000:]
     check_crashed_state(output, stream, "claimed")
