@@ -1,69 +1,169 @@
-"""What an ingestion into a Delta table must still write, from the offsets the table's own log holds.
+"""Which offsets a Delta table holds, and what an ingestion into it must still write (pure: no Spark, no I/O).
 
-Each partition's progress lives in the table's transaction log as a Delta
-application transaction (the ``txn`` action): app id ``liftbridge:<stream>:<partition>``,
-version = the next offset to write (the end of the last committed range).
-The rows and the new versions are committed in one Delta transaction, so the
-table holds an offset exactly when its version says so (as kafka-delta-ingest
-keeps Kafka offsets). A Delta writer refuses a commit whose app ids another
-writer moved since it read the table (a concurrent transaction), so two runs
-at once cannot both add the same offsets; the loser plans again.
+The table's own transaction log is the ledger. Per stream and partition it
+keeps the set of offset intervals the table holds, as Delta application
+transactions (``txn`` actions, whose newest version per app id wins)::
 
-Pure logic: no Spark, no I/O.
+    liftbridge:<stream>:<partition>:pieces       n, how many intervals follow
+    liftbridge:<stream>:<partition>:<i>:start    interval i's first offset   (0 <= i < n)
+    liftbridge:<stream>:<partition>:<i>:end      interval i's end, exclusive
+
+(``<stream>`` percent-encoded, so no stream name can collide with another's
+ids.) The intervals are disjoint and merged, so ``n`` stays small: one for a
+partition ingested without holes, whatever the order its ranges came in.
+
+A run commits its files together with the partition's new intervals in one
+Delta transaction. Every such commit writes the partition's ``pieces`` id,
+and Delta refuses a commit when a concurrent one wrote an app id it writes
+too: two runs adding to the same partition at once cannot both commit, and
+the loser plans again from the table. So the table holds an offset exactly
+when its intervals say so: any order, any overlap and any retry land each
+offset once. Application transactions survive checkpoints, log cleanup,
+``VACUUM`` and ``OPTIMIZE``; only ``delta.setTransactionRetentionDuration``
+expires them, and the job refuses a table that sets it.
+
+Tables written before this layout kept one id per partition,
+``liftbridge:<stream>:<partition>`` = the next offset to write, counted from
+the table's first offset of that partition: read as that one interval.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import quote
 
+from liftbridge_provider.lake import uncovered
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
 
 APP_ID_PREFIX = "liftbridge:"
+# The table property that makes Delta drop application transactions older than it at checkpoints.
+TXN_RETENTION_PROPERTY = "delta.setTransactionRetentionDuration"
+
+Interval = tuple[int, int]
 
 
-def app_id(stream: str, partition: int) -> str:
-    """The Delta application transaction id that holds ``partition``'s next offset to write."""
+def _base(stream: str, partition: int) -> str:
+    return f"{APP_ID_PREFIX}{quote(stream, safe='')}:{partition}"
+
+
+def pieces_id(stream: str, partition: int) -> str:
+    """The app id holding how many intervals of ``partition`` the table holds (every commit to it writes it)."""
+    return f"{_base(stream, partition)}:pieces"
+
+
+def interval_ids(stream: str, partition: int, index: int) -> tuple[str, str]:
+    """The app ids of interval ``index``'s start and end."""
+    base = _base(stream, partition)
+    return f"{base}:{index}:start", f"{base}:{index}:end"
+
+
+def legacy_id(stream: str, partition: int) -> str:
+    """The one app id of the earlier layout: the partition's next offset to write."""
     return f"{APP_ID_PREFIX}{stream}:{partition}"
+
+
+def merge(intervals: Iterable[Interval]) -> list[Interval]:
+    """Disjoint, sorted intervals covering exactly the offsets of ``intervals`` (touching ones joined)."""
+    merged: list[Interval] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+class LedgerError(ValueError):
+    """The table's intervals of a partition are not a valid ledger (edited by hand, or an unknown writer)."""
+
+
+def read_holdings(
+    stream: str,
+    partition: int,
+    version_of: Callable[[str], int | None],
+    lowest_offset: Callable[[], int | None],
+) -> list[Interval]:
+    """The intervals the table holds of ``partition``, from its app transaction versions (``version_of``).
+
+    ``lowest_offset`` gives the smallest offset in the partition's files; it is
+    asked only for a table of the earlier layout. Raises LedgerError when the
+    ids do not form intervals.
+    """
+    count = version_of(pieces_id(stream, partition))
+    if count is None:
+        legacy = version_of(legacy_id(stream, partition))
+        if legacy is None:
+            return []
+        lowest = lowest_offset()
+        return merge([(legacy if lowest is None else min(lowest, legacy), legacy)])
+    if count < 0:
+        raise LedgerError(f"{pieces_id(stream, partition)} is {count}, not a number of intervals")
+    held = []
+    for index in range(count):
+        start_id, end_id = interval_ids(stream, partition, index)
+        start, end = version_of(start_id), version_of(end_id)
+        if start is None or end is None or not 0 <= start < end:
+            raise LedgerError(f"interval {index} of {pieces_id(stream, partition)}: [{start}, {end}) is not valid")
+        held.append((start, end))
+    if merge(held) != sorted(held):
+        raise LedgerError(f"the intervals of {pieces_id(stream, partition)} overlap or touch: {sorted(held)}")
+    return sorted(held)
+
+
+def ledger_versions(stream: str, partition: int, held: Sequence[Interval]) -> dict[str, int]:
+    """The app id versions that record ``held`` (merged first) as the partition's intervals."""
+    intervals = merge(held)
+    versions = {pieces_id(stream, partition): len(intervals)}
+    for index, (start, end) in enumerate(intervals):
+        start_id, end_id = interval_ids(stream, partition, index)
+        versions[start_id], versions[end_id] = start, end
+    return versions
 
 
 @dataclass(frozen=True)
 class DeltaPlan:
-    """The pieces to read and write now, the ranges the table holds already, and offsets it will miss."""
+    """What one run does: the pieces to read and write, what the table holds already, offsets it misses.
+
+    ``write``: the parts of the ranges the table lacks (several per partition
+    when the table holds a middle part). ``held``: the parts it holds.
+    ``gaps``: offsets between the table's lowest held offset and the highest
+    one a range reaches that neither the table nor the ranges cover (no run
+    landed them). ``after``: each written partition's intervals once the
+    pieces are committed.
+    """
 
     write: tuple[OffsetRange, ...]
     held: tuple[OffsetRange, ...]
     gaps: tuple[OffsetRange, ...]
+    after: Mapping[int, tuple[Interval, ...]]
 
     @property
     def done(self) -> bool:
         """Nothing left to write: the table holds every range."""
         return not self.write
 
-    def versions(self) -> dict[int, int]:
-        """The version each written partition's app id gets on commit: its piece's end."""
-        return {piece.partition: piece.end for piece in self.write}
+    def versions(self, stream: str) -> dict[str, int]:
+        """The app id versions to commit with the pieces (every written partition's intervals)."""
+        versions: dict[str, int] = {}
+        for partition, intervals in sorted(self.after.items()):
+            versions.update(ledger_versions(stream, partition, intervals))
+        return versions
 
 
-def plan_delta(document: RangesDocument, committed: Mapping[int, int | None]) -> DeltaPlan:
-    """Trim each non-empty range to the offsets after ``committed[partition]`` (next offset; None: none yet).
-
-    A range wholly below the committed version is held already. A committed
-    version before a range's start leaves ``[version, start)`` out of the table:
-    reported as a gap (no run wrote them; the ranges skipped them).
-    """
+def plan_delta(document: RangesDocument, holdings: Mapping[int, Sequence[Interval]]) -> DeltaPlan:
+    """Split each non-empty range of ``document`` into what the table holds (``holdings[partition]``) and lacks."""
     write, held, gaps = [], [], []
+    after: dict[int, tuple[Interval, ...]] = {}
     for wanted in document.ranges:
         if wanted.count == 0:
             continue
-        version = committed.get(wanted.partition)
-        if version is not None and version >= wanted.end:
-            held.append(wanted)
-            continue
-        start = wanted.start if version is None else max(wanted.start, version)
-        if version is not None and version < wanted.start:
-            gaps.append(OffsetRange(wanted.partition, version, wanted.start))
-        if start > wanted.start:
-            held.append(OffsetRange(wanted.partition, wanted.start, start))
-        write.append(OffsetRange(wanted.partition, start, wanted.end))
-    return DeltaPlan(tuple(write), tuple(held), tuple(gaps))
+        table = merge(holdings.get(wanted.partition, ()))
+        missing = uncovered(table, wanted.start, wanted.end)
+        write += [OffsetRange(wanted.partition, start, end) for start, end in missing]
+        held += [OffsetRange(wanted.partition, s, e) for s, e in uncovered(missing, wanted.start, wanted.end)]
+        covered = merge([*table, (wanted.start, wanted.end)])
+        gaps += [OffsetRange(wanted.partition, s, e) for s, e in uncovered(covered, covered[0][0], covered[-1][1])]
+        if missing:
+            after[wanted.partition] = tuple(covered)
+    return DeltaPlan(tuple(write), tuple(held), tuple(gaps), after)

@@ -1,16 +1,26 @@
-"""Where a Delta table written by ``ingest.py --format delta`` stands: each partition's next offset.
+"""Where a Delta table written by ``ingest.py --format delta`` stands: the offset intervals it holds.
 
-Needs the ``deltalake`` package (the ``spark`` extra); imported only when asked.
+Reads the table's log through delta-rs (the ``deltalake`` package of the
+``spark`` extra, imported only when asked); the layout of the ledger and the
+decisions are in ``delta_plan.py``.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from functools import partial
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from liftbridge_provider.client.errors import InvalidArgumentError
-from liftbridge_provider.delta_plan import app_id
+from liftbridge_provider.delta_plan import Interval, LedgerError, legacy_id, read_holdings
+from liftbridge_provider.lake import LakeError
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+PARTITION_COLUMN = "partition"  # ingested tables are partitioned by the Liftbridge partition
 
 
 def table_path(output: str) -> str:
@@ -31,9 +41,46 @@ def require_deltalake() -> None:
         ) from exc
 
 
+def holdings(table: DeltaTable, stream: str, partitions: Iterable[int]) -> dict[int, list[Interval]]:
+    """The offset intervals ``table`` holds of each of ``stream``'s ``partitions`` (LakeError: not a ledger)."""
+    lowest: dict[int, int] | None = None
+
+    def lowest_offset(partition: int) -> int | None:  # asked only for a table of the earlier layout
+        nonlocal lowest
+        if lowest is None:
+            lowest = _lowest_offsets(table)
+        return lowest.get(partition)
+
+    found = {}
+    for partition in partitions:
+        try:
+            found[partition] = read_holdings(
+                stream, partition, table.transaction_version, partial(lowest_offset, partition)
+            )
+        except LedgerError as exc:
+            raise LakeError(f"the Delta table {table.table_uri}: {exc}") from exc
+    return found
+
+
+def _lowest_offsets(table: DeltaTable) -> dict[int, int]:
+    """The smallest offset in each partition's files, from the log's file statistics."""
+    import pyarrow as pa  # noqa: PLC0415 - with deltalake, optional
+
+    actions = pa.table(table.get_add_actions(flatten=True))
+    column = f"partition.{PARTITION_COLUMN}"
+    lowest: dict[int, int] = {}
+    if "min.offset" not in actions.column_names or column not in actions.column_names:
+        return lowest
+    for row in actions.select([column, "min.offset"]).to_pylist():
+        if row[column] is not None and row["min.offset"] is not None:
+            partition, low = int(row[column]), int(row["min.offset"])
+            lowest[partition] = min(low, lowest.get(partition, low))
+    return lowest
+
+
 def table_offsets(table: str, stream: str, partitions: Iterable[int]) -> dict[int, int]:
-    """``{partition: next offset}`` the table holds for ``stream`` (partitions never written are left out;
-    no table yet: ``{}``)."""
+    """``{partition: next offset}``: the end of the highest interval the table holds of each partition of
+    ``stream`` (partitions never written are left out; no table yet: ``{}``)."""
     require_deltalake()
     from deltalake import DeltaTable  # noqa: PLC0415 - optional dependency
     from deltalake.exceptions import TableNotFoundError  # noqa: PLC0415
@@ -42,5 +89,12 @@ def table_offsets(table: str, stream: str, partitions: Iterable[int]) -> dict[in
         delta = DeltaTable(table_path(table))
     except TableNotFoundError:
         return {}
-    held = {p: delta.transaction_version(app_id(stream, p)) for p in partitions}
-    return {p: offset for p, offset in held.items() if offset is not None}
+    wanted = list(partitions)
+    held = holdings(delta, stream, wanted)
+    offsets = {}
+    for partition in wanted:
+        legacy = delta.transaction_version(legacy_id(stream, partition))
+        ends = [end for _, end in held[partition]] + ([legacy] if legacy is not None else [])
+        if ends:
+            offsets[partition] = max(ends)
+    return offsets

@@ -10,7 +10,8 @@ separated list of ``name=action`` where action is
 - ``exit``: end the process at once with status 75 (``os._exit``: no cleanup,
   as after SIGKILL, but a status the test can tell from a real failure);
 - ``kill-group``: SIGKILL the process's whole process group (a triggerer and
-  its supervised children die together).
+  its supervised children die together);
+- ``raise``: raise :class:`FaultPointError` (an unexpected error at that step).
 
 One module for every fault point, so that the product's code paths hold no
 test-only branches of their own, and every point is listed by grepping
@@ -50,7 +51,15 @@ def _kill_group(name: str) -> None:
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
-ACTIONS: dict[str, Callable[[str], object]] = {"exit": _exit, "kill-group": _kill_group}
+class FaultPointError(RuntimeError):
+    """Raised by a fault point armed with ``raise``."""
+
+
+def _raise(name: str) -> None:
+    raise FaultPointError(f"fault point {name!r} armed to raise ({ENV})")
+
+
+ACTIONS: dict[str, Callable[[str], object]] = {"exit": _exit, "kill-group": _kill_group, "raise": _raise}
 
 
 def parse(spec: str) -> dict[str, str]:

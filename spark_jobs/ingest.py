@@ -8,7 +8,7 @@ An installed package has no ``spark_jobs/`` folder: submit the path that
 
 from __future__ import annotations
 
-from liftbridge_provider.spark.ingest import exit_now, main
+from liftbridge_provider.spark.ingest import run_job
 
 if __name__ == "__main__":
-    exit_now(main())
+    run_job()

@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +38,16 @@ from pyspark.sql import DataFrame, SparkSession
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client.errors import InvalidArgumentError
-from liftbridge_provider.delta_plan import DeltaPlan, app_id, plan_delta
-from liftbridge_provider.delta_table import table_path
+from liftbridge_provider.delta_plan import TXN_RETENTION_PROPERTY, DeltaPlan, plan_delta
+from liftbridge_provider.delta_table import PARTITION_COLUMN, holdings, table_path
 from liftbridge_provider.lake import LakeError, Outcome, problems
-from liftbridge_provider.ranges import RangesDocument
+from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark.source import arrow_schema
 
 log = logging.getLogger("liftbridge.ingest.delta")
 
 COMMIT_ATTEMPTS = 5  # plans in a row that lost their commit to another run before the job gives up
 STATS_COLUMNS = ("offset",)  # min/max kept in each file's Delta stats (for data skipping)
-PARTITION_COLUMN = "partition"  # the table is partitioned by the Liftbridge partition
 
 
 class _MicrosTimestamps:
@@ -111,6 +111,13 @@ def check_table(table: str) -> None:
 
 
 def _check_shape(delta: DeltaTable, table: str) -> None:
+    expiry = delta.metadata().configuration.get(TXN_RETENTION_PROPERTY)
+    if expiry is not None:
+        raise InvalidArgumentError(
+            f"the Delta table {table} sets {TXN_RETENTION_PROPERTY}={expiry}: Delta then drops the application "
+            "transactions that record which offsets the table holds, and a rerun would write them again; "
+            f"unset it (ALTER TABLE ... UNSET TBLPROPERTIES ('{TXN_RETENTION_PROPERTY}')) or use another table"
+        )
     expected = Schema.from_arrow(arrow_schema())
     partitioning = list(delta.metadata().partition_columns)
     if delta.schema() == expected and partitioning == [PARTITION_COLUMN]:
@@ -124,11 +131,6 @@ def _check_shape(delta: DeltaTable, table: str) -> None:
 
 def _columns(schema: Schema) -> str:
     return ", ".join(f"{f.name} {getattr(f.type, 'type', f.type)}" for f in schema.fields)
-
-
-def committed_offsets(table: DeltaTable, document: RangesDocument) -> dict[int, int | None]:
-    """Each partition's next offset to write, as the table's log holds it (None: never written)."""
-    return {r.partition: table.transaction_version(app_id(document.stream, r.partition)) for r in document.ranges}
 
 
 def _stats(path: Path) -> str:
@@ -161,33 +163,51 @@ def add_actions(table: str, folder: Path) -> list[AddAction]:
 
 def _entries(actions: list[AddAction], folder: Path, plan: DeltaPlan, run: str) -> list[dict[str, Any]]:
     """What the written files hold per piece (rows, min and max offset), as the lake checks expect, from the
-    files' Parquet footers (the add actions' stats): no second Spark job."""
-    found: dict[int, dict[str, Any]] = {}
+    files' Parquet footers (the add actions' stats): no second Spark job.
+
+    A Spark task reads one slice of one piece, so each file's rows belong to one piece: the one its lowest
+    offset falls in (the checks then flag any offset outside it).
+    """
+    found: dict[OffsetRange, dict[str, Any]] = {}
     for action in actions:
         stats = json.loads(action.stats)
         if not stats["numRecords"]:
             continue
         partition = int(str(action.partition_values[PARTITION_COLUMN]))
         low, high = _offset_bounds(stats, folder.parent / action.path)  # paths are relative to the table
-        seen = found.setdefault(partition, {"rows": 0, "min": low, "max": high})
+        piece = _piece_of(plan.write, partition, low)
+        seen = found.setdefault(piece, {"rows": 0, "min": low, "max": high})
         seen["rows"] += stats["numRecords"]
         seen["min"], seen["max"] = min(seen["min"], low), max(seen["max"], high)
     entries = []
     for piece in plan.write:
-        row = found.get(piece.partition)
-        entries.append(
-            {
-                "partition": piece.partition,
-                "start": piece.start,
-                "end": piece.end,
-                "rows": row["rows"] if row else 0,
-                "min_offset": row["min"] if row else None,
-                "max_offset": row["max"] if row else None,
-                "path": str(folder),
-                "run": run,
-            }
-        )
+        row = found.pop(piece, None)
+        entries.append(_entry(piece, row, folder, run))
+    entries += [_entry(piece, row, folder, run) for piece, row in found.items()]  # rows of no planned piece
     return entries
+
+
+def _piece_of(pieces: tuple[OffsetRange, ...], partition: int, offset: int) -> OffsetRange:
+    """The planned piece of ``partition`` that ``offset`` falls in (else the nearest below it, else the first
+    of the partition, else an empty piece of the partition: the checks report the rows as outside)."""
+    own = [p for p in pieces if p.partition == partition]
+    below = [p for p in own if p.start <= offset]
+    if below:
+        return max(below)
+    return own[0] if own else OffsetRange(partition, 0, 0)
+
+
+def _entry(piece: OffsetRange, row: Mapping[str, Any] | None, folder: Path, run: str) -> dict[str, Any]:
+    return {
+        "partition": piece.partition,
+        "start": piece.start,
+        "end": piece.end,
+        "rows": row["rows"] if row else 0,
+        "min_offset": row["min"] if row else None,
+        "max_offset": row["max"] if row else None,
+        "path": str(folder),
+        "run": run,
+    }
 
 
 def _offset_bounds(stats: Mapping[str, Any], path: Path) -> tuple[int, int]:
@@ -218,6 +238,34 @@ def _write_files(spark: SparkSession, frame: DataFrame, folder: Path) -> None:
         frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(folder.as_uri())
 
 
+def _holdings(table: DeltaTable, document: RangesDocument) -> dict[int, list[tuple[int, int]]]:
+    return holdings(table, document.stream, [r.partition for r in document.ranges if r.count])
+
+
+def _read(spark: SparkSession, stream: str, pieces: tuple[OffsetRange, ...], options: Mapping[str, str]) -> DataFrame:
+    """One DataFrame of every piece (a ranges document holds one range per partition, so a partition with
+    several pieces takes several documents, unioned): Spark reads them all in one job."""
+    rounds: list[list[OffsetRange]] = []
+    for piece in pieces:
+        slot = next((r for r in rounds if all(p.partition != piece.partition for p in r)), None)
+        if slot is None:
+            rounds.append(slot := [])
+        slot.append(piece)
+    frames = [
+        spark.read.format("liftbridge").options(**options, ranges=RangesDocument(stream, tuple(r)).dumps()).load()
+        for r in rounds
+    ]
+    return reduce(DataFrame.unionByName, frames)
+
+
+def _gaps(plan: DeltaPlan) -> list[str]:
+    return [f"partition {g.partition}: the lake misses offsets [{g.start}, {g.end})" for g in plan.gaps]
+
+
+def _describe(pieces: tuple[OffsetRange, ...]) -> str:
+    return ", ".join(f"{r.partition}:[{r.start}, {r.end})" for r in pieces) or "nothing"
+
+
 def ingest_delta(
     spark: SparkSession,
     document: RangesDocument,
@@ -228,21 +276,21 @@ def ingest_delta(
     compacted: bool,
     head_loss_ok: bool,
 ) -> Outcome:
-    """Write what the Delta table at ``table`` (a local folder) lacks of ``document``'s ranges, exactly once."""
+    """Write what the Delta table at ``table`` (a local folder) lacks of ``document``'s ranges, exactly once.
+
+    Raises LakeError when other runs won every commit attempt, or when the table does not hold every range
+    after this run committed (a range the job cannot land is never a success).
+    """
     for attempt in range(COMMIT_ATTEMPTS):
         delta = _open(table)
-        plan = plan_delta(document, committed_offsets(delta, document))
-        gaps = [f"partition {g.partition}: the table misses offsets [{g.start}, {g.end})" for g in plan.gaps]
-        held = ", ".join(f"{r.partition}:[{r.start}, {r.end})" for r in plan.held) or "nothing"
+        plan = plan_delta(document, _holdings(delta, document))
+        gaps = _gaps(plan)
         if plan.done:
+            log.info("Delta table %s holds %s already", table, _describe(plan.held))
             return Outcome([], [], gaps, f"{table} (Delta version {delta.version()})")
-        log.info(
-            "Delta table %s holds %s; writing %s", table, held, [(r.partition, r.start, r.end) for r in plan.write]
-        )
+        log.info("Delta table %s holds %s; writing %s", table, _describe(plan.held), _describe(plan.write))
         folder = Path(table) / f"liftbridge-{run}-{attempt}"
-        pieces = RangesDocument(document.stream, plan.write)
-        frame = spark.read.format("liftbridge").options(**options, ranges=pieces.dumps()).load()
-        _write_files(spark, frame, folder)
+        _write_files(spark, _read(spark, document.stream, plan.write, options), folder)
         actions = add_actions(table, folder)
         entries = _entries(actions, folder, plan, run)
         found = problems(entries, compacted, head_loss_ok)
@@ -251,15 +299,18 @@ def ingest_delta(
             return Outcome(entries, [f"{p} (not committed)" for p in found], gaps, table)
         fault_points.reached("ingest.delta_written")
         try:
-            versions = {app_id(document.stream, p): end for p, end in plan.versions().items()}
-            _commit(delta, actions, versions, document.stream)
+            _commit(delta, actions, plan.versions(document.stream), document.stream)
         except CommitFailedError as exc:
             log.info("attempt %d: another run committed first (%s); planning again", attempt + 1, exc)
             shutil.rmtree(folder, ignore_errors=True)
             continue
-        version = DeltaTable(table).version()
+        committed = DeltaTable(table)
+        version = committed.version()
         log.info("committed %d rows as Delta version %d of %s", sum(e["rows"] for e in entries), version, table)
-        return Outcome(entries, [], gaps, f"{table} (Delta version {version})")
+        left = plan_delta(document, _holdings(committed, document))
+        if not left.done:
+            raise LakeError(f"after commit {version}, {table} still lacks {_describe(left.write)}")
+        return Outcome(entries, [], _gaps(left), f"{table} (Delta version {version})")
     raise LakeError(f"other runs committed to {table} before each of {COMMIT_ATTEMPTS} attempts; run again")
 
 
@@ -294,10 +345,12 @@ class DeltaBatchWriter:
             return
         folder = Path(self.table) / f"liftbridge-batch-{batch_id}-{uuid.uuid4().hex[:12]}"
         _write_files(frame.sparkSession, frame, folder)
+        fault_points.reached("delta.batch_written")
         try:
             _commit(delta, add_actions(self.table, folder), {self.app_id: batch_id}, self.app_id)
         except CommitFailedError:
             shutil.rmtree(folder, ignore_errors=True)
-            if (self.committed_batch() or -1) < batch_id:
+            committed = self.committed_batch()
+            if committed is None or committed < batch_id:
                 raise
             log.info("micro-batch %d of %s was committed by another writer: skipped", batch_id, self.app_id)

@@ -306,7 +306,7 @@ def run(
     if args.lake_format == "delta":
         from liftbridge_provider.spark.delta_ingest import ingest_delta  # noqa: PLC0415 - driver only
 
-        return ingest_delta(
+        total = ingest_delta(
             spark,
             document,
             source_options(config, args),
@@ -315,6 +315,20 @@ def run(
             compacted=args.compacted,
             head_loss_ok=args.on_data_loss == "skip",
         )
+    else:
+        total = _ingest_parquet(spark, args, document, config, store)
+    for gap in total.gaps:
+        log.warning("%s (in no run's range: check the cursor history; a rerun passes once they land)", gap)
+    return total
+
+
+def _ingest_parquet(
+    spark: SparkSession,
+    args: argparse.Namespace,
+    document: RangesDocument,
+    config: ClientConfig,
+    store: HadoopStore | None,
+) -> Outcome:
     store = store or HadoopStore(spark, args.output)
     job = Job(
         store=store,
@@ -332,10 +346,14 @@ def run(
             total.entries += outcome.entries
             total.problems += outcome.problems
             total.gaps += outcome.gaps
-    for gap in total.gaps:
-        log.warning("%s (no run claimed them; check the cursor history)", gap)
     total.manifest = write_manifest(store, job.stream_folder, document, total, job.run)
     return total
+
+
+def exit_status(outcome: Outcome, on_data_loss: str) -> int:
+    """The job's exit status for what it did: 1 when a piece failed its checks, or when the lake misses
+    offsets no run's range covered (unless ``--on-data-loss skip``); else 0."""
+    return 1 if outcome.problems or (outcome.gaps and on_data_loss != "skip") else 0
 
 
 def job_path() -> str:
@@ -384,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidArgumentError as exc:
         log.error("%s", exc)
         return 2
+    except Exception as exc:  # e.g. a DeltaError reading the table's log
+        log.error("cannot start the ingest: %s: %s", type(exc).__name__, exc)
+        return 1
     spark = SparkSession.builder.appName("liftbridge-ingest").getOrCreate()
     try:
         check_executors(spark)
@@ -391,8 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     except (InvalidArgumentError, LakeError) as exc:
         log.error("%s", exc)
         return 2 if isinstance(exc, InvalidArgumentError) else 1
+    except Exception as exc:  # a failed Spark job, a Liftbridge or Delta error: a failed run, with its cause
+        log.error("the ingest failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+        return 1
     finally:
-        spark.stop()
+        _stop(spark)
     for problem in outcome.problems:
         log.error("%s", problem)
     rows = sum(e["rows"] for e in outcome.entries)
@@ -402,7 +426,36 @@ def main(argv: list[str] | None = None) -> int:
         len(outcome.entries),
         outcome.manifest,
     )
-    return 1 if outcome.problems else 0
+    status = exit_status(outcome, args.on_data_loss)
+    if outcome.gaps and status:
+        log.error(
+            "the lake misses offsets that no range covered (%s): failing; --on-data-loss skip accepts that",
+            "; ".join(outcome.gaps),
+        )
+    return status
+
+
+def _stop(spark: SparkSession) -> None:
+    try:
+        spark.stop()
+    except Exception as exc:  # the run's status stands; the driver ends anyway
+        log.warning("stopping Spark: %s: %s", type(exc).__name__, exc)
+
+
+def run_job(argv: list[str] | None = None) -> NoReturn:
+    """The job's entry point for spark-submit: :func:`main`, then :func:`exit_now` on every path.
+
+    An exception that escapes ``main`` (or argparse's exit) still ends the
+    driver through ``exit_now``, never through interpreter shutdown.
+    """
+    try:
+        status = main(argv)
+    except SystemExit as exc:  # argparse: --help (0) or bad arguments (2)
+        status = exc.code if isinstance(exc.code, int) else 2
+    except BaseException as exc:
+        log.critical("the ingest job failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+        status = 1
+    exit_now(status)
 
 
 def exit_now(status: int) -> NoReturn:
@@ -422,4 +475,4 @@ def exit_now(status: int) -> NoReturn:
 
 
 if __name__ == "__main__":
-    exit_now(main())
+    run_job()

@@ -41,6 +41,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from liftbridge_provider import fault_points
 from liftbridge_provider.client import BeyondHighWatermarkError, LiftbridgeClient
 from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.ranges import (
@@ -215,6 +216,7 @@ def read_slice(options: ReadOptions, stream: str, work: Slice, schema: pa.Schema
     only when ``options.read_timeout`` seconds pass without a new message: a
     long backlog that keeps arriving is never cut short.
     """
+    fault_points.reached("source.read_slice")
     with LiftbridgeClient(options.config) as client:
         subscription = client.range_subscription(
             stream,

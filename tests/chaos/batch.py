@@ -86,6 +86,7 @@ class BatchPath:
         self.timer = timer
         self.lake = lake
         self.request_timeout = request_timeout
+        self.frozen: dict[str, list[RangesDocument]] = {}  # every document a freeze returned, by stream
 
     def run_task(self, run: BatchRun) -> Outcome[Any]:
         """Run the run's next task; on success the run moves to the following one."""
@@ -101,6 +102,7 @@ class BatchPath:
         if outcome.ok:
             if task == "freeze":
                 run.document = RangesDocument.parse(outcome.value)  # type: ignore[arg-type]
+                self.frozen.setdefault(run.shape.name, []).append(run.document)
             elif task == "commit":
                 run.committed = outcome.value
             run.stage += 1

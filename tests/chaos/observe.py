@@ -42,6 +42,15 @@ def observe(world: World, index: int, *, final: bool = False) -> Verdict:
         final=final,
         step=index,
     )
+    oracle.check_delta(
+        world.delta.rows(),
+        landed=list(world.delta.landed),
+        shapes=world.shapes,
+        snapshots=world.snapshots,
+        ledger=world.ledger,
+        verdict=verdict,
+        step=index,
+    )
     return verdict
 
 

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from liftbridge_provider.ranges import RangesDocument
 from tests.chaos.ledger import Ledger, Sent
 from tests.chaos.streams import StreamShape
 
@@ -224,6 +225,59 @@ def check_lake(
                 f"lake {stream}/{partition} lacks offsets {_spans(sorted(missing))} that the stream "
                 f"holds below the committed cursor {cursor}",
             )
+
+
+def check_delta(
+    rows: Iterable[LakeRow],
+    *,
+    landed: Iterable[RangesDocument],
+    shapes: Mapping[str, StreamShape],
+    snapshots: Mapping[tuple[str, int], Snapshot],
+    ledger: Ledger,
+    verdict: Verdict,
+    step: int | None = None,
+) -> None:
+    """The Delta table (ranges ingested in any order, at once, twice, after a death before commit): no offset
+    twice, every row true to what was published, and every offset of a landed range that the stream holds is
+    in the table (on a compacted stream, unless a later message has its key; on a retention stream, only
+    with a snapshot read at this ``step``: an older one may list offsets retention removed before the ingest).
+    """
+    held: dict[tuple[str, int, int], int] = Counter((r.stream, r.partition, r.offset) for r in rows)
+    twice: dict[tuple[str, int], list[int]] = {}
+    wrong: dict[tuple[str, int], list[int]] = {}
+    for row in rows:
+        if held[(row.stream, row.partition, row.offset)] > 1:
+            twice.setdefault((row.stream, row.partition), []).append(row.offset)
+        if _published_value(row, snapshots, ledger) is not None:
+            wrong.setdefault((row.stream, row.partition), []).append(row.offset)
+    for (stream, partition), offsets in sorted(twice.items()):
+        verdict.add(
+            "delta-duplicate",
+            f"Delta table {stream}/{partition} holds offsets {_spans(sorted(set(offsets)))} more than once",
+        )
+    for (stream, partition), offsets in sorted(wrong.items()):
+        verdict.add(
+            "delta-mismatch",
+            f"Delta table {stream}/{partition} offsets {_spans(sorted(offsets))}: not what was published",
+        )
+    missing: dict[tuple[str, int], set[int]] = {}
+    for document in landed:
+        shape = shapes[document.stream]
+        for wanted in document.ranges:
+            snapshot = snapshots.get((document.stream, wanted.partition))
+            if snapshot is None or (shape.removal == "retention" and step is not None and snapshot.step != step):
+                continue
+            for offset, stored in snapshot.messages.items():
+                if not wanted.start <= offset < wanted.end or (document.stream, wanted.partition, offset) in held:
+                    continue
+                if shape.compacted and _superseded(offset, stored, snapshot):
+                    continue
+                missing.setdefault((document.stream, wanted.partition), set()).add(offset)
+    for (stream, partition), lacking in sorted(missing.items()):
+        verdict.add(
+            "delta-lost",
+            f"Delta table {stream}/{partition} lacks offsets {_spans(sorted(lacking))} of ranges it took as landed",
+        )
 
 
 LAKE_PROBLEMS = {

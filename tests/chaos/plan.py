@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from tests.chaos.delta import MODES as DELTA_MODES
 from tests.chaos.streams import SHAPES, StreamShape
 
 FAULT_KINDS = ("kill_leader", "freeze", "readonly", "pause")
@@ -26,6 +27,7 @@ WEIGHTS: dict[str, int] = {
     "fail_commit": 3,
     "clear": 3,
     "concurrent": 3,
+    "delta": 5,
 }
 
 
@@ -52,6 +54,8 @@ class Step:
             parts.append(f"run {self.run}")
         elif self.kind == "concurrent":
             parts.append(f"runs {self.run},{self.run + 1}")
+        elif self.kind == "delta":
+            parts.append(self.mode)
         elif self.kind == "freeze":
             parts.append("leader" if self.flag else "follower")
         elif self.kind == "readonly":
@@ -133,6 +137,8 @@ def _draw(rng: random.Random, shapes: tuple[StreamShape, ...], model: _Model) ->
         return Step("pause", shape.name, None if rng.random() < 0.5 else partition)
     if kind == "wait":
         return Step("wait", seconds=rng.choice((1.0, 2.0, 3.0)))
+    if kind == "delta":
+        return Step("delta", shape.name, mode=rng.choice(DELTA_MODES))
     if kind == "concurrent":
         first = model.runs[shape.name] + 1
         model.runs[shape.name] += 2

@@ -22,6 +22,7 @@ from liftbridge_provider.devserver import DevServer, DevServerError, start_clust
 from liftbridge_provider.hooks.liftbridge import CLIENTS
 from tests.chaos import faults, steps
 from tests.chaos.batch import CONN_ID, BatchPath, BatchRun
+from tests.chaos.delta import DeltaLake
 from tests.chaos.lake import Lake
 from tests.chaos.ledger import Ledger
 from tests.chaos.observe import observe
@@ -159,9 +160,9 @@ def _new_world(
     shapes = {s.name: s for s in plan.shapes}
     for shape in plan.shapes:
         client.create_stream(shape.subject, shape.name, timeout=30, **shape.create_options())
-    world = World(
-        seed, cluster, client, timer, Ledger(), lake, BatchPath(cluster.brokers, timer, lake, t.request), shapes, t
-    )
+    batch = BatchPath(cluster.brokers, timer, lake, t.request)
+    delta = DeltaLake(lake_root.parent / "delta", spark)
+    world = World(seed, cluster, client, timer, Ledger(), lake, batch, shapes, t, delta)
     world.calm_since = time.monotonic() - t.settle  # a fresh cluster is healthy
     return world
 

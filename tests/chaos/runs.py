@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import random
 import threading
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+from liftbridge_provider.ranges import RangesDocument
 from tests.chaos.batch import BatchRun
+from tests.chaos.delta import deadline, draw_documents
 from tests.chaos.judging import StepReport, judge
 from tests.chaos.oracle import Finding
 from tests.chaos.plan import Step
@@ -83,3 +88,60 @@ def _result(task: str, run: BatchRun, outcome: Outcome[Any]) -> str:
 
 def _all(reports: list[StepReport]) -> list[Finding]:
     return [f for r in reports for f in r.findings]
+
+
+def replay_delta(world: World, step: Step, index: int) -> StepReport:
+    """Ingest frozen documents of a stream into the seed's Delta table: shuffled, two at once, twice, or
+    once more after a run that died before its commit."""
+    shape = world.shapes[step.stream]
+    rng = random.Random(world.seed * 100_003 + index)  # the same choices when the seed replays
+    documents = draw_documents(rng, world.batch.frozen.get(shape.name, []), step.mode)
+    if not documents:
+        return StepReport(f"delta {step.mode}: nothing frozen yet for {shape.name}")
+    options: dict[str, Any] = {
+        "compacted": shape.compacted,
+        "skip_data_loss": shape.removal == "retention",
+        "timeout": world.timeouts.request,
+    }
+    brokers = world.cluster.brokers
+    calls: list[tuple[str, RangesDocument, Callable[[], Any]]] = []
+    lake = world.delta
+    for number, document in enumerate(documents):
+        ranges = " ".join(f"{r.partition}:[{r.start},{r.end})" for r in document.ranges if r.count)
+        if step.mode == "crash":
+            dying = partial(lake.ingest_dying_before_commit, brokers, document, **options)
+            calls.append((f"dies before commit {ranges}", document, dying))
+        calls.append((f"#{number} {ranges}", document, partial(lake.ingest, brokers, document, **options)))
+        if step.mode == "retry":
+            calls.append((f"again {ranges}", document, partial(lake.ingest, brokers, document, **options)))
+    if step.mode == "concurrent":
+        reports = _at_once(world, shape.name, calls)
+    else:
+        reports = [_delta_call(world, shape.name, *call) for call in calls]
+    return StepReport(f"delta {step.mode} {shape.name}: " + " | ".join(r.summary for r in reports), _all(reports))
+
+
+def _at_once(world: World, stream: str, calls: list[tuple[str, RangesDocument, Callable[[], Any]]]) -> list[StepReport]:
+    reports: list[StepReport] = []
+    threads = [
+        threading.Thread(target=lambda c=call: reports.append(_delta_call(world, stream, *c)), daemon=True)
+        for call in calls
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()  # every call inside is bounded by the timer
+    return reports
+
+
+def _delta_call(world: World, stream: str, what: str, document: RangesDocument, call: Callable[[], Any]) -> StepReport:
+    outcome = world.timer.call(f"delta {stream} {what}", deadline(document, world.timeouts.request), call)
+    if outcome.hung:
+        world.lake.cancel()
+    if outcome.ok:
+        written = outcome.value if isinstance(outcome.value, list) else []
+        return StepReport(f"{what}: {sum(e['rows'] for e in written)} rows [{outcome.seconds:.1f}s]")
+    report = StepReport(f"{outcome.describe()} FAILED", failed=True)
+    shape = world.shapes[stream]
+    judge(world, report, outcome, batch_task="ingest", replication=shape.replication, stream=stream)
+    return report

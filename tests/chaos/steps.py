@@ -22,6 +22,7 @@ HANDLERS: dict[str, Callable[[World, Step, int], StepReport]] = {
     "fail_commit": runs.fail_commit,
     "clear": runs.clear_run,
     "concurrent": runs.concurrent_runs,
+    "delta": runs.replay_delta,
 }
 
 

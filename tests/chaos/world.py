@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
 from tests.chaos.batch import BatchPath, BatchRun
+from tests.chaos.delta import DeltaLake
 from tests.chaos.lake import Lake
 from tests.chaos.ledger import Ledger
 from tests.chaos.oracle import Snapshot
@@ -39,6 +40,7 @@ class World:
     batch: BatchPath
     shapes: dict[str, StreamShape]
     timeouts: Timeouts
+    delta: DeltaLake
     runs: dict[tuple[str, int], BatchRun] = field(default_factory=dict)
     snapshots: dict[tuple[str, int], Snapshot] = field(default_factory=dict)
     cursors: dict[tuple[str, int], int] = field(default_factory=dict)

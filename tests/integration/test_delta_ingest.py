@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import InvalidArgumentError, LiftbridgeClient, PublishMessage
-from liftbridge_provider.delta_plan import app_id
+from liftbridge_provider.delta_table import holdings
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
@@ -119,7 +119,7 @@ def test_ranges_land_once_and_reruns_overlaps_and_the_next_range_add_nothing_twi
     assert first.problems == []
     assert table_rows(table) == expected((0, 0, 150), (1, 0, 200))
     delta = DeltaTable(str(table))
-    assert [delta.transaction_version(app_id(name, p)) for p in range(2)] == [150, 200]
+    assert holdings(delta, name, range(2)) == {0: [(0, 150)], 1: [(0, 200)]}
     assert delta.metadata().partition_columns == ["partition"]
     version = delta.version()
 
@@ -258,7 +258,7 @@ def test_a_range_compaction_shortened_is_not_committed_unless_compacted(
     assert "rows for 40 offsets [0, 40)" in reported or "failOnDataLoss=true" in reported, reported[-2000:]
     committed = DeltaTable(str(table))
     assert committed.file_uris() == [], "a short piece is not committed"
-    assert committed.transaction_version(app_id(name, 0)) is None
+    assert holdings(committed, name, [0]) == {0: []}
     lenient = ingest.run(
         spark, ingest.parse_args(["--brokers", brokers, "--ranges", ranges.dumps(), "--output", str(table),
                                   "--format", "delta", "--compacted"])
@@ -267,7 +267,7 @@ def test_a_range_compaction_shortened_is_not_committed_unless_compacted(
     rows = table_rows(table)
     assert 0 < len(rows) < 40
     assert len({o for _, o, _ in rows}) == len(rows)
-    assert DeltaTable(str(table)).transaction_version(app_id(name, 0)) == 40
+    assert holdings(DeltaTable(str(table)), name, [0]) == {0: [(0, 40)]}
     # A piece compaction emptied entirely: no row, no file; its offsets still count as written.
     survivors = sorted(o for _, o, _ in rows)
     assert survivors[0] > 0, "compaction removed the head"
@@ -277,7 +277,7 @@ def test_a_range_compaction_shortened_is_not_committed_unless_compacted(
     assert outcome.problems == []
     assert [(e["rows"], e["start"], e["end"]) for e in outcome.entries] == [(0, 0, survivors[0])]
     assert table_rows(empty) == []
-    assert DeltaTable(str(empty)).transaction_version(app_id(name, 0)) == survivors[0]
+    assert holdings(DeltaTable(str(empty)), name, [0]) == {0: [(0, survivors[0])]}
 
 
 def test_an_object_store_table_is_refused_before_spark_starts(tmp_path: Path) -> None:
@@ -362,3 +362,86 @@ def test_a_stream_query_lands_each_micro_batch_once_even_when_spark_replays_one(
     assert calls == [(2, 100), (3, 300)], "Spark ran batch 2 again (the writer skipped it), then the new messages"
     assert writer.committed_batch() == 3
     assert table_rows(table) == expected((0, 0, 600), (1, 0, 600)), "the replayed batch was not added twice"
+
+
+def test_a_range_that_commits_after_a_later_range_of_its_partition_still_lands(
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
+) -> None:
+    """Ranges land in any order: [100, 200) then [0, 100) of the same partition leaves 0-199 once each (a table
+    that kept only one "next offset" per partition took [0, 100) for held and wrote nothing, exiting 0). Then
+    overlapping reruns of every shape add nothing, and a range reaching past a held middle part writes only the
+    parts around it."""
+    table = tmp_path / "orders"
+    later = run_here(spark, liftbridge_server.brokers, document(stream, (0, 100, 150)), table)
+    assert (later.problems, later.gaps) == ([], [])
+    earlier = run_here(spark, liftbridge_server.brokers, document(stream, (0, 0, 100)), table)
+    assert earlier.problems == []
+    assert [(e["start"], e["end"], e["rows"]) for e in earlier.entries] == [(0, 100, 100)]
+    assert table_rows(table) == expected((0, 0, 150))
+    for start, end in ((0, 150), (20, 130), (0, 1), (149, 150)):
+        again = run_here(spark, liftbridge_server.brokers, document(stream, (0, start, end)), table)
+        assert (again.problems, again.entries) == ([], []), f"[{start}, {end}) is held: nothing written"
+    run_here(spark, liftbridge_server.brokers, document(stream, (1, 50, 100)), table)
+    around = run_here(spark, liftbridge_server.brokers, document(stream, (1, 0, 150)), table)
+    assert [(e["partition"], e["start"], e["end"], e["rows"]) for e in around.entries] == [
+        (1, 0, 50, 50),
+        (1, 100, 150, 50),
+    ], "both parts around the held middle, read in one run"
+    assert table_rows(table) == expected((0, 0, 150), (1, 0, 150))
+
+
+def test_a_gap_below_a_range_is_logged_and_fails_the_job_unless_data_loss_is_skipped(
+    liftbridge_server: DevServer, stream: str, tmp_path: Path
+) -> None:
+    """[0, 50) landed, then a run of [100, 150): offsets 50-99 are in no run's range. The run commits its own
+    range (a rerun would find it held) but logs the gap and exits 1, so no one takes the lake for whole; with
+    --on-data-loss skip it exits 0. (Before, the gap went into the result only, and the job exited 0.)"""
+    table = tmp_path / "gappy"
+    brokers = ",".join(liftbridge_server.brokers)
+
+    def submit(ranges: RangesDocument, *extra: str) -> subprocess.CompletedProcess[str]:
+        command = [
+            SPARK_SUBMIT, "--master", "local[2]", "--conf", f"spark.pyspark.python={sys.executable}",
+            "--conf", "spark.ui.enabled=false", str(INGEST), "--brokers", brokers, "--ranges", ranges.dumps(),
+            "--output", str(table), "--format", "delta", *extra,
+        ]  # fmt: skip
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+        return subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600)
+
+    first = submit(document(stream, (0, 0, 50)))
+    assert first.returncode == 0, first.stderr[-3000:]
+    gap = submit(document(stream, (0, 100, 150)))
+    assert gap.returncode == 1, gap.stdout[-3000:]
+    # spark-submit sends the Python driver's stderr (its log) to its own stdout
+    assert "partition 0: the lake misses offsets [50, 100)" in gap.stdout
+    assert table_rows(table) == expected((0, 0, 50), (0, 100, 150)), "the run's own range is committed"
+    skipped = submit(document(stream, (0, 100, 150)), "--on-data-loss", "skip")
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    assert "partition 0: the lake misses offsets [50, 100)" in skipped.stdout, "still logged"
+
+
+def test_a_stream_writer_skips_a_batch_0_that_another_writer_committed_meanwhile(
+    spark: SparkSession, stream: str, liftbridge_server: DevServer, tmp_path: Path
+) -> None:
+    """Two writers of one query write micro-batch 0 at once (a zombie driver and its replacement): the one
+    whose commit Delta refuses finds batch 0 committed and skips it. (Before, a committed batch 0 counted as
+    "nothing committed", so the loser raised CommitFailedError.)"""
+    table = str(tmp_path / "q")
+    frame = (
+        spark.read.format("liftbridge")
+        .options(brokers=",".join(liftbridge_server.brokers), ranges=document(stream, (0, 0, 30)).dumps())
+        .load()
+    )
+    ours, theirs = delta_ingest.DeltaBatchWriter(table, "q"), delta_ingest.DeltaBatchWriter(table, "q")
+    raced: list[int] = []
+
+    def the_other_commits_first(_: str) -> None:
+        if not raced:
+            raced.append(0)
+            theirs(frame, 0)
+
+    with fault_points.armed("delta.batch_written", the_other_commits_first):
+        ours(frame, 0)
+    assert raced == [0]
+    assert ours.committed_batch() == 0
+    assert table_rows(Path(table)) == expected((0, 0, 30)), "batch 0 once"

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from tests.chaos.delta import MODES as DELTA_MODES
+from tests.chaos.delta import draw_documents
 from tests.chaos.ledger import Ledger, Sent
 from tests.chaos.oracle import (
     LakeRow,
@@ -16,6 +20,7 @@ from tests.chaos.oracle import (
     StoredMessage,
     Verdict,
     check_cursor_moves,
+    check_delta,
     check_high_watermarks,
     check_lake,
     check_stream,
@@ -559,3 +564,58 @@ def test_acks_an_auto_pause_dropped_are_excused_only_on_a_stream_that_auto_pause
     assert findings("pausing", batch_error(no_ack), seconds=1.0) == ["failed-healthy"], "before a pause"
     refused = UnavailableError("no leader", stream="pausing", partition=1)
     assert findings("pausing", batch_error(refused)) == ["failed-healthy"], "not an ack timeout"
+
+
+# -- the Delta table -----------------------------------------------------------------
+
+
+def delta_row(stream: str, offset: int, value: bytes) -> LakeRow:
+    return LakeRow(stream, 0, offset, None, value, "delta", 0, 2**63 - 1)
+
+
+def delta_verdict(rows: list[LakeRow], landed: list[tuple[int, int]], shape: Any = PLAIN, step: int = 1) -> Verdict:
+    acked = {o: (None, f"v{o}".encode()) for o in range(10)}
+    verdict = Verdict()
+    check_delta(
+        rows,
+        landed=[RangesDocument(shape.name, (OffsetRange(0, s, e),)) for s, e in landed],
+        shapes={shape.name: shape},
+        snapshots={(shape.name, 0): snapshot(shape.name, acked, 9)},
+        ledger=ledger_with(shape.name, 0, acked),
+        verdict=verdict,
+        step=step,
+    )
+    return verdict
+
+
+def test_a_delta_table_holding_its_landed_ranges_once_is_clean() -> None:
+    rows = [delta_row("plain", o, f"v{o}".encode()) for o in range(8)]
+    assert kinds(delta_verdict(rows, [(0, 5), (3, 8)])) == []
+
+
+def test_an_offset_twice_in_the_delta_table_is_a_duplicate_and_a_wrong_value_a_mismatch() -> None:
+    rows = [delta_row("plain", o, f"v{o}".encode()) for o in range(5)]
+    rows += [delta_row("plain", 2, b"v2"), delta_row("plain", 7, b"nope")]
+    assert kinds(delta_verdict(rows, [(0, 5)])) == ["delta-duplicate", "delta-mismatch"]
+
+
+def test_a_landed_range_the_table_lacks_is_lost_unless_compaction_or_a_stale_retention_snapshot_explains_it() -> None:
+    rows = [delta_row("plain", o, f"v{o}".encode()) for o in range(5)]
+    assert kinds(delta_verdict(rows, [(0, 8)])) == ["delta-lost"]
+    assert kinds(delta_verdict(rows, [(0, 5)])) == [], "offsets outside every landed range may be missing"
+    count_rows = [delta_row("count", o, f"v{o}".encode()) for o in range(5)]
+    assert kinds(delta_verdict(count_rows, [(0, 8)], COUNT, step=2)) == [], "the snapshot is from step 1"
+    assert kinds(delta_verdict(count_rows, [(0, 8)], COUNT, step=1)) == ["delta-lost"]
+
+
+def test_delta_steps_draw_documents_from_the_frozen_ones_and_every_mode_appears() -> None:
+    frozen = [RangesDocument("plain", (OffsetRange(0, s, s + 10),)) for s in range(0, 50, 10)]
+    rng = random.Random(3)
+    for mode in DELTA_MODES:
+        chosen = draw_documents(rng, frozen, mode)
+        assert chosen
+        assert all(d in frozen for d in chosen)
+        assert len(chosen) == {"concurrent": 2, "retry": 1, "crash": 1}.get(mode, len(chosen))
+    assert draw_documents(rng, [], "order") == []
+    modes = {s.mode for seed in range(40) for s in make_plan(seed, 40).steps if s.kind == "delta"}
+    assert modes == set(DELTA_MODES)
