@@ -5,9 +5,12 @@ batch (at least ``max_messages`` offsets, or ``max_wait`` seconds after the
 first one arrived). The event carries the batch's frozen offset ranges, and
 the watcher's cursor moves past them only after Airflow stored the event.
 Each DAG run submits ``spark_jobs/ingest.py`` once per batch it was given
-(Airflow may hand a run several events). Every range lands in its own folder
-and is overwritten when written again, so a batch delivered twice (possible
-only for the batch in flight when a triggerer crashes) writes the same files.
+(Airflow may hand a run several events), side by side. The lake's claim
+ledger lands every offset once whatever order the batches finish in, so a
+batch delivered twice (possible only for the batch in flight when a triggerer
+crashes) writes nothing the second time. A batch that finishes while an
+earlier one has not claimed its offsets yet sees them as a gap and fails;
+its retry passes once the earlier batch landed.
 
 Settings (environment): ``LIFTBRIDGE_EVENTS_STREAM`` (default ``demo-events``),
 ``LIFTBRIDGE_EVENTS_OUTPUT`` (default ``out/events-lake`` in the project),
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +71,8 @@ with DAG(
 
     SparkSubmitOperator.partial(
         task_id="spark_ingest",
+        retries=2,  # a gap left by an earlier batch still being written closes by the retry
+        retry_delay=timedelta(seconds=20),
         application=str(PROJECT / "spark_jobs" / "ingest.py"),
         conf={"spark.pyspark.python": sys.executable, "spark.ui.enabled": "false"},
         # the whole liftbridge_default connection (brokers, port, TLS), not only its host

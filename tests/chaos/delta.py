@@ -94,9 +94,13 @@ class DeltaLake:
 
 
 def draw_documents(rng: random.Random, frozen: list[RangesDocument], mode: str) -> list[RangesDocument]:
-    """Which of a stream's frozen documents a step ingests, in the order it does (pure)."""
+    """Which of a stream's frozen documents with offsets a step ingests, in the order it does (pure); mode
+    ``all`` (the drain's) takes every one, shuffled."""
+    frozen = [d for d in frozen if d.total > 0]
     if not frozen:
         return []
+    if mode == "all":
+        return rng.sample(frozen, len(frozen))
     if mode == "order":
         chosen = rng.sample(frozen, min(len(frozen), rng.randint(1, 3)))
         rng.shuffle(chosen)

@@ -27,7 +27,7 @@ WEIGHTS: dict[str, int] = {
     "fail_commit": 3,
     "clear": 3,
     "concurrent": 3,
-    "delta": 5,
+    "delta": 8,
 }
 
 

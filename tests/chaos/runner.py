@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer, DevServerError, start_cluster
 from liftbridge_provider.hooks.liftbridge import CLIENTS
-from tests.chaos import faults, steps
+from tests.chaos import faults, runs, steps
 from tests.chaos.batch import CONN_ID, BatchPath, BatchRun
 from tests.chaos.delta import DeltaLake
 from tests.chaos.lake import Lake
@@ -220,6 +220,10 @@ def _drain(world: World, index: int, log: list[str], step_seconds: dict[str, lis
     for shape in world.shapes.values():
         run = world.run(shape.name, DRAIN_RUN)
         findings += _drain_run(world, run, log)
+    for shape in world.shapes.values():  # every frozen range into the Delta table once more, shuffled
+        report = runs.replay_delta(world, Step("delta", shape.name, mode="all"), index)
+        findings += report.findings
+        _say(log, f"drain: {report.summary}")
     verdict = observe(world, index, final=True)
     findings += verdict.findings
     findings += [Finding("deadline", o.describe()) for o in world.timer.late[late_before:]]
