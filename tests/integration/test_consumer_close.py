@@ -155,7 +155,6 @@ def test_an_asyncio_member_with_a_full_backlog_closes_within_2s_checkpoints_and_
             running = sorted(
                 t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith(f"liftbridge-group-{group}")
             )
-            await messages.aclose()
             return took, running, (first.partition, first.offset), consumer.consumer_id
 
     took, running, (partition, offset), consumer_id = asyncio.run(scenario())
