@@ -9,6 +9,7 @@ from liftbridge_provider.client.errors import LiftbridgeTimeoutError
 from liftbridge_provider.client.groups import (
     POLL_SECONDS,
     AfterFailure,
+    Call,
     ConsumerError,
     Membership,
     Progress,
@@ -132,3 +133,26 @@ def test_a_read_budget_counts_idle_time_from_the_last_message_not_from_each_poll
     assert overall.wait(1.9) == pytest.approx(0.1)
     with pytest.raises(LiftbridgeTimeoutError, match=r"timed out after 2s"):
         overall.check(2.0)
+
+
+def test_a_closing_member_only_heartbeats_and_never_joins_again() -> None:
+    """A member that closes keeps fetching its assignments (its heartbeat) until it left, so the group does
+    not drop it before its checkpoint; meanwhile an answer starts and stops nothing, a failed fetch changes
+    nothing, and once it left it does not join again."""
+    member = joined()
+    running = frozenset({("orders", 0)})
+    member.on_assignments(7, {"orders": [0]}, 101.0, frozenset())
+    member.close()
+    assert member.next_call() is Call.FETCH
+    rebalance = member.on_assignments(8, {"orders": [0, 1]}, 102.0, running)
+    assert (rebalance.start, rebalance.stop) == (frozenset(), frozenset())
+    assert member.last_answer == 102.0, "the answer still counts as the coordinator's"
+    assert member.on_fetch_failed(grpc.StatusCode.NOT_FOUND, "consumer group does not exist", 103.0) is (
+        AfterFailure.RETRY
+    )
+    member.left()
+    assert member.next_call() is Call.NONE
+    assert joined().next_call() is Call.FETCH
+    out = joined()
+    out.left()
+    assert out.next_call() is Call.JOIN, "a member that is not closing joins again"
