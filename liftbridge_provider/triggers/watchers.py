@@ -29,7 +29,7 @@ from typing import Any
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
 from liftbridge_provider import fault_points
-from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeError, Message
+from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeError, Message, PartitionPausedError
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.metrics import cursor_lag
 from liftbridge_provider.ranges import OffsetRange, check_partitions
@@ -49,6 +49,7 @@ from liftbridge_provider.watching import (
 log = logging.getLogger(__name__)
 
 LAG_INTERVAL = 15.0  # seconds between two lag reports of a reader
+PAUSED_POLL_INTERVAL = 2.0  # seconds between two high-watermark checks of a paused partition (message mode)
 
 # Readers alive in this process, by (connection, stream, cursor id): two readers
 # with different settings must not move the same cursors.
@@ -227,20 +228,38 @@ class MessageReader(_Reader):
     async def _read(
         self, client: AsyncLiftbridgeClient, partition: int, start: int, arrivals: asyncio.Queue[Any]
     ) -> None:
-        SUBSCRIPTIONS_OPENED[(self.settings.stream, partition)] += 1
-        log.info(
-            "Liftbridge watcher subscribed to %s/%d at offset %d (cursor %s)",
-            self.settings.stream,
-            partition,
-            start,
-            self.settings.cursor,
-        )
+        """Read the partition from ``start`` into ``arrivals``; an error ends the group (handed to open_stream).
+
+        A paused partition (``auto_pause_time``, ``pause_stream``) is a quiet one: its subscription ends
+        (or is refused) with PartitionPausedError, and the reader then waits without resuming it until its
+        high watermark shows a message it has not read (a publish resumes a partition), and subscribes
+        again from there, resuming it: only a read that needs data resumes a partition.
+        """
+        stream, resume = self.settings.stream, False
+        SUBSCRIPTIONS_OPENED[(stream, partition)] += 1
+        log.info("Liftbridge watcher subscribed to %s/%d at offset %d (cursor %s)", stream, partition, start,
+                 self.settings.cursor)  # fmt: skip
         try:
-            async for message in client.subscribe(self.settings.stream, partition, start):
-                await self._windows[partition].acquire()
-                await arrivals.put((message, partition))
+            while True:
+                try:
+                    async for message in client.subscribe(stream, partition, start, resume=resume):
+                        start = message.offset + 1
+                        await self._windows[partition].acquire()
+                        await arrivals.put((message, partition))
+                    return
+                except PartitionPausedError:
+                    log.info("Liftbridge watcher: %s/%d is paused; waiting for offset %d without resuming it",
+                             stream, partition, start)  # fmt: skip
+                    await self._wait_for_offset(client, partition, start)
+                    resume = True
+                    log.info("Liftbridge watcher: %s/%d has offset %d; subscribing again", stream, partition, start)
         except Exception as exc:  # handed to open_stream, which fails the group
             await arrivals.put(exc)
+
+    async def _wait_for_offset(self, client: AsyncLiftbridgeClient, partition: int, offset: int) -> None:
+        """Return once the partition's high watermark reaches ``offset``, asking every PAUSED_POLL_INTERVAL s."""
+        while (await client.fetch_partition_metadata(self.settings.stream, partition)).high_watermark < offset:
+            await asyncio.sleep(PAUSED_POLL_INTERVAL)
 
     def get_advance_lane(self, broker_payload: Any) -> Hashable:
         partition: int = broker_payload[0]
