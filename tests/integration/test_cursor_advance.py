@@ -139,18 +139,18 @@ def test_a_read_back_tells_the_writer_whose_write_was_overwritten(
     def set_then_overwritten(self: LiftbridgeClient, cursor_id: str, stream: str, partition: int, offset: int,
                              **kw: Any) -> None:  # fmt: skip
         sync_set(self, cursor_id, stream, partition, offset, **kw)
-        other.set_cursor(cursor_id, stream, partition, 99)
+        sync_set(other, cursor_id, stream, partition, 99)
 
     async def aset_then_overwritten(self: AsyncLiftbridgeClient, cursor_id: str, stream: str, partition: int,
                                     offset: int, **kw: Any) -> None:  # fmt: skip
         await async_set(self, cursor_id, stream, partition, offset, **kw)
-        await asyncio.to_thread(other.set_cursor, cursor_id, stream, partition, 99)
+        await asyncio.to_thread(sync_set, other, cursor_id, stream, partition, 99)
 
     monkeypatch.setattr(LiftbridgeClient, "set_cursor", set_then_overwritten)
     monkeypatch.setattr(AsyncLiftbridgeClient, "set_cursor", aset_then_overwritten)
     try:
         assert front.advance_one("c", stream, 0, 5).step is CursorStep.WRITE, "unseen without a read back"
-        other.set_cursor("c", stream, 0, 5)
+        sync_set(other, "c", stream, 0, 5)
         with pytest.raises(CursorMovedError, match=r"read back 99 right after it was set to 6") as lost:
             front.advance_one("c", stream, 0, 6, expected=5, verify=True)
         assert (lost.value.found, lost.value.target) == (99, 6)
