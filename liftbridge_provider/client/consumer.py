@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from liftbridge_provider.client import group_requests as ask
-from liftbridge_provider.client.errors import LiftbridgeError
+from liftbridge_provider.client.errors import CursorMovedError, LiftbridgeError
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.groups import (
     JOIN_ATTEMPTS,
@@ -155,14 +155,21 @@ class Consumer:
         return self.assignments
 
     def checkpoint(self) -> None:
-        """Store the processed offsets of every partition read (the group's cursors)."""
+        """Store the processed offsets of every partition read (the group's cursors), never moving one back:
+        a cursor another writer moved is left where it is (logged), and moved on from there next time."""
         with self._checkpointing:
             with self._lock:
                 due = self._progress.due()
-            for (stream, partition), offset in due.items():
-                self._client.set_cursor(group_cursor(self.group_id), stream, partition, offset)
-                with self._lock:
-                    self._progress.stored((stream, partition), offset)
+            for (stream, partition), (offset, seen) in due.items():
+                try:
+                    self._client.advance_cursor(group_cursor(self.group_id), stream, partition, offset, expected=seen)
+                except CursorMovedError as moved:
+                    log.warning("consumer %s: %s (another member read it meanwhile)", self.consumer_id, moved)
+                    with self._lock:
+                        self._progress.moved((stream, partition), moved.found)
+                else:
+                    with self._lock:
+                        self._progress.stored((stream, partition), offset)
             self._last_checkpoint = time.monotonic()
 
     def close(self, *, last_processed: bool = True) -> None:

@@ -225,28 +225,39 @@ def start_of(committed: int, auto_offset: str, group_id: str, partition: Partiti
 
 @dataclass
 class Progress:
-    """Processed and checkpointed offsets per partition (a member checkpoints the difference)."""
+    """Processed offsets per partition, and where this member last saw each partition's group cursor.
+
+    A checkpoint moves a cursor from that view to the processed offset by the one cursor-advance rule
+    (``cursor_advance``): never back, and not over another writer's move this member has not seen (a member
+    dropped from its group, whose partition another member read on, must not move its cursor back).
+    """
 
     processed: dict[Partition, int] = field(default_factory=dict)
-    checkpointed: dict[Partition, int] = field(default_factory=dict)
+    seen: dict[Partition, int] = field(default_factory=dict)  # the cursor as read, written or found moved
 
     def resumed(self, partition: Partition, committed: int) -> None:
-        """The group's committed offset, read when the partition was assigned."""
-        if committed >= 0:
-            self.checkpointed.setdefault(partition, committed)
+        """The group's committed offset (-1: none), read when the partition was assigned. A view this member
+        already holds that is further on stays (a read that crossed its own checkpoint)."""
+        self.seen[partition] = max(committed, self.seen.get(partition, -1))
 
     def mark(self, partition: Partition, offset: int) -> None:
         """``offset`` of ``partition`` was processed."""
         if offset > self.processed.get(partition, -1):
             self.processed[partition] = offset
 
-    def due(self) -> dict[Partition, int]:
-        """The offsets to checkpoint: processed beyond what is stored."""
-        return {p: o for p, o in self.processed.items() if o > self.checkpointed.get(p, -1)}
+    def due(self) -> dict[Partition, tuple[int, int | None]]:
+        """The moves to checkpoint, ``{partition: (processed offset, where this member last saw the cursor)}``:
+        processed beyond that view (None: the member never saw the cursor)."""
+        return {p: (o, self.seen.get(p)) for p, o in self.processed.items() if o > self.seen.get(p, -1)}
 
     def stored(self, partition: Partition, offset: int) -> None:
-        """``offset`` was checkpointed."""
-        self.checkpointed[partition] = max(offset, self.checkpointed.get(partition, -1))
+        """The cursor was moved to (or found at) ``offset``."""
+        self.seen[partition] = max(offset, self.seen.get(partition, -1))
+
+    def moved(self, partition: Partition, found: int) -> None:
+        """Another writer moved the cursor to ``found``: the next checkpoint moves it on from there, if this
+        member processed beyond it."""
+        self.seen[partition] = found
 
 
 POLL_SECONDS = 0.2  # how often a waiting member (or a reader waiting for room) looks whether it was stopped

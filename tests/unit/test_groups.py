@@ -114,9 +114,29 @@ def test_progress_checkpoints_only_what_moved_past_the_stored_offset() -> None:
     progress.mark(("orders", 0), 9)
     progress.mark(("orders", 1), 4)
     progress.mark(("orders", 1), 2)  # an older offset never moves it back
-    assert progress.due() == {("orders", 1): 4}
+    assert progress.due() == {("orders", 1): (4, -1)}
     progress.stored(("orders", 1), 4)
     assert progress.due() == {}
+
+
+def test_progress_checkpoints_from_where_the_member_last_saw_the_cursor() -> None:
+    """A checkpoint moves a cursor from the member's last view of it: the committed offset read at assignment
+    (a later read never takes that view back), the offset it stored, or where another writer moved it."""
+    progress = Progress()
+    orders = ("orders", 0)
+    progress.mark(orders, 3)
+    assert progress.due() == {orders: (3, None)}, "never saw the cursor"
+    progress.resumed(orders, 1)
+    progress.mark(orders, 9)
+    assert progress.due() == {orders: (9, 1)}
+    progress.stored(orders, 9)
+    progress.resumed(orders, 5)  # a read that crossed its own checkpoint
+    assert progress.seen[orders] == 9
+    progress.mark(orders, 12)
+    progress.moved(orders, 20)  # another member read on and committed 20
+    assert progress.due() == {}, "nothing to move: the cursor is past what this member processed"
+    progress.mark(orders, 25)
+    assert progress.due() == {orders: (25, 20)}
 
 
 def test_a_read_budget_counts_idle_time_from_the_last_message_not_from_each_poll() -> None:
