@@ -152,5 +152,6 @@ def test_the_message_sensor_moves_its_cursor_to_the_match_but_never_back(
         )  # fmt: skip
         result = sensor.poke(context())
         assert result.is_done
+        assert result.xcom_value is not None
         assert result.xcom_value["offset"] == 6
         assert client.fetch_cursor("sensed", stream, 0) == expected
