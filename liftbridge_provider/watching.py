@@ -352,10 +352,20 @@ def dead_letter_headers(message: Message, *, cursor_id: str, error: str) -> dict
             "lb-dlq-offset": str(message.offset).encode(),
             "lb-dlq-timestamp": str(message.timestamp).encode(),
             "lb-dlq-cursor-id": cursor_id.encode(),
-            "lb-dlq-error": error.encode()[:DEAD_LETTER_ERROR_BYTES],
+            "lb-dlq-error": utf8_prefix(error, DEAD_LETTER_ERROR_BYTES),
         }
     )
     return headers
+
+
+def utf8_prefix(text: str, limit: int) -> bytes:
+    """The longest prefix of ``text`` whose UTF-8 encoding fits in ``limit`` bytes, encoded: whole characters
+    only, so the bytes still decode (a header cut inside a character would make the whole message's headers
+    undecodable as text)."""
+    data = text.encode()
+    if len(data) <= limit:
+        return data
+    return data[:limit].decode("utf-8", errors="ignore").encode()
 
 
 def check_payload(payload: object, function: str) -> dict[str, Any] | None:

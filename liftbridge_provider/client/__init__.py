@@ -14,10 +14,12 @@ from liftbridge_provider.client.aio import AsyncLiftbridgeClient
 from liftbridge_provider.client.aio_consumer import AsyncConsumer
 from liftbridge_provider.client.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.client.consumer import Consumer, ConsumerError
+from liftbridge_provider.client.cursor_advance import CursorMove, CursorStep
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
     BeyondHighWatermarkError,
     ClientClosedError,
+    CursorMovedError,
     CursorsDisabledError,
     EncryptionError,
     EnvelopeError,
@@ -61,6 +63,9 @@ __all__ = [
     "ClientConfig",
     "Consumer",
     "ConsumerError",
+    "CursorMove",
+    "CursorMovedError",
+    "CursorStep",
     "CursorsDisabledError",
     "EncryptionError",
     "EnvelopeError",

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -25,11 +25,12 @@ import grpc.experimental
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
-from liftbridge_provider.client import plans
+from liftbridge_provider.client import cursor_advance, plans
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.aio_consumer import AsyncConsumer
 from liftbridge_provider.client.connections import aio_connect
+from liftbridge_provider.client.cursor_advance import CursorMove, Fetch
 from liftbridge_provider.client.errors import ClientClosedError, LiftbridgeError, UnavailableError
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
@@ -114,6 +115,49 @@ class AsyncLiftbridgeClient:
         request = build.set_cursor_request(cursor_id, stream, partition, offset)
         await self._check_cursor_target(stream, partition)
         await self._cursor_call(request, lambda stub, t: stub.SetCursor(request, timeout=t), timeout)
+
+    async def advance_cursor(
+        self,
+        cursor_id: str,
+        stream: str,
+        partition: int,
+        offset: int,
+        *,
+        expected: int | None = None,
+        verify: bool = False,
+        timeout: float | None = None,
+    ) -> CursorMove:
+        """Move the cursor forward to ``offset`` by the one cursor-advance rule (as the sync client's)."""
+        moves = await self.advance_cursors(
+            cursor_id, stream, {partition: offset}, expected={partition: expected}, verify=verify, timeout=timeout
+        )
+        return moves[partition]
+
+    async def advance_cursors(
+        self,
+        cursor_id: str,
+        stream: str,
+        offsets: Mapping[int, int],
+        *,
+        expected: Mapping[int, int | None] | None = None,
+        verify: bool = False,
+        timeout: float | None = None,
+    ) -> dict[int, CursorMove]:
+        """:meth:`advance_cursor` for several partitions at once (as the sync client's)."""
+        check_timeout("timeout", timeout)
+        plan = cursor_advance.advance(cursor_id, stream, offsets, expected, verify=verify)
+        answer: int | None = None
+        while True:
+            try:
+                action = plan.send(answer)
+            except StopIteration as done:
+                moves: dict[int, CursorMove] = done.value
+                return moves
+            if isinstance(action, Fetch):
+                answer = await self.fetch_cursor(cursor_id, stream, action.partition, timeout=timeout)
+            else:
+                await self.set_cursor(cursor_id, stream, action.partition, action.offset, timeout=timeout)
+                answer = None
 
     async def subscribe(
         self,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from liftbridge_provider.client import group_requests as ask
 from liftbridge_provider.client.aio_timeout import within
-from liftbridge_provider.client.errors import LiftbridgeError
+from liftbridge_provider.client.errors import CursorMovedError, LiftbridgeError
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.groups import (
     JOIN_ATTEMPTS,
@@ -136,10 +136,17 @@ class AsyncConsumer:
         return self.assignments
 
     async def checkpoint(self) -> None:
-        """Store the processed offsets of every partition read (the group's cursors)."""
-        for (stream, partition), offset in self._progress.due().items():
-            await self._client.set_cursor(group_cursor(self.group_id), stream, partition, offset)
-            self._progress.stored((stream, partition), offset)
+        """Store the processed offsets of every partition read (the group's cursors), never moving one back
+        (as the sync member's)."""
+        for (stream, partition), (offset, seen) in self._progress.due().items():
+            cursor = group_cursor(self.group_id)
+            try:
+                await self._client.advance_cursor(cursor, stream, partition, offset, expected=seen)
+            except CursorMovedError as moved:
+                log.warning("consumer %s: %s (another member read it meanwhile)", self.consumer_id, moved)
+                self._progress.moved((stream, partition), moved.found)
+            else:
+                self._progress.stored((stream, partition), offset)
         self._last_checkpoint = time.monotonic()
 
     async def close(self, *, last_processed: bool = True) -> None:

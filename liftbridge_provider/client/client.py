@@ -14,11 +14,12 @@ from typing import Any, Literal
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import plans
+from liftbridge_provider.client import cursor_advance, plans
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.connections import ConnectionPool
 from liftbridge_provider.client.consumer import AutoOffset, Consumer
+from liftbridge_provider.client.cursor_advance import CursorMove
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
     BeyondHighWatermarkError,
@@ -917,6 +918,50 @@ class LiftbridgeClient:
         self._check_cursor_target(stream, partition)
         response: api.FetchCursorResponse = self._cursor_call("FetchCursor", request, timeout, read=True)
         return response.offset
+
+    def advance_cursor(
+        self,
+        cursor_id: str,
+        stream: str,
+        partition: int,
+        offset: int,
+        *,
+        expected: int | None = None,
+        verify: bool = False,
+        timeout: float | None = None,
+    ) -> CursorMove:
+        """Move the cursor forward to ``offset``: the one cursor-advance rule (``client/cursor_advance.py``).
+
+        Fetches the cursor, and sets it only when it is below ``offset`` and, with ``expected``, still
+        where this writer last saw it; a cursor already at ``offset`` is left alone. Raises
+        CursorMovedError (nothing written) when it is elsewhere or past ``offset``, and with ``verify``
+        reads it back (CursorMovedError ``overwritten`` when another writer set it meanwhile). Each call
+        has ``timeout`` (seconds, default ``request_timeout``). Returns the decision taken.
+        """
+        moves = self.advance_cursors(
+            cursor_id, stream, {partition: offset}, expected={partition: expected}, verify=verify, timeout=timeout
+        )
+        return moves[partition]
+
+    def advance_cursors(
+        self,
+        cursor_id: str,
+        stream: str,
+        offsets: Mapping[int, int],
+        *,
+        expected: Mapping[int, int | None] | None = None,
+        verify: bool = False,
+        timeout: float | None = None,
+    ) -> dict[int, CursorMove]:
+        """:meth:`advance_cursor` for several partitions ``{partition: offset}`` at once: every partition is
+        checked before any is written, and one that moved refuses the whole move."""
+        check_timeout("timeout", timeout)
+        plan = cursor_advance.advance(cursor_id, stream, offsets, expected, verify=verify)
+        return cursor_advance.run(
+            plan,
+            lambda partition: self.fetch_cursor(cursor_id, stream, partition, timeout=timeout),
+            lambda partition, offset: self.set_cursor(cursor_id, stream, partition, offset, timeout=timeout),
+        )
 
     def _check_cursor_target(self, stream: str, partition: int) -> None:
         """Cursors are enabled and the partition exists (metadata refreshed once if unknown)."""

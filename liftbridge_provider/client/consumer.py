@@ -9,6 +9,12 @@ ends without an error); processed offsets are checkpointed to the group's
 cursors every ``auto_checkpoint`` seconds, before a partition moves to another
 member, and on close. Delivery is at least once: what was read but not
 checkpointed when a member stops is read again by the partition's next owner.
+
+A reader hands its messages over through a bounded queue (10,000 messages);
+when the queue is full it waits for room, looking every ``POLL_SECONDS``
+whether it was stopped, so stopping it (a rebalance, :meth:`Consumer.close`)
+never waits on a backlog. ``close()`` stops the readers, checkpoints and
+leaves while the heartbeat goes on, then ends the heartbeat.
 """
 
 from __future__ import annotations
@@ -24,11 +30,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from liftbridge_provider.client import group_requests as ask
-from liftbridge_provider.client.errors import LiftbridgeError
+from liftbridge_provider.client.errors import CursorMovedError, LiftbridgeError
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.groups import (
     JOIN_ATTEMPTS,
+    POLL_SECONDS,
+    READER_STOP_WAIT,
     AfterFailure,
+    Call,
     ConsumerError,
     Membership,
     Partition,
@@ -54,7 +63,7 @@ class _Reader:
     """One assigned partition being read: its subscription, thread, and a token that tells its messages apart."""
 
     token: int
-    thread: threading.Thread | None  # None: the member does not read (``read=False``)
+    thread: threading.Thread | None = None  # None: the member does not read (``read=False``)
     subscription: Subscription | None = None
     cancelled: bool = False
 
@@ -88,7 +97,9 @@ class Consumer:
         self._tokens = iter(range(1, 2**62))
         self._arrivals: queue.Queue[tuple[Partition, int, Message | BaseException]] = queue.Queue(maxsize=10_000)
         self._progress = Progress()
-        self._closed = threading.Event()
+        self._checkpointing = threading.Lock()  # one checkpoint at a time (the heartbeat's, close's, the user's)
+        self._closing = threading.Event()  # close() began: messages() ends, no reader starts
+        self._closed = threading.Event()  # the heartbeat ends (close() sets it once the member left)
         self._protocol: threading.Thread | None = None
         self._last_checkpoint = time.monotonic()
         self._handed: tuple[Partition, int] | None = None  # handed over, not yet known to be processed
@@ -116,7 +127,7 @@ class Consumer:
         runs out: LiftbridgeTimeoutError). Asking for the next message marks the last one processed."""
         budget = ReadBudget(check_timeout("timeout", timeout), check_timeout("idle_timeout", idle_timeout),
                             time.monotonic())  # fmt: skip
-        while not self._closed.is_set():
+        while not self._closing.is_set() and not self._closed.is_set():
             try:
                 partition, token, item = self._arrivals.get(timeout=budget.wait(time.monotonic()))
             except queue.Empty:
@@ -144,31 +155,51 @@ class Consumer:
         return self.assignments
 
     def checkpoint(self) -> None:
-        """Store the processed offsets of every partition read (the group's cursors)."""
-        with self._lock:
-            due = self._progress.due()
-        for (stream, partition), offset in due.items():
-            self._client.set_cursor(group_cursor(self.group_id), stream, partition, offset)
+        """Store the processed offsets of every partition read (the group's cursors), never moving one back:
+        a cursor another writer moved is left where it is (logged), and moved on from there next time."""
+        with self._checkpointing:
             with self._lock:
-                self._progress.stored((stream, partition), offset)
-        self._last_checkpoint = time.monotonic()
+                due = self._progress.due()
+            for (stream, partition), (offset, seen) in due.items():
+                try:
+                    self._client.advance_cursor(group_cursor(self.group_id), stream, partition, offset, expected=seen)
+                except CursorMovedError as moved:
+                    log.warning("consumer %s: %s (another member read it meanwhile)", self.consumer_id, moved)
+                    with self._lock:
+                        self._progress.moved((stream, partition), moved.found)
+                else:
+                    with self._lock:
+                        self._progress.stored((stream, partition), offset)
+            self._last_checkpoint = time.monotonic()
 
     def close(self, *, last_processed: bool = True) -> None:
         """Stop reading, checkpoint what was processed (with ``last_processed``, the last message handed
-        over too), and leave the group."""
-        if self._closed.is_set():
+        over too), and leave the group; the heartbeat goes on until the member left.
+
+        Returns once the readers and the heartbeat ended: at once but for calls in flight, each of
+        which ends by its deadline (``request_timeout``)."""
+        if self._closing.is_set():
             return
         if last_processed and self._handed is not None:
             self._mark(*self._handed)
-        self._closed.set()
-        if self._protocol is not None:
-            self._protocol.join(timeout=self._client.config.request_timeout + 5)
-        self._stop_readers(self.assignments)
+        membership = self._membership
+        with self._lock:
+            self._closing.set()
+            if membership is not None:
+                membership.close()
+        self._stop_readers(self.assignments, wait=self._client.config.request_timeout)
         try:
             self.checkpoint()
         finally:
-            if self._membership is not None and self._membership.joined:
-                self._leave()
+            try:
+                if membership is not None and membership.joined:
+                    self._leave()
+            finally:
+                self._closed.set()
+                if self._protocol is not None:
+                    self._protocol.join(timeout=self._client.config.request_timeout + POLL_SECONDS)
+                if membership is not None and membership.joined:  # joined again before it saw the close
+                    self._leave()
 
     def __enter__(self) -> Consumer:
         return self
@@ -219,16 +250,19 @@ class Consumer:
         membership = self._membership
         assert membership is not None
         while not self._closed.is_set():
+            with self._lock:
+                call = membership.next_call()
             try:
-                if membership.joined:
+                if call is Call.FETCH:
                     self._fetch_assignments(membership)
-                else:
+                elif call is Call.JOIN:
                     self._rejoin(membership)
             except LiftbridgeError as exc:
                 self._after_failure(membership, exc)
             except Exception:  # keep following: a bug here must not silently stop the member's heartbeat
                 log.exception("consumer %s: assignment fetch failed", self.consumer_id)
-            if self.auto_checkpoint is not None and time.monotonic() - self._last_checkpoint >= self.auto_checkpoint:
+            due = self.auto_checkpoint is not None and time.monotonic() - self._last_checkpoint >= self.auto_checkpoint
+            if due and not self._closing.is_set():  # close() checkpoints itself
                 self._checkpoint_logged()
             self._closed.wait(min(membership.interval(), self.auto_checkpoint or membership.interval()))
 
@@ -238,19 +272,24 @@ class Consumer:
         response = self._client._group_call("FetchConsumerGroupAssignments", ask.fetch_assignments(membership),
                                             broker=membership.coordinator, timeout=timeout)  # fmt: skip
         assignments = ask.assignments_of(response)
-        rebalance = membership.on_assignments(response.epoch, assignments, time.monotonic(), self.assignments)
+        with self._lock:
+            rebalance = membership.on_assignments(response.epoch, assignments, time.monotonic(), self.assignments)
         if rebalance.stop or rebalance.start:
             self._settled_since = time.monotonic()
             log.info("consumer %s (epoch %d): stop %s, start %s", self.consumer_id, rebalance.epoch,
                      sorted(rebalance.stop), sorted(rebalance.start))  # fmt: skip
         if rebalance.stop:
-            self._stop_readers(rebalance.stop)
+            self._stop_readers(rebalance.stop, wait=READER_STOP_WAIT)
             self._checkpoint_logged()
         for partition in sorted(rebalance.start):
             self._start_reader(partition, rebalance.epoch)
 
     def _rejoin(self, membership: Membership) -> None:
-        """Join again; when the group holds this member already, learn its coordinator and epoch instead."""
+        """Join again; when the group holds this member already, learn its coordinator and epoch instead.
+        Not once closing (close() leaves again should a join cross it)."""
+        with self._lock:
+            if membership.next_call() is not Call.JOIN:
+                return
         try:
             self._join()
         except LiftbridgeError as exc:
@@ -263,13 +302,15 @@ class Consumer:
         if not membership.joined:
             log.info("consumer %s: joining group %s failed (tried again): %s", self.consumer_id, self.group_id, exc)
             return
-        decision = membership.on_fetch_failed(exc.code, exc.message, time.monotonic())
+        with self._lock:
+            decision = membership.on_fetch_failed(exc.code, exc.message, time.monotonic())
+            if decision is AfterFailure.REJOIN:
+                membership.left()
         log.info("consumer %s: assignment fetch failed (%s): %s", self.consumer_id, exc, decision.value)
         try:
             if decision is AfterFailure.REJOIN:
-                self._stop_readers(self.assignments)
+                self._stop_readers(self.assignments, wait=READER_STOP_WAIT)
                 self._checkpoint_logged()
-                membership.left()
                 self._rejoin(membership)
             elif decision is AfterFailure.RELEARN:
                 self._relearn(membership)
@@ -293,28 +334,31 @@ class Consumer:
     # -- the partitions' readers -----------------------------------------------------------------
 
     def _start_reader(self, partition: Partition, epoch: int) -> None:
-        token = next(self._tokens)
-        thread = None
-        if self._reads:
-            name = f"liftbridge-group-{self.group_id}-{partition[0]}-{partition[1]}"
-            thread = threading.Thread(target=self._read, args=(partition, token, epoch), daemon=True, name=name)
+        reader = _Reader(next(self._tokens))
         with self._lock:
-            self._readers[partition] = _Reader(token, thread)
-        if thread is not None:
-            thread.start()
+            if self._closing.is_set():
+                return
+            if self._reads:
+                name = f"liftbridge-group-{self.group_id}-{partition[0]}-{partition[1]}"
+                reader.thread = threading.Thread(target=self._read, args=(partition, reader, epoch), daemon=True,
+                                                 name=name)  # fmt: skip
+                reader.thread.start()
+            self._readers[partition] = reader
 
-    def _stop_readers(self, partitions: frozenset[Partition]) -> None:
+    def _stop_readers(self, partitions: frozenset[Partition], *, wait: float) -> None:
+        """Stop the partitions' readers, and wait for them up to ``wait`` seconds in all."""
         with self._lock:
             readers = [self._readers.pop(p) for p in partitions if p in self._readers]
             for reader in readers:
                 reader.cancelled = True
                 if reader.subscription is not None:
                     reader.subscription.cancel()
+        ends = time.monotonic() + wait
         for reader in readers:
             if reader.thread is not None:
-                reader.thread.join(timeout=5)
+                reader.thread.join(timeout=max(ends - time.monotonic(), 0.0))
 
-    def _read(self, partition: Partition, token: int, epoch: int) -> None:
+    def _read(self, partition: Partition, reader: _Reader, epoch: int) -> None:
         stream, number = partition
         try:
             start = self._start_of(stream, number)
@@ -322,20 +366,29 @@ class Consumer:
             request = ask.subscribe_as_member(self._membership, partition, start, epoch)
             subscription = self._client._subscription(request, None)
             with self._lock:
-                reader = self._readers.get(partition)
-                if reader is None or reader.token != token or reader.cancelled:
+                if reader.cancelled:
                     return
                 reader.subscription = subscription
             for message in subscription:
-                self._arrivals.put((partition, token, message))
+                if not self._hand_over(reader, (partition, reader.token, message)):
+                    return
         except LiftbridgeError as exc:
             log.info("consumer %s: reading %s/%d ended: %s", self.consumer_id, stream, number, exc)
             with self._lock:
-                reader = self._readers.get(partition)
-                if reader is not None and reader.token == token:
+                if self._readers.get(partition) is reader:
                     del self._readers[partition]  # the next fetch starts it again if it is still ours
             if isinstance(exc, ConsumerError):
-                self._arrivals.put((partition, token, exc))
+                self._hand_over(reader, (partition, reader.token, exc))
+
+    def _hand_over(self, reader: _Reader, item: tuple[Partition, int, Message | BaseException]) -> bool:
+        """Queue ``item`` for ``messages()``, waiting for room while the reader runs; False: it was stopped."""
+        while not reader.cancelled:
+            try:
+                self._arrivals.put(item, timeout=POLL_SECONDS)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def _start_of(self, stream: str, partition: int) -> StartPosition:
         """After the group's committed position, else ``auto_offset`` (``none``: an error for the reader)."""

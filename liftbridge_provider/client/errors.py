@@ -155,6 +155,38 @@ class CursorsDisabledError(LiftbridgeError):
     """The server keeps no cursors: its ``cursors.stream.partitions`` is 0 (the server's default)."""
 
 
+class CursorMovedError(LiftbridgeError):
+    """A cursor move was refused: the cursor is not where its writer last saw it (another writer moved it),
+    or it is past the target (the move would take it back). Nothing was written then. With
+    ``overwritten`` the write was done but read back as another writer's value (see ``cursor_advance``).
+
+    ``found``: where the cursor was (or read back); ``target``: where the move would take it;
+    ``expected``: where this writer last saw it (None: no earlier view).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        cursor_id: str,
+        stream: str,
+        partition: int,
+        found: int,
+        target: int,
+        expected: int | None,
+        overwritten: bool = False,
+    ) -> None:
+        super().__init__(message, stream=stream, partition=partition)
+        self.cursor_id = cursor_id
+        self.found = found
+        self.target = target
+        self.expected = expected
+        self.overwritten = overwritten
+
+    def __str__(self) -> str:
+        return self.message  # it names the stream and partition itself
+
+
 def error_from_rpc(exc: grpc.RpcError, *, stream: str | None = None, partition: int | None = None) -> LiftbridgeError:
     """Translate a failed RPC into the matching typed error."""
     code: grpc.StatusCode = exc.code()

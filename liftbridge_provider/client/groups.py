@@ -24,7 +24,12 @@ what to do next:
   answers that the member belongs to the group already (a node answered a fetch
   before it had applied the new group: NOT_FOUND, common right after joining a
   cluster), learn the group's coordinator and epoch and go on as a member;
-  otherwise stay out and join again at the next round.
+  otherwise stay out and join again at the next round;
+- closing: the member stops its readers, checkpoints and leaves while its
+  heartbeat goes on (a member whose heartbeat stopped first could be dropped by
+  the group before its checkpoint, and its partitions read by another member
+  from the older one); meanwhile answers and failures change nothing, and a
+  member that left does not join again.
 
 Positions are kept in cursors named ``__group:<group id>`` (as go-liftbridge).
 """
@@ -52,6 +57,14 @@ def group_cursor(group_id: str) -> str:
 
 
 Partition = tuple[str, int]
+
+
+class Call(enum.Enum):
+    """The heartbeat's next call."""
+
+    FETCH = "fetch"  # fetch the assignments (also while closing, until the member left)
+    JOIN = "join"  # the member is out of its group: join it (again)
+    NONE = "none"  # closing, and out of the group: nothing more
 
 
 class AfterFailure(enum.Enum):
@@ -93,11 +106,23 @@ class Membership:
     coordinator_timeout: float = 15.0
     assigned: frozenset[Partition] = frozenset()
     last_answer: float | None = None  # monotonic time of the coordinator's last answer
+    closing: bool = False  # set by close(): only heartbeats until the member left
     _reported: set[tuple[str, int]] = field(default_factory=set)
 
     @property
     def joined(self) -> bool:
         return self.coordinator is not None
+
+    def close(self) -> None:
+        """The member is closing: it keeps fetching (its heartbeat) until it left, and nothing it is
+        told from now on starts a reader, stops one, or joins again."""
+        self.closing = True
+
+    def next_call(self) -> Call:
+        """What the heartbeat does next: fetch while joined, join when out of the group (never once closing)."""
+        if self.joined:
+            return Call.FETCH
+        return Call.NONE if self.closing else Call.JOIN
 
     def on_joined(
         self, coordinator: str, epoch: int, consumer_timeout_ns: int, coordinator_timeout_ns: int, now: float
@@ -116,7 +141,10 @@ class Membership:
         self, epoch: int, assignments: Mapping[str, Sequence[int]], now: float, running: frozenset[Partition]
     ) -> Rebalance:
         """The coordinator's answer, against the partitions being read now: what to stop and start
-        (everything again when the epoch changed: subscriptions carry it)."""
+        (everything again when the epoch changed: subscriptions carry it; nothing while closing)."""
+        if self.closing:
+            self.last_answer = now
+            return Rebalance(frozenset(), frozenset(), self.epoch)
         wanted = frozenset((stream, p) for stream, partitions in assignments.items() for p in partitions)
         changed_epoch = epoch != self.subscribed_epoch
         stop = running if changed_epoch else running - wanted
@@ -126,7 +154,10 @@ class Membership:
         return Rebalance(stop, start, epoch)
 
     def on_fetch_failed(self, code: grpc.StatusCode | None, details: str, now: float) -> AfterFailure:
-        """Decide after a failed assignment fetch (``code`` None: the coordinator is unknown)."""
+        """Decide after a failed assignment fetch (``code`` None: the coordinator is unknown); while
+        closing, nothing (RETRY: the member is about to leave anyway)."""
+        if self.closing:
+            return AfterFailure.RETRY
         text = details.lower()
         if code == grpc.StatusCode.NOT_FOUND or "not a member" in text:
             return AfterFailure.REJOIN
@@ -194,31 +225,46 @@ def start_of(committed: int, auto_offset: str, group_id: str, partition: Partiti
 
 @dataclass
 class Progress:
-    """Processed and checkpointed offsets per partition (a member checkpoints the difference)."""
+    """Processed offsets per partition, and where this member last saw each partition's group cursor.
+
+    A checkpoint moves a cursor from that view to the processed offset by the one cursor-advance rule
+    (``cursor_advance``): never back, and not over another writer's move this member has not seen (a member
+    dropped from its group, whose partition another member read on, must not move its cursor back).
+    """
 
     processed: dict[Partition, int] = field(default_factory=dict)
-    checkpointed: dict[Partition, int] = field(default_factory=dict)
+    seen: dict[Partition, int] = field(default_factory=dict)  # the cursor as read, written or found moved
 
     def resumed(self, partition: Partition, committed: int) -> None:
-        """The group's committed offset, read when the partition was assigned."""
-        if committed >= 0:
-            self.checkpointed.setdefault(partition, committed)
+        """The group's committed offset (-1: none), read when the partition was assigned. A view this member
+        already holds that is further on stays (a read that crossed its own checkpoint)."""
+        self.seen[partition] = max(committed, self.seen.get(partition, -1))
 
     def mark(self, partition: Partition, offset: int) -> None:
         """``offset`` of ``partition`` was processed."""
         if offset > self.processed.get(partition, -1):
             self.processed[partition] = offset
 
-    def due(self) -> dict[Partition, int]:
-        """The offsets to checkpoint: processed beyond what is stored."""
-        return {p: o for p, o in self.processed.items() if o > self.checkpointed.get(p, -1)}
+    def due(self) -> dict[Partition, tuple[int, int | None]]:
+        """The moves to checkpoint, ``{partition: (processed offset, where this member last saw the cursor)}``:
+        processed beyond that view (None: the member never saw the cursor)."""
+        return {p: (o, self.seen.get(p)) for p, o in self.processed.items() if o > self.seen.get(p, -1)}
 
     def stored(self, partition: Partition, offset: int) -> None:
-        """``offset`` was checkpointed."""
-        self.checkpointed[partition] = max(offset, self.checkpointed.get(partition, -1))
+        """The cursor was moved to (or found at) ``offset``."""
+        self.seen[partition] = max(offset, self.seen.get(partition, -1))
+
+    def moved(self, partition: Partition, found: int) -> None:
+        """Another writer moved the cursor to ``found``: the next checkpoint moves it on from there, if this
+        member processed beyond it."""
+        self.seen[partition] = found
 
 
-POLL_SECONDS = 0.2  # how often a waiting member looks whether it was closed
+POLL_SECONDS = 0.2  # how often a waiting member (or a reader waiting for room) looks whether it was stopped
+READER_STOP_WAIT = 1.0
+"""Seconds a rebalance waits for the readers it stops. A reader waiting for a message or for room in the
+member's queue ends within POLL_SECONDS of being stopped; one still in its first cursor fetch ends when
+that call returns (by its deadline), unseen by the heartbeat, which must go on."""
 
 
 @dataclass

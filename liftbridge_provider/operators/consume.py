@@ -10,7 +10,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.module_loading import import_string  # type: ignore[attr-defined]
 
 from liftbridge_provider import metrics
-from liftbridge_provider.client import LiftbridgeClient, Message
+from liftbridge_provider.client import CursorMovedError, LiftbridgeClient, Message
 from liftbridge_provider.client.groups import group_cursor
 from liftbridge_provider.operators._base import failing_without_retries
 from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator, frozen_cursor
@@ -38,8 +38,10 @@ class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
     store: a retry or a clear of the run reads the same messages, less those a
     batch commit already passed. So a function with side effects sees each
     message once per successful run. The cursor moves only after the function
-    succeeded for the messages it passes, as a compare-and-set: a cursor that
-    someone else moved fails the task without retries.
+    succeeded for the messages it passes, by the client's cursor-advance rule
+    (``advance_cursors``, each cursor read back after it is written): a cursor
+    that someone else moved, or that the commit would move back, fails the
+    task without retries.
 
     :param stream: stream name.
     :param apply_function: called with each :class:`~liftbridge_provider.client.Message`
@@ -233,15 +235,8 @@ class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
         )
 
     def _commit(self, client: LiftbridgeClient, stream: str, partition: int, expected: int | None, target: int) -> int:
-        """Move the cursor from ``expected`` to ``target`` (compare-and-set); returns ``target``."""
-        assert self.cursor_id is not None
-        current = client.fetch_cursor(self.cursor_id, stream, partition)
-        if current != expected:
-            raise AirflowFailException(
-                f"cursor {self.cursor_id!r} of {stream!r} partition {partition} is at {current}, expected "
-                f"{expected}: someone else moved it; not committing {target}"
-            )
-        client.set_cursor(self.cursor_id, stream, partition, target)
+        """Move the cursor from ``expected`` to ``target`` (the cursor-advance rule); returns ``target``."""
+        self._advance(client, stream, {partition: target}, {partition: expected})
         self._gauge_lag(client, stream, partition, target)
         return target
 
@@ -249,21 +244,31 @@ class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
         self, client: LiftbridgeClient, document: RangesDocument, cursors: dict[int, int | None]
     ) -> dict[int, int | None]:
         """Every non-empty range's cursor to its last offset, each checked before any moves."""
-        assert self.cursor_id is not None
         targets = {
             r.partition: r.last for r in document.ranges if r.last is not None and r.last != cursors[r.partition]
         }
-        for partition in targets:
-            current = client.fetch_cursor(self.cursor_id, document.stream, partition)
-            if current != cursors[partition]:
-                raise AirflowFailException(
-                    f"cursor {self.cursor_id!r} of {document.stream!r} partition {partition} is at {current}, "
-                    f"expected {cursors[partition]}: someone else moved it; no cursor was moved"
-                )
+        self._advance(client, document.stream, targets, {p: cursors[p] for p in targets})
         for partition, target in targets.items():
-            client.set_cursor(self.cursor_id, document.stream, partition, target)
             self._gauge_lag(client, document.stream, partition, target)
         return {**cursors, **targets}
+
+    def _advance(
+        self, client: LiftbridgeClient, stream: str, targets: dict[int, int], expected: dict[int, int | None]
+    ) -> None:
+        """``advance_cursors`` with a read back; a cursor someone else moved (or overwrote) fails the task."""
+        assert self.cursor_id is not None
+        try:
+            client.advance_cursors(self.cursor_id, stream, targets, expected=expected, verify=True)
+        except CursorMovedError as moved:
+            if moved.overwritten:
+                message = f"{moved}: another writer commits cursor {self.cursor_id!r} too; keep one writer per cursor"
+            else:
+                message = (
+                    f"cursor {self.cursor_id!r} of {stream!r} partition {moved.partition} is at {moved.found}, "
+                    f"expected {moved.expected}: someone else moved it; not committing {moved.target} "
+                    "(no cursor was moved)"
+                )
+            raise AirflowFailException(message) from moved
 
     def _gauge_lag(self, client: LiftbridgeClient, stream: str, partition: int, cursor: int) -> None:
         assert self.cursor_id is not None

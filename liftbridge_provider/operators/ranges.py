@@ -10,7 +10,15 @@ from typing import Any, Literal
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from liftbridge_provider import metrics
-from liftbridge_provider.client import InvalidArgumentError, LiftbridgeClient, PartitionPausedError, StartPosition
+from liftbridge_provider.client import (
+    CursorMove,
+    CursorMovedError,
+    CursorStep,
+    InvalidArgumentError,
+    LiftbridgeClient,
+    PartitionPausedError,
+    StartPosition,
+)
 from liftbridge_provider.client.metadata import PartitionInfo
 from liftbridge_provider.delta_table import table_offsets
 from liftbridge_provider.operators._base import LiftbridgeBaseOperator, failing_without_retries
@@ -361,10 +369,14 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
     leave it alone. Returns ``{partition: cursor offset}``, and sends each
     partition's lag as the gauge ``liftbridge.cursor_lag``.
 
-    Liftbridge has no server-side compare-and-set for cursors: between the
-    check and the set (one round trip per partition) another writer can still
-    move a cursor, and the last write wins. Keep one writer per cursor: run
-    the DAG with ``max_active_runs=1`` and give each pipeline its own cursor id.
+    The cursors move by the client's cursor-advance rule (``advance_cursors``):
+    never back (a range that ends behind where the freeze found the cursor
+    fails the task without retries), and each written cursor is read back, so
+    a commit another writer overwrote right after it fails the task. Liftbridge
+    has no server-side compare-and-set for cursors: a write of another writer
+    that lands between the check and the set is overwritten unseen, and the last
+    write wins. Keep one writer per cursor: run the DAG with
+    ``max_active_runs=1`` and give each pipeline its own cursor id.
 
     :param ranges: the ranges document (dict, JSON, or an upstream XCom via ``XComArg``).
     :param cursor_id: the cursor (default: the document's ``cursor_id``).
@@ -387,52 +399,80 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
                 raise AirflowFailException("no cursor_id: give one, or freeze the ranges with a cursor_id")
             count = len(client.stream_info(document.stream).partitions)  # a missing stream stores no cursor
             check_partitions([r.partition for r in document.ranges], count, document.stream)
-            moves = [self._planned_move(client, document, cursor_id, r) for r in document.ranges]
-            for partition, current, target in moves:
-                if target != current:
-                    client.set_cursor(cursor_id, document.stream, partition, target)
-                    self.log.info("partition %d: cursor %r %d -> %d", partition, cursor_id, current, target)
+            recorded = {
+                r.partition: frozen_cursor(document, r.partition) if cursor_id == document.cursor_id else None
+                for r in document.ranges
+            }
+            filled = [r for r in document.ranges if r.last is not None]
+            targets = {r.partition: r.last for r in filled if r.last is not None}
+            expected = {r.partition: _before(r, recorded[r.partition]) for r in filled}
+            try:
+                moves = client.advance_cursors(cursor_id, document.stream, targets, expected=expected, verify=True)
+            except CursorMovedError as moved:
+                raise AirflowFailException(_refusal(document, moved)) from moved
+            positions = {}
+            for offset_range in document.ranges:
+                partition = offset_range.partition
+                if partition in moves:
+                    positions[partition] = self._logged(moves[partition])
+                else:
+                    positions[partition] = self._empty_range(client, document, cursor_id, offset_range, recorded)
                 high_watermark = client.fetch_partition_metadata(document.stream, partition).high_watermark
-                lag = metrics.cursor_lag(high_watermark, target)
+                lag = metrics.cursor_lag(high_watermark, positions[partition])
                 metrics.gauge(metrics.CURSOR_LAG, lag, stream=document.stream, partition=partition, cursor_id=cursor_id)
-        return {str(partition): target for partition, _, target in moves}
+        return {str(partition): offset for partition, offset in positions.items()}
 
-    def _planned_move(
-        self, client: LiftbridgeClient, document: RangesDocument, cursor_id: str, offset_range: OffsetRange
-    ) -> tuple[int, int, int]:
-        """``(partition, current, target)``; fails when someone else moved the cursor."""
-        partition, last = offset_range.partition, offset_range.last
-        current = client.fetch_cursor(cursor_id, document.stream, partition)
-        recorded = frozen_cursor(document, partition) if cursor_id == document.cursor_id else None
-        if last is None:
-            return partition, current, self._empty_range_target(offset_range, cursor_id, current, recorded)
-        if current == last:
-            self.log.info("partition %d: cursor %r is already at %d (committed before)", partition, cursor_id, last)
-            return partition, current, current
-        expected = offset_range.start - 1 if recorded is None else recorded
-        if current != expected:
-            raise AirflowFailException(
-                f"cursor {cursor_id!r} of stream {document.stream!r} partition {partition} is at {current}, "
-                f"expected {expected} (before the range [{offset_range.start}, {offset_range.end})) or {last} "
-                "(already committed): someone else moved it, so committing would skip or repeat offsets; "
-                "no cursor was moved"
-            )
-        return partition, current, last
+    def _logged(self, move: CursorMove) -> int:
+        if move.step is CursorStep.ALREADY_THERE:
+            self.log.info("partition %d: cursor %r is already at %d (committed before)", move.partition,
+                          move.cursor_id, move.target)  # fmt: skip
+        else:
+            self.log.info("partition %d: cursor %r %d -> %d", move.partition, move.cursor_id, move.found, move.target)
+        return move.target
 
-    def _empty_range_target(self, offset_range: OffsetRange, cursor_id: str, current: int, recorded: int | None) -> int:
+    def _empty_range(
+        self,
+        client: LiftbridgeClient,
+        document: RangesDocument,
+        cursor_id: str,
+        offset_range: OffsetRange,
+        recorded: Mapping[int, int | None],
+    ) -> int:
         """Where an empty range leaves the cursor: at ``start - 1`` when the freeze started past the cursor
-        it read (offsets removed by retention, skipped), so later runs do not meet that loss again; else put."""
-        partition, skipped_to = offset_range.partition, offset_range.start - 1
-        if recorded is not None and current == recorded and skipped_to > current:
-            self.log.info(
-                "partition %d: empty range after offsets %d-%d were skipped at the freeze; cursor %r %d -> %d",
-                partition,
-                current + 1,
-                skipped_to,
-                cursor_id,
-                current,
-                skipped_to,
-            )
-            return skipped_to
-        self.log.info("partition %d: empty range; cursor %r stays at %d", partition, cursor_id, current)
-        return current
+        it read (offsets removed by retention, skipped) and the cursor is still there, so later runs do not
+        meet that loss again; else put (a cursor another writer moved included)."""
+        partition, skipped_to, seen = offset_range.partition, offset_range.start - 1, recorded[offset_range.partition]
+        if seen is None or skipped_to <= seen:
+            current = client.fetch_cursor(cursor_id, document.stream, partition)
+            self.log.info("partition %d: empty range; cursor %r stays at %d", partition, cursor_id, current)
+            return current
+        try:
+            client.advance_cursor(cursor_id, document.stream, partition, skipped_to, expected=seen, verify=True)
+        except CursorMovedError as moved:
+            if moved.overwritten:
+                raise AirflowFailException(_refusal(document, moved)) from moved
+            self.log.info("partition %d: empty range; cursor %r stays at %d", partition, cursor_id, moved.found)
+            return moved.found
+        self.log.info("partition %d: empty range after offsets %d-%d were skipped at the freeze; cursor %r %d -> %d",
+                      partition, seen + 1, skipped_to, cursor_id, seen, skipped_to)  # fmt: skip
+        return skipped_to
+
+
+def _before(offset_range: OffsetRange, recorded: int | None) -> int:
+    """Where the commit expects the cursor before a range: where the freeze found it, else ``start - 1``."""
+    return offset_range.start - 1 if recorded is None else recorded
+
+
+def _refusal(document: RangesDocument, moved: CursorMovedError) -> str:
+    """The task's failure for a cursor move the cursor-advance rule refused."""
+    if moved.overwritten:
+        return (
+            f"{moved}: another writer commits cursor {moved.cursor_id!r} too (the partitions before it in the "
+            "document were committed); keep one writer per cursor"
+        )
+    offset_range = next(r for r in document.ranges if r.partition == moved.partition)
+    return (
+        f"cursor {moved.cursor_id!r} of stream {document.stream!r} partition {moved.partition} is at {moved.found}, "
+        f"expected {moved.expected} (before the range [{offset_range.start}, {offset_range.end})) or {moved.target} "
+        "(already committed): someone else moved it, so committing would skip or repeat offsets; no cursor was moved"
+    )

@@ -11,7 +11,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 from liftbridge_provider import metrics
-from liftbridge_provider.client import LiftbridgeClient, Message
+from liftbridge_provider.client import CursorMovedError, CursorStep, LiftbridgeClient, Message
 from liftbridge_provider.functions import import_function
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.operators._base import failing_without_retries
@@ -154,13 +154,17 @@ class LiftbridgeMessageSensor(BaseSensorOperator):
         return match_event(message, value)
 
     def _commit(self, client: LiftbridgeClient, partition: int, offset: int) -> None:
-        """Set the cursor to ``offset`` unless someone moved it past it since the sensor started."""
+        """Move the cursor to ``offset`` by the cursor-advance rule (never back): a cursor already there or
+        past it (someone moved it on since the sensor started) is left alone."""
         assert self.cursor_id is not None
-        current = client.fetch_cursor(self.cursor_id, self.stream, partition)
-        if current >= offset:
-            self.log.info("cursor %r is already at %d: left alone", self.cursor_id, current)
+        try:
+            move = client.advance_cursor(self.cursor_id, self.stream, partition, offset)
+        except CursorMovedError as moved:
+            self.log.info("cursor %r is already at %d, past %d: left alone", self.cursor_id, moved.found, offset)
             return
-        client.set_cursor(self.cursor_id, self.stream, partition, offset)
+        if move.step is CursorStep.ALREADY_THERE:
+            self.log.info("cursor %r is already at %d: left alone", self.cursor_id, offset)
+            return
         self._gauge_lag(client, partition, offset)
 
     def _gauge_lag(self, client: LiftbridgeClient, partition: int, cursor: int) -> None:

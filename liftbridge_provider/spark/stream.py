@@ -22,7 +22,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from liftbridge_provider.client import LiftbridgeClient
+from liftbridge_provider.client import CursorMovedError, LiftbridgeClient
 from liftbridge_provider.ranges import OffsetRange, check_partitions, partition_offsets
 from liftbridge_provider.spark.options import ReadOptions
 from liftbridge_provider.spark.planning import plan_slices, rate_limit
@@ -133,5 +133,9 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if cursor_id is None:
             return
         for partition, end in ends.items():
-            if end > 0 and client.fetch_cursor(cursor_id, self.stream, partition) < end - 1:
-                client.set_cursor(cursor_id, self.stream, partition, end - 1)
+            if end <= 0:
+                continue
+            try:
+                client.advance_cursor(cursor_id, self.stream, partition, end - 1)  # the cursor-advance rule
+            except CursorMovedError as moved:  # already past: never moved back
+                log.debug("%s", moved)

@@ -11,9 +11,10 @@ crash a watcher resumes from its cursors and loses nothing; what Airflow
 stored but the cursor had not recorded yet is sent again (message mode: up to
 ``max_in_flight`` events per partition; batch mode: the one batch, identical).
 
-Every cursor write first checks that the cursor still holds what this reader
-last saw: a reader that finds it moved by another writer (a second triggerer
-running the same watchers) stops instead of overwriting it.
+Every cursor write follows the cursor-advance rule (``client/cursor_advance.py``)
+from what this reader last saw: a reader that finds the cursor moved by another
+writer (a second triggerer running the same watchers) stops instead of
+overwriting it, and no cursor moves back.
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ from typing import Any
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
 from liftbridge_provider import fault_points
-from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeError, Message
+from liftbridge_provider.client import (
+    AsyncLiftbridgeClient,
+    CursorMovedError,
+    LiftbridgeError,
+    Message,
+    PartitionPausedError,
+)
+from liftbridge_provider.client.cursor_advance import CursorMove, CursorStep, decide
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.metrics import cursor_lag
 from liftbridge_provider.ranges import OffsetRange, check_partitions
@@ -49,6 +57,7 @@ from liftbridge_provider.watching import (
 log = logging.getLogger(__name__)
 
 LAG_INTERVAL = 15.0  # seconds between two lag reports of a reader
+PAUSED_POLL_INTERVAL = 2.0  # seconds between two high-watermark checks of a paused partition (message mode)
 
 # Readers alive in this process, by (connection, stream, cursor id): two readers
 # with different settings must not move the same cursors.
@@ -114,25 +123,36 @@ class _Reader(SharedStreamProducer):
         return value
 
     async def _write_cursor(self, client: AsyncLiftbridgeClient, cursor: str, partition: int, value: int) -> None:
-        """Set the cursor unless another writer moved it since this reader last read or wrote it."""
-        await self._fence(client, cursor, partition)
-        await client.set_cursor(cursor, self.settings.stream, partition, value)
+        """Move the cursor to ``value`` by the cursor-advance rule, from what this reader last read or wrote:
+        a cursor another writer moved stops the reader (WatcherError) instead of being overwritten."""
+        seen = self._seen.get((cursor, partition))
+        try:
+            await client.advance_cursor(cursor, self.settings.stream, partition, value, expected=seen)
+        except CursorMovedError as moved:
+            raise self._moved(moved) from moved
         self._seen[(cursor, partition)] = value
 
-    async def _fence(self, client: AsyncLiftbridgeClient, cursor: str, partition: int) -> None:
-        """Raise WatcherError if the cursor no longer holds what this reader last read or wrote."""
-        expected = self._seen.get((cursor, partition))
-        if expected is None:
-            return
-        current = await client.fetch_cursor(cursor, self.settings.stream, partition)
-        if current != expected:
-            raise WatcherError(
-                f"cursor {cursor!r} of {self.settings.stream}/{partition} was moved by another writer from "
-                f"{expected} to {current}; this watcher stops rather than overwrite it and restarts from there. "
-                f"If another triggerer runs a different watcher with cursor_id {self.settings.cursor!r}, this "
-                "watcher's assets miss what that one passed: watchers that share a cursor_id must run in one "
-                "triggerer, so with several triggerers give each watcher its own cursor_id"
-            )
+    async def _fence(self, client: AsyncLiftbridgeClient, cursor: str, partition: int, target: int) -> None:
+        """Raise WatcherError unless the cursor may move to ``target`` by the cursor-advance rule (checked
+        only, for writes that must come before the cursor's own: a batch's slots before its planned mark)."""
+        found = await client.fetch_cursor(cursor, self.settings.stream, partition)
+        seen = self._seen.get((cursor, partition))
+        move = CursorMove(cursor, self.settings.stream, partition, found, target, seen, decide(found, target, seen))
+        if move.step is CursorStep.MOVED:
+            raise self._moved(move.refusal())
+
+    def _moved(self, moved: CursorMovedError) -> WatcherError:
+        if moved.expected is not None and moved.found != moved.expected:
+            how = f"from {moved.expected} to {moved.found}"
+        else:
+            how = f"to {moved.found}, past {moved.target}"
+        return WatcherError(
+            f"cursor {moved.cursor_id!r} of {self.settings.stream}/{moved.partition} was moved by another writer "
+            f"{how}; this watcher stops rather than overwrite it and restarts from there. "
+            f"If another triggerer runs a different watcher with cursor_id {self.settings.cursor!r}, this "
+            "watcher's assets miss what that one passed: watchers that share a cursor_id must run in one "
+            "triggerer, so with several triggerers give each watcher its own cursor_id"
+        )
 
     async def _first_offset(self, client: AsyncLiftbridgeClient, partition: int) -> int:
         """After the stored position; with none, 0 (earliest) or the start recorded on the first run (latest)."""
@@ -227,20 +247,38 @@ class MessageReader(_Reader):
     async def _read(
         self, client: AsyncLiftbridgeClient, partition: int, start: int, arrivals: asyncio.Queue[Any]
     ) -> None:
-        SUBSCRIPTIONS_OPENED[(self.settings.stream, partition)] += 1
-        log.info(
-            "Liftbridge watcher subscribed to %s/%d at offset %d (cursor %s)",
-            self.settings.stream,
-            partition,
-            start,
-            self.settings.cursor,
-        )
+        """Read the partition from ``start`` into ``arrivals``; an error ends the group (handed to open_stream).
+
+        A paused partition (``auto_pause_time``, ``pause_stream``) is a quiet one: its subscription ends
+        (or is refused) with PartitionPausedError, and the reader then waits without resuming it until its
+        high watermark shows a message it has not read (a publish resumes a partition), and subscribes
+        again from there, resuming it: only a read that needs data resumes a partition.
+        """
+        stream, resume = self.settings.stream, False
+        SUBSCRIPTIONS_OPENED[(stream, partition)] += 1
+        log.info("Liftbridge watcher subscribed to %s/%d at offset %d (cursor %s)", stream, partition, start,
+                 self.settings.cursor)  # fmt: skip
         try:
-            async for message in client.subscribe(self.settings.stream, partition, start):
-                await self._windows[partition].acquire()
-                await arrivals.put((message, partition))
+            while True:
+                try:
+                    async for message in client.subscribe(stream, partition, start, resume=resume):
+                        start = message.offset + 1
+                        await self._windows[partition].acquire()
+                        await arrivals.put((message, partition))
+                    return
+                except PartitionPausedError:
+                    log.info("Liftbridge watcher: %s/%d is paused; waiting for offset %d without resuming it",
+                             stream, partition, start)  # fmt: skip
+                    await self._wait_for_offset(client, partition, start)
+                    resume = True
+                    log.info("Liftbridge watcher: %s/%d has offset %d; subscribing again", stream, partition, start)
         except Exception as exc:  # handed to open_stream, which fails the group
             await arrivals.put(exc)
+
+    async def _wait_for_offset(self, client: AsyncLiftbridgeClient, partition: int, offset: int) -> None:
+        """Return once the partition's high watermark reaches ``offset``, asking every PAUSED_POLL_INTERVAL s."""
+        while (await client.fetch_partition_metadata(self.settings.stream, partition)).high_watermark < offset:
+            await asyncio.sleep(PAUSED_POLL_INTERVAL)
 
     def get_advance_lane(self, broker_payload: Any) -> Hashable:
         partition: int = broker_payload[0]
@@ -347,7 +385,7 @@ class BatchReader(_Reader):
         The slot is written only while ``planned`` still holds what this reader last saw.
         """
         stream, first = self.settings.stream, self._partitions[0]
-        await self._fence(client, self.cursors.planned, first)
+        await self._fence(client, self.cursors.planned, first, batch)
         for partition in self._partitions:
             await client.set_cursor(self.cursors.slot_start(batch), stream, partition, starts[partition])
             await client.set_cursor(self.cursors.slot_end(batch), stream, partition, ends[partition])

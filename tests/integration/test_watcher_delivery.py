@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from airflow.triggers.shared_stream import SharedStreamManager
 
-from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeClient, LiftbridgeError
+from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeClient, LiftbridgeError, StopPosition
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
 from liftbridge_provider.watching import CursorNames
@@ -157,6 +157,47 @@ def test_start_from_latest_keeps_its_start_across_a_restart_before_the_first_mes
             return second.offsets()
 
         assert asyncio.run(scenario()) == [0, 1]
+
+
+def test_an_auto_paused_partition_is_a_quiet_partition_not_a_failure(server: DevServer) -> None:
+    """A partition that auto-pauses (1 s without a message) under a message-mode watcher is quiet, not
+    failed: the watcher keeps waiting without an error, and so does one started again while the partition
+    is paused (so the triggerer does not restart it in a loop); neither resumes the partition while nothing
+    is published (the activity stream shows no resume), and what is published later is delivered, nothing
+    lost or repeated."""
+    with LiftbridgeClient(server.brokers) as client:
+        stream = f"paused-{uuid.uuid4().hex[:8]}"
+        client.create_stream(stream, stream, auto_pause_time=1)
+        publish(client, stream, ["m0", "m1"])
+        trigger = LiftbridgeMessageTrigger(stream=stream, cursor_id="paused")
+
+        def changes() -> list[str]:
+            events = client.activity(stop=StopPosition.latest(), timeout=WAIT)
+            return [e.op for e in events if e.stream == stream and e.op in ("pause_stream", "resume_stream")]
+
+        async def scenario() -> tuple[Watcher, Watcher, list[str]]:
+            first = Watcher(SharedStreamManager(), trigger, 1).start()
+            await until(lambda: len(first.stored) >= 2, "the first two messages")
+            ends = asyncio.get_running_loop().time() + WAIT
+            while "pause_stream" not in await asyncio.to_thread(changes):
+                assert asyncio.get_running_loop().time() < ends, "the partition did not auto-pause"
+                await asyncio.sleep(0.5)
+            await asyncio.sleep(3)  # the watcher meets the paused partition, then waits on it
+            await first.stop()
+            again = Watcher(SharedStreamManager(), trigger, 1).start()  # started on the paused partition
+            await asyncio.sleep(3)
+            while_paused = await asyncio.to_thread(changes)
+            await asyncio.to_thread(publish, client, stream, ["m2", "m3"])
+            await until(lambda: len(again.stored) >= 2 or again.error is not None, "the two published later")
+            await again.stop()
+            return first, again, while_paused
+
+        first, again, while_paused = asyncio.run(scenario())
+    for watcher in (first, again):
+        assert watcher.error is None, f"a paused partition failed the watcher: {watcher.error!r}"
+    assert first.offsets() == [0, 1]
+    assert again.offsets() == [2, 3]
+    assert while_paused == ["pause_stream"], f"a watcher resumed the paused partition: {while_paused}"
 
 
 def test_poison_message_without_a_dead_letter_stream_fails_loudly_and_is_not_passed(

@@ -9,6 +9,7 @@ from liftbridge_provider.client.errors import LiftbridgeTimeoutError
 from liftbridge_provider.client.groups import (
     POLL_SECONDS,
     AfterFailure,
+    Call,
     ConsumerError,
     Membership,
     Progress,
@@ -113,9 +114,29 @@ def test_progress_checkpoints_only_what_moved_past_the_stored_offset() -> None:
     progress.mark(("orders", 0), 9)
     progress.mark(("orders", 1), 4)
     progress.mark(("orders", 1), 2)  # an older offset never moves it back
-    assert progress.due() == {("orders", 1): 4}
+    assert progress.due() == {("orders", 1): (4, -1)}
     progress.stored(("orders", 1), 4)
     assert progress.due() == {}
+
+
+def test_progress_checkpoints_from_where_the_member_last_saw_the_cursor() -> None:
+    """A checkpoint moves a cursor from the member's last view of it: the committed offset read at assignment
+    (a later read never takes that view back), the offset it stored, or where another writer moved it."""
+    progress = Progress()
+    orders = ("orders", 0)
+    progress.mark(orders, 3)
+    assert progress.due() == {orders: (3, None)}, "never saw the cursor"
+    progress.resumed(orders, 1)
+    progress.mark(orders, 9)
+    assert progress.due() == {orders: (9, 1)}
+    progress.stored(orders, 9)
+    progress.resumed(orders, 5)  # a read that crossed its own checkpoint
+    assert progress.seen[orders] == 9
+    progress.mark(orders, 12)
+    progress.moved(orders, 20)  # another member read on and committed 20
+    assert progress.due() == {}, "nothing to move: the cursor is past what this member processed"
+    progress.mark(orders, 25)
+    assert progress.due() == {orders: (25, 20)}
 
 
 def test_a_read_budget_counts_idle_time_from_the_last_message_not_from_each_poll() -> None:
@@ -132,3 +153,26 @@ def test_a_read_budget_counts_idle_time_from_the_last_message_not_from_each_poll
     assert overall.wait(1.9) == pytest.approx(0.1)
     with pytest.raises(LiftbridgeTimeoutError, match=r"timed out after 2s"):
         overall.check(2.0)
+
+
+def test_a_closing_member_only_heartbeats_and_never_joins_again() -> None:
+    """A member that closes keeps fetching its assignments (its heartbeat) until it left, so the group does
+    not drop it before its checkpoint; meanwhile an answer starts and stops nothing, a failed fetch changes
+    nothing, and once it left it does not join again."""
+    member = joined()
+    running = frozenset({("orders", 0)})
+    member.on_assignments(7, {"orders": [0]}, 101.0, frozenset())
+    member.close()
+    assert member.next_call() is Call.FETCH
+    rebalance = member.on_assignments(8, {"orders": [0, 1]}, 102.0, running)
+    assert (rebalance.start, rebalance.stop) == (frozenset(), frozenset())
+    assert member.last_answer == 102.0, "the answer still counts as the coordinator's"
+    assert member.on_fetch_failed(grpc.StatusCode.NOT_FOUND, "consumer group does not exist", 103.0) is (
+        AfterFailure.RETRY
+    )
+    member.left()
+    assert member.next_call() is Call.NONE
+    assert joined().next_call() is Call.FETCH
+    out = joined()
+    out.left()
+    assert out.next_call() is Call.JOIN, "a member that is not closing joins again"

@@ -171,6 +171,26 @@ def test_dead_letter_headers_name_the_origin_and_keep_the_message_headers() -> N
     assert len(headers["lb-dlq-error"]) == DEAD_LETTER_ERROR_BYTES
 
 
+def test_a_long_dead_letter_error_is_cut_on_a_character_boundary_so_its_headers_stay_text() -> None:
+    """The error header keeps at most DEAD_LETTER_ERROR_BYTES bytes of the error; a cut inside a multi-byte
+    UTF-8 character made the header undecodable, and a watcher on the dead-letter stream then showed every
+    header of the message as base64. The cut keeps whole characters (the longest prefix that fits)."""
+    raw = api.Message(offset=7, stream="orders", partition=2, timestamp=123, value=b"v", headers={"trace": b"t1"})
+    for filler in ("\u20ac", "\u00e9", "\U0001f600", "x"):  # 3, 2, 4 and 1 byte(s) a character
+        error = "ValueError: " + filler * 5000
+        kept = dead_letter_headers(Message(raw), cursor_id="c", error=error)["lb-dlq-error"]
+        text = kept.decode("utf-8")  # raises when a character was cut
+        assert error.startswith(text)
+        assert DEAD_LETTER_ERROR_BYTES - len(filler.encode()) < len(kept) <= DEAD_LETTER_ERROR_BYTES
+    short = dead_letter_headers(Message(raw), cursor_id="c", error="ValueError: caf\u00e9")["lb-dlq-error"]
+    assert short == "ValueError: caf\u00e9".encode()
+    letter = api.Message(offset=0, stream="orders-dlq", partition=2, timestamp=9, value=b"v")
+    letter.headers.update(dead_letter_headers(Message(raw), cursor_id="c", error="E: " + "\u20ac" * 5000))
+    payload = message_payload(Message(letter))
+    assert payload["headers_encoding"] == "text"
+    assert payload["headers"]["lb-dlq-stream"] == "orders"
+
+
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
