@@ -143,9 +143,10 @@ class AsyncLiftbridgeClient:
         verify: bool = False,
         timeout: float | None = None,
     ) -> dict[int, CursorMove]:
-        """:meth:`advance_cursor` for several partitions at once (as the sync client's)."""
+        """:meth:`advance_cursor` for several partitions at once (as the sync client's; one ``timeout`` for all)."""
         check_timeout("timeout", timeout)
         plan = cursor_advance.advance(cursor_id, stream, offsets, expected, verify=verify)
+        deadline = Deadline(timeout if timeout is not None else self.config.request_timeout)
         answer: int | None = None
         while True:
             try:
@@ -154,9 +155,11 @@ class AsyncLiftbridgeClient:
                 moves: dict[int, CursorMove] = done.value
                 return moves
             if isinstance(action, Fetch):
-                answer = await self.fetch_cursor(cursor_id, stream, action.partition, timeout=timeout)
+                left = max(deadline.remaining(), 0.001)
+                answer = await self.fetch_cursor(cursor_id, stream, action.partition, timeout=left)
             else:
-                await self.set_cursor(cursor_id, stream, action.partition, action.offset, timeout=timeout)
+                left = max(deadline.remaining(), 0.001)
+                await self.set_cursor(cursor_id, stream, action.partition, action.offset, timeout=left)
                 answer = None
 
     async def subscribe(

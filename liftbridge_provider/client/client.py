@@ -935,8 +935,8 @@ class LiftbridgeClient:
         Fetches the cursor, and sets it only when it is below ``offset`` and, with ``expected``, still
         where this writer last saw it; a cursor already at ``offset`` is left alone. Raises
         CursorMovedError (nothing written) when it is elsewhere or past ``offset``, and with ``verify``
-        reads it back (CursorMovedError ``overwritten`` when another writer set it meanwhile). Each call
-        has ``timeout`` (seconds, default ``request_timeout``). Returns the decision taken.
+        reads it back (CursorMovedError ``overwritten`` when another writer set it meanwhile). The whole
+        move ends within ``timeout`` (seconds, default ``request_timeout``). Returns the decision taken.
         """
         moves = self.advance_cursors(
             cursor_id, stream, {partition: offset}, expected={partition: expected}, verify=verify, timeout=timeout
@@ -957,10 +957,11 @@ class LiftbridgeClient:
         checked before any is written, and one that moved refuses the whole move."""
         check_timeout("timeout", timeout)
         plan = cursor_advance.advance(cursor_id, stream, offsets, expected, verify=verify)
+        deadline = Deadline(timeout if timeout is not None else self.config.request_timeout)
         return cursor_advance.run(
             plan,
-            lambda partition: self.fetch_cursor(cursor_id, stream, partition, timeout=timeout),
-            lambda partition, offset: self.set_cursor(cursor_id, stream, partition, offset, timeout=timeout),
+            lambda partition: self.fetch_cursor(cursor_id, stream, partition, timeout=_left(deadline)),
+            lambda partition, offset: self.set_cursor(cursor_id, stream, partition, offset, timeout=_left(deadline)),
         )
 
     def _check_cursor_target(self, stream: str, partition: int) -> None:
@@ -1070,3 +1071,8 @@ def _closing(subscription: Subscription) -> Iterator[Message]:
     """The subscription's messages; the subscription is cancelled when iteration ends or stops early."""
     with subscription:
         yield from subscription
+
+
+def _left(deadline: Deadline) -> float:
+    """Seconds left for the next call of a multi-call operation (a call given no time fails as timed out)."""
+    return max(deadline.remaining(), 0.001)
