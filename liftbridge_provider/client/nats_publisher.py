@@ -320,11 +320,17 @@ class NatsBatchPublisher:
             raise _ConnectionBroken(f"could not connect to NATS {list(config.servers)}: {exc!r}") from exc
 
     async def _confirm(self, client: NatsClient) -> None:
-        """A round trip to the NATS server: what was written before has reached it."""
+        """A round trip to the NATS server: what was written before has reached it. It waits
+        :data:`FLUSH_TIMEOUT` seconds, or exactly what is left of the batch deadline when that is less (then an
+        unanswered round trip is the deadline's doing, not a broken connection)."""
+        seconds = self._bounded(FLUSH_TIMEOUT)
+        cut_by_deadline = seconds < FLUSH_TIMEOUT
         try:
-            await client.flush(timeout=max(int(self._bounded(FLUSH_TIMEOUT)), 1))
+            # nats-py annotates the timeout as int but hands it to asyncio.wait_for: fractions of a second hold.
+            await client.flush(timeout=seconds)  # type: ignore[arg-type]
         except (nats.errors.Error, OSError, TimeoutError) as exc:
-            if isinstance(exc, (TimeoutError, nats.errors.TimeoutError)) and self._deadline_passed():
+            timed_out = isinstance(exc, (TimeoutError, nats.errors.TimeoutError))
+            if timed_out and (cut_by_deadline or self._deadline_passed()):
                 raise _DeadlineReached from exc
             raise _ConnectionBroken(f"NATS flush failed: {exc!r}") from exc
         except RuntimeError as exc:  # uvloop, as in _publish

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import plans
+from liftbridge_provider.client import plans, watermarks
 from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.connections import ConnectionPool
 from liftbridge_provider.client.errors import LiftbridgeError, UnavailableError
@@ -126,6 +126,17 @@ class Router:
         deadline = self.deadline(timeout)
         return self.run(
             plans.partition_metadata(self.config, self.metadata.snapshot, deadline, stream, partition, settle=settle)
+        )
+
+    def high_watermark_reaching(
+        self, stream: str, partition: int, offset: int, *, timeout: float | None = None, held_only: bool
+    ) -> PartitionInfo:
+        """The leader's partition metadata once ``offset`` is committed (watermarks.high_watermark_reaching)."""
+        deadline = self.deadline(timeout)
+        return self.run(
+            watermarks.high_watermark_reaching(
+                self.config, self.metadata.snapshot, deadline, stream, partition, offset=offset, held_only=held_only
+            )
         )
 
     def partition_running(self, stream: str, partition: int, *, timeout: float | None = None) -> None:

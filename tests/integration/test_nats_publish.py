@@ -30,6 +30,7 @@ from liftbridge_provider.client import (
     partition_by_key,
 )
 from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.devserver.proxy import FaultProxy
 
 NATS_MAX_PAYLOAD = 1024 * 1024  # nats-server's default, which the dev servers keep
 
@@ -235,6 +236,36 @@ def test_batch_deadline_during_a_hung_nats_connect_fails_every_message_as_the_de
         (n, AckTimeoutError, False) for n in range(3)
     ]
     assert "batch deadline (1s) passed" in str(result.failures[0].error)
+
+
+@pytest.mark.parametrize("timeout", [0.3, 1.6])
+def test_a_flush_nats_never_answers_gets_exactly_what_is_left_of_the_batch_deadline(
+    liftbridge_server: DevServer, timeout: float
+) -> None:
+    """The NATS path goes silent right after the handshake (a host that vanished without a reset, here a proxy
+    that stops forwarding at the client's second PING: the handshake sends the first), so the round trip that
+    confirms the ack subscription (nats-py's flush, its timeout in seconds) is never answered. It must get
+    exactly what is left of the batch deadline: whole seconds made a 0.3 s batch wait a full second, and a
+    1.6 s batch give up after one second and report the deadline's doing as a broken connection. Either way
+    publish_batch returns by its deadline with each message failed as not sent at the deadline
+    (AckTimeoutError, not may-be-stored)."""
+    target = liftbridge_server.nats_servers[0].removeprefix("nats://")
+    with FaultProxy(target, http2=False) as proxy:
+        nats = NatsConfig(servers=(proxy.address,))
+        with LiftbridgeClient(ClientConfig(brokers=tuple(liftbridge_server.brokers), nats=nats)) as client:
+            name = new_stream(client)
+            client.stream_info(name)
+            proxy.blackhole_when_client_sends(b"PING", nth=2)
+            started = time.monotonic()
+            result = client.publish_batch(name, [b"a", b"b"], timeout=timeout, raise_on_error=False)
+            elapsed = time.monotonic() - started
+            assert client.fetch_partition_metadata(name, 0).high_watermark == -1
+    assert elapsed < timeout + 0.5, f"a {timeout:g} s batch took {elapsed:.2f} s"
+    assert [(f.index, type(f.error), f.may_be_stored) for f in result.failures] == [
+        (0, AckTimeoutError, False),
+        (1, AckTimeoutError, False),
+    ], [str(f.error) for f in result.failures]
+    assert f"batch deadline ({timeout:g}s) passed" in str(result.failures[0].error)
 
 
 def test_frozen_partition_leader_fails_the_acks_by_ack_wait(liftbridge_cluster: DevServer) -> None:
