@@ -128,7 +128,14 @@ def _refused(exc: Exception) -> bool:
 
 
 async def _connect(config: NatsConfig, **callbacks: Any) -> NatsClient:
-    """One connection that never reconnects by itself: a lost connection is the publisher's to report."""
+    """One connection that never reconnects by itself: a lost connection is the publisher's to report.
+
+    ``pending_size=0``: nats-py never flushes its outgoing buffer from inside ``publish`` and waits for it
+    there. With a limit (2 MiB by default) a publish past it waits for that flush with no timeout, so a peer
+    that stopped reading blocked the batch past its deadline for good. Without it, publishing only appends to
+    the buffer that nats-py's own flusher task writes out; what the buffer can hold is bounded by the batch's
+    window of messages awaiting an ack, and the batch ends by its deadline whatever the socket does.
+    """
     return await nats.connect(
         servers=list(config.servers),
         user=config.user,
@@ -141,6 +148,7 @@ async def _connect(config: NatsConfig, **callbacks: Any) -> NatsClient:
         max_reconnect_attempts=1,
         skip_subject_validation=True,  # subjects come from the streams' metadata, which the server checked
         name="liftbridge-provider",
+        pending_size=0,
         **callbacks,
     )
 

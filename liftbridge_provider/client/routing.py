@@ -18,6 +18,7 @@ from liftbridge_provider.client import plans, watermarks
 from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.connections import ConnectionPool
 from liftbridge_provider.client.errors import LiftbridgeError, UnavailableError
+from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.metadata import Metadata, MetadataCache, PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.retry import Deadline
@@ -61,11 +62,9 @@ class Router:
                     started = time.monotonic()
                     action.after_connect(pooled.connect(budget))
                     timeout = max(timeout - (time.monotonic() - started), 0.001)
-                try:
-                    return action.rpc(pooled.stub, timeout)
-                except grpc.RpcError as exc:
-                    pooled.connected = exc.code() != grpc.StatusCode.UNAVAILABLE
-                    raise
+                answer = action.rpc(pooled.stub, timeout)
+                HEALTH.answered(action.address)
+                return answer
         if isinstance(action, plans.Sleep):
             time.sleep(action.seconds)
             return None

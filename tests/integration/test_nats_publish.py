@@ -343,3 +343,32 @@ def wait_for_offset(client: LiftbridgeClient, stream: str, offset: int, timeout:
     while client.fetch_partition_metadata(stream, 0).high_watermark < offset:
         assert time.monotonic() < deadline, f"offset {offset} not stored within {timeout:g}s"
         time.sleep(0.02)
+
+
+def test_a_nats_path_that_stops_reading_mid_batch_ends_the_batch_by_its_deadline(liftbridge_server: DevServer) -> None:
+    """The NATS path goes silent after two messages while megabytes more are queued (a peer that stopped
+    reading: the socket fills). The batch still returns by its deadline, every message accounted for: nats-py
+    flushes its pending buffer itself once it holds more than its limit (2 MiB by default) and waits for that
+    flush without a timeout, so before, publish_batch blocked there past its deadline for good."""
+    target = liftbridge_server.nats_servers[0].removeprefix("nats://")
+    with FaultProxy(target, http2=False) as proxy:
+        nats = NatsConfig(servers=(proxy.address,))
+        with LiftbridgeClient(ClientConfig(brokers=tuple(liftbridge_server.brokers), nats=nats)) as client:
+            name = new_stream(client)
+            client.stream_info(name)
+            proxy.blackhole_when_client_sends(b"PUB", nth=3)
+            payloads = [bytes([i % 251]) * 200_000 for i in range(300)]  # 60 MB
+            outcome: list[Any] = []
+            started = time.monotonic()
+            worker = threading.Thread(
+                target=lambda: outcome.append(client.publish_batch(name, payloads, timeout=2, raise_on_error=False)),
+                daemon=True,
+            )
+            worker.start()
+            worker.join(20)
+            elapsed = time.monotonic() - started
+            assert not worker.is_alive(), "publish_batch was still blocked 20 s after its 2 s deadline"
+    assert elapsed < 4, f"a 2 s batch took {elapsed:.2f} s"
+    (result,) = outcome
+    assert sum(ack is not None for ack in result.acks) + len(result.failures) == 300, "every message accounted for"
+    assert result.failures, "nothing past the silence was acked"

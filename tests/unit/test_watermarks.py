@@ -16,7 +16,8 @@ import grpc
 import pytest
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import NoSuchStreamError, addresses, plans
+from liftbridge_provider.client import NoSuchStreamError, plans
+from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.retry import Deadline
@@ -33,9 +34,11 @@ CONFIG = ClientConfig(brokers=("10.0.0.1:9292",))
 
 
 @pytest.fixture(autouse=True)
-def no_hung_brokers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts with no broker marked as hung (the registry is process-wide)."""
-    monkeypatch.setattr(addresses, "HUNG_UNTIL", {})
+def no_suspected_brokers() -> Iterator[None]:
+    """Each test starts and ends with no broker suspected (the health model is process-wide)."""
+    HEALTH.clear()
+    yield
+    HEALTH.clear()
 
 
 def info(high_watermark: int, newest_offset: int) -> PartitionInfo:
