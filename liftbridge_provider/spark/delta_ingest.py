@@ -25,7 +25,6 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from liftbridge_provider.delta_plan import TXN_RETENTION_PROPERTY, DeltaPlan, pl
 from liftbridge_provider.delta_table import PARTITION_COLUMN, holdings, table_path
 from liftbridge_provider.lake import LakeError, Outcome, problems
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.spark.pieces import read_pieces
 from liftbridge_provider.spark.source import arrow_schema
 
 log = logging.getLogger("liftbridge.ingest.delta")
@@ -242,22 +242,6 @@ def _holdings(table: DeltaTable, document: RangesDocument) -> dict[int, list[tup
     return holdings(table, document.stream, [r.partition for r in document.ranges if r.count])
 
 
-def _read(spark: SparkSession, stream: str, pieces: tuple[OffsetRange, ...], options: Mapping[str, str]) -> DataFrame:
-    """One DataFrame of every piece (a ranges document holds one range per partition, so a partition with
-    several pieces takes several documents, unioned): Spark reads them all in one job."""
-    rounds: list[list[OffsetRange]] = []
-    for piece in pieces:
-        slot = next((r for r in rounds if all(p.partition != piece.partition for p in r)), None)
-        if slot is None:
-            rounds.append(slot := [])
-        slot.append(piece)
-    frames = [
-        spark.read.format("liftbridge").options(**options, ranges=RangesDocument(stream, tuple(r)).dumps()).load()
-        for r in rounds
-    ]
-    return reduce(DataFrame.unionByName, frames)
-
-
 def _gaps(plan: DeltaPlan) -> list[str]:
     return [f"partition {g.partition}: the lake misses offsets [{g.start}, {g.end})" for g in plan.gaps]
 
@@ -290,7 +274,7 @@ def ingest_delta(
             return Outcome([], [], gaps, f"{table} (Delta version {delta.version()})")
         log.info("Delta table %s holds %s; writing %s", table, _describe(plan.held), _describe(plan.write))
         folder = Path(table) / f"liftbridge-{run}-{attempt}"
-        _write_files(spark, _read(spark, document.stream, plan.write, options), folder)
+        _write_files(spark, read_pieces(spark, document.stream, plan.write, options), folder)
         actions = add_actions(table, folder)
         entries = _entries(actions, folder, plan, run)
         found = problems(entries, compacted, head_loss_ok)
