@@ -14,9 +14,9 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SPARK_BENCH_ARGS ?=
 
-.PHONY: setup venv tools golbbench browser proto lint test chaos bench demo dist clean
+.PHONY: setup venv tools golbbench browser proto native lint test chaos bench demo dist clean
 
-setup: venv tools proto
+setup: venv tools proto native
 
 # The virtual environment, with the project installed in editable mode. "compat" mode puts the
 # project folder on sys.path (a .pth line) instead of an import hook, so Spark's data source
@@ -44,6 +44,14 @@ golbbench:
 # Headless Chromium and chromedriver (Debian packages) for the Airflow UI test.
 browser:
 	@tools/install-browser.sh
+
+# The compiled decoder of the Subscribe stream (liftbridge_provider/client/_wire_columns.c), built in place
+# again when its source changes (the editable install builds it once; a wheel always carries it).
+NATIVE_SRC := liftbridge_provider/client/_wire_columns.c
+native: $(VENV)/.native
+$(VENV)/.native: $(VENV)/.installed $(NATIVE_SRC)
+	$(PY) setup.py --quiet build_ext --inplace
+	touch $@
 
 # Python modules generated from proto/ (also done by the package build).
 proto: $(VENV)/.installed
@@ -86,3 +94,4 @@ dist:
 
 clean:
 	rm -rf $(VENV) .tools .devserver liftbridge_provider/_proto build dist *.egg-info
+	rm -f liftbridge_provider/client/_wire_columns.*.so
