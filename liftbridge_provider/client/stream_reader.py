@@ -40,6 +40,14 @@ STOP = 2
 """Values of ``add`` from this one up end :func:`receive_into` (the column builders' LAST, END and FULL)."""
 
 
+def _lock_of(condition: Any) -> Any:
+    """The lock under grpc's condition: entering it directly is what entering the condition does, without
+    the two Python-level calls of ``threading.Condition.__enter__``/``__exit__`` (these loops never wait
+    on or notify the condition)."""
+    lock = getattr(condition, "_lock", None)
+    return lock if lock is not None and hasattr(lock, "__enter__") else condition
+
+
 def fast_path_available(call: Any) -> bool:
     """The call is grpc's single-threaded server-streaming call with the parts :func:`messages_of` uses."""
     rendezvous = getattr(_channel, "_SingleThreadedRendezvous", None)
@@ -57,7 +65,7 @@ def messages_of(call: Any) -> Iterator[Any]:
         yield from call
         return
     state, core, deserialize = call._state, call._call, call._response_deserializer
-    condition, due = state.condition, state.due
+    condition, due = _lock_of(state.condition), state.due
     receive = (cygrpc.ReceiveMessageOperation(0),)
     while True:
         with condition:  # as grpc: a concurrent cancel() sets the code under this lock
@@ -114,7 +122,7 @@ def receive_into(call: Any, add: Callable[[bytes], int]) -> tuple[int, bytes] | 
                 return status, data
         return None
     state, core = call._state, call._call
-    condition, due = state.condition, state.due
+    condition, due = _lock_of(state.condition), state.due
     receive = (cygrpc.ReceiveMessageOperation(0),)
     while True:
         with condition:  # as grpc: a concurrent cancel() sets the code under this lock

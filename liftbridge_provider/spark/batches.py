@@ -139,9 +139,12 @@ def arrow_batch(columns: Columns, schema: pa.Schema, stream: str, partition: int
     rows = columns.rows
     types = {field.name: field.type for field in schema}
     entries = len(columns.name_offsets) // 4 - 1
-    names = _binary(pa.string(), entries, columns.name_offsets, columns.name_data)
-    values = _binary(pa.binary(), entries, columns.header_value_offsets, columns.header_value_data)
-    map_offsets = pa.Array.from_buffers(pa.int32(), rows + 1, [None, pa.py_buffer(columns.header_offsets)])
+    map_type = types["headers"]
+    key_field, item_field = map_type.key_field, map_type.item_field
+    names = _binary(key_field.type, entries, columns.name_offsets, columns.name_data)
+    values = _binary(item_field.type, entries, columns.header_value_offsets, columns.header_value_data)
+    pairs = pa.StructArray.from_arrays([names, values], fields=[key_field, item_field])
+    headers = pa.Array.from_buffers(map_type, rows, [None, pa.py_buffer(columns.header_offsets)], children=[pairs])
     arrays = {
         "key": _binary(types["key"], rows, columns.key_offsets, columns.key_data),
         "value": _binary(types["value"], rows, columns.value_offsets, columns.value_data),
@@ -150,6 +153,6 @@ def arrow_batch(columns: Columns, schema: pa.Schema, stream: str, partition: int
         "offset": pa.Array.from_buffers(types["offset"], rows, [None, pa.py_buffer(columns.offsets)]),
         "timestamp": pa.Array.from_buffers(types["timestamp"], rows, [None, pa.py_buffer(columns.timestamps)]),
         "subject": _binary(types["subject"], rows, columns.subject_offsets, columns.subject_data),
-        "headers": pa.MapArray.from_arrays(map_offsets, names, values).cast(types["headers"]),
+        "headers": headers,
     }
     return pa.RecordBatch.from_arrays([arrays[field.name] for field in schema], schema=schema)
