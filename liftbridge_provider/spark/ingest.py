@@ -60,6 +60,7 @@ from liftbridge_provider.ranges import RangesDocument
 from liftbridge_provider.spark.lake_store import HadoopStore
 from liftbridge_provider.spark.parquet_ingest import Job, ingest_parquet
 from liftbridge_provider.spark.source import LiftbridgeDataSource
+from liftbridge_provider.spark.table_ingest import ingest_table
 
 log = logging.getLogger("liftbridge.ingest")
 
@@ -182,13 +183,13 @@ def run(
         raise InvalidArgumentError(f"--stream {args.stream} differs from the ranges document's {document.stream}")
     config = client_config(args, os.environ if environ is None else environ)
     if args.lake_format == "delta":
-        from liftbridge_provider.spark.delta_ingest import ingest_delta  # noqa: PLC0415 - driver only
+        from liftbridge_provider.spark.delta_ingest import DeltaFormat  # noqa: PLC0415 - needs deltalake
 
-        total = ingest_delta(
+        total = ingest_table(
             spark,
             document,
             source_options(config, args, cores=spark.sparkContext.defaultParallelism),
-            table_path(args.output),
+            DeltaFormat(table_path(args.output)),
             run=uuid.uuid4().hex[:12],
             compacted=args.compacted,
             head_loss_ok=args.on_data_loss == "skip",

@@ -186,7 +186,7 @@ def test_a_driver_killed_between_writing_and_committing_leaves_each_offset_once(
         "--ranges", ranges.dumps(), "--output", str(table), "--format", "delta",
     ]  # fmt: skip
     env = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-    env[fault_points.ENV] = "ingest.delta_written=exit"
+    env[fault_points.ENV] = "ingest.table_written=exit"
     crashed = subprocess.run(
         command, check=False, env={**os.environ, **env}, capture_output=True, text=True, timeout=600
     )
@@ -223,7 +223,7 @@ def test_two_runs_committing_at_once_leave_each_offset_once(
                 errors.append(exc)
 
         runs = [threading.Thread(target=one_run) for _ in range(2)]
-        with fault_points.armed("ingest.delta_written", lambda _: both_written.wait()):
+        with fault_points.armed("ingest.table_written", lambda _: both_written.wait()):
             for thread in runs:
                 thread.start()
             for thread in runs:
