@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     output = OUTPUT if lake_format == "parquet" else OUTPUT.with_name(f"{OUTPUT.name}-{lake_format}")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     shutil.rmtree(output, ignore_errors=True)
-    AIRFLOW_HOME.mkdir(exist_ok=True)
+    AIRFLOW_HOME.mkdir(parents=True, exist_ok=True)
     with start_single() as server, LiftbridgeClient(server.brokers) as client:
         log.info("liftbridge running at %s", server.brokers[0])
         env = airflow_env(server.brokers)
