@@ -57,7 +57,7 @@ class ColumnBuilder:
         self._names: list[bytes] = []
         self._header_values: list[bytes] = []
         self._entries: list[int] = [0]
-        self._lengths = [0, 0, 0, 0, 0]  # bytes of keys, values, subjects, header names, header values
+        self._data = 0  # bytes of keys, values, subjects, header names and values: Arrow's int32 offsets bound it
 
     @property
     def rows(self) -> int:
@@ -89,14 +89,16 @@ class ColumnBuilder:
         if offset > self._high:
             return END
         headers = message.headers
-        names = sorted(headers)
-        values = [headers[name] for name in names]
-        encoded = [name.encode() for name in names]
         key, value, subject = message.key, message.value, message.subject.encode()
-        added_names, added_values = sum(map(len, encoded)), sum(map(len, values))
-        added = len(key) + len(value) + added_names + added_values
-        lengths = (len(key), len(value), len(subject), added_names, added_values)
-        fits = self._fits(lengths, len(names))
+        if headers:
+            names = [name.encode() for name in sorted(headers)]
+            values = [headers[name] for name in sorted(headers)]
+            header_bytes = sum(map(len, names)) + sum(map(len, values))
+        else:
+            names, values, header_bytes = [], [], 0
+        added = len(key) + len(value) + header_bytes
+        entries = self._entries[-1] + len(names)
+        fits = self._data + added + len(subject) <= _INT32_MAX and entries <= _INT32_MAX
         if self._offsets and (len(self._offsets) >= self._max_rows or self._size + added > self._max_bytes or not fits):
             return FULL
         if not fits:
@@ -106,19 +108,15 @@ class ColumnBuilder:
         self._keys.append(key)
         self._values.append(value)
         self._subjects.append(subject)
-        self._names.extend(encoded)
-        self._header_values.extend(values)
-        self._entries.append(self._entries[-1] + len(names))
-        self._lengths = [a + b for a, b in zip(self._lengths, lengths, strict=True)]
+        if names:
+            self._names.extend(names)
+            self._header_values.extend(values)
+        self._entries.append(entries)
+        self._data += added + len(subject)
         self._size += added
         self._last = offset
         self._low = offset + 1
         return LAST if offset == self._high else TAKEN
-
-    def _fits(self, lengths: tuple[int, int, int, int, int], entries: int) -> bool:
-        """Every column stays within Arrow's int32 offsets with this message added."""
-        totals = map(sum, zip(self._lengths, lengths, strict=True))
-        return max(totals) <= _INT32_MAX and self._entries[-1] + entries <= _INT32_MAX
 
     def finish(self) -> Buffers:
         """The columns' buffers (see ``columns.Columns``); the builder starts empty again."""
@@ -142,6 +140,6 @@ class ColumnBuilder:
             column.clear()
         self._header_values.clear()
         self._entries[:] = [0]
-        self._lengths = [0, 0, 0, 0, 0]
+        self._data = 0
         self._size = 0
         return out

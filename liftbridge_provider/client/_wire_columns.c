@@ -65,6 +65,7 @@ typedef struct {
     int64_t high;
     Py_ssize_t rows;
     Py_ssize_t size;
+    Py_ssize_t data; /* bytes of keys, values, subjects, header names and values */
     int has_last;
     int64_t last_offset;
     int32_t entries;
@@ -86,6 +87,7 @@ static int reset(Builder *self) {
     for (int i = 0; i < 13; i++) all_bufs(self, i)->len = 0;
     self->rows = 0;
     self->size = 0;
+    self->data = 0;
     self->entries = 0;
     Buf *starts[] = {&self->key_off,  &self->value_off, &self->subject_off,
                      &self->map_off, &self->name_off,  &self->hval_off};
@@ -252,8 +254,6 @@ static int parse(Builder *self, const uint8_t *p, Py_ssize_t n, Parsed *m, const
     return 0;
 }
 
-static int fits_int32(Buf *b, Py_ssize_t more) { return b->len + more <= INT32_MAX; }
-
 static PyObject *Builder_add(Builder *self, PyObject *data) {
     if (!PyBytes_Check(data)) {
         PyErr_SetString(PyExc_TypeError, "a serialized message must be bytes");
@@ -272,9 +272,8 @@ static PyObject *Builder_add(Builder *self, PyObject *data) {
         values += self->headers[i].value.n;
     }
     Py_ssize_t added = m.key.n + m.value.n + names + values;
-    int fits = fits_int32(&self->key_data, m.key.n) && fits_int32(&self->value_data, m.value.n) &&
-               fits_int32(&self->subject_data, m.subject.n) && fits_int32(&self->name_data, names) &&
-               fits_int32(&self->hval_data, values) && (int64_t)self->entries + m.headers <= INT32_MAX;
+    /* All variable-length data of the batch together within Arrow's int32 offsets (each column is then too). */
+    int fits = (int64_t)self->data + added + m.subject.n <= INT32_MAX && (int64_t)self->entries + m.headers <= INT32_MAX;
     if (self->rows && (self->rows >= self->max_rows || self->size + added > self->max_bytes || !fits))
         return PyLong_FromLong(FULL);
     if (!fits) {
@@ -301,6 +300,7 @@ static PyObject *Builder_add(Builder *self, PyObject *data) {
     if (buf_i32(&self->map_off, self->entries) < 0) return NULL;
     self->rows++;
     self->size += added;
+    self->data += added + m.subject.n;
     self->has_last = 1;
     self->last_offset = m.offset;
     if (m.offset < INT64_MAX) self->low = m.offset + 1;
