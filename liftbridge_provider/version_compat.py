@@ -103,16 +103,22 @@ def _airflow_version() -> tuple[int, int, int] | None:
 
 def _pyspark_version() -> tuple[int, int, int] | None:
     """The version in the ``pyspark/version.py`` Python would import (not the distribution's metadata: the
-    ``pyspark-client`` distribution installs the same files, and whichever was installed last owns them)."""
+    ``pyspark-client`` distribution installs the same files, and whichever was installed last owns them).
+
+    Read through the package's loader, so a ``pyspark.zip`` on the path of Spark's Python workers works too.
+    """
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
         return None
+    get_data = getattr(spec.loader, "get_data", None)
     for folder in spec.submodule_search_locations:
-        source = Path(folder, "version.py")
-        if source.is_file():
-            found = re.search(r"__version__[^=]*=\s*[\"']([^\"']+)[\"']", source.read_text(encoding="utf-8"))
-            if found:
-                return version_tuple(found.group(1))
+        try:
+            data = get_data(str(Path(folder, "version.py"))) if get_data else Path(folder, "version.py").read_bytes()
+        except OSError:
+            continue
+        found = re.search(r"__version__[^=]*=\s*[\"']([^\"']+)[\"']", data.decode("utf-8"))
+        if found:
+            return version_tuple(found.group(1))
     return None
 
 
