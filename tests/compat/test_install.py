@@ -47,7 +47,8 @@ def test_the_environment_holds_the_target_and_the_wheel(target: Any) -> None:
         assert tuple(int(n) for n in pyspark.__version__.split(".")[:2]) == target.version
         jars = Path(pyspark.__file__).parent / "jars"
         core = [j.name for j in jars.glob("spark-core_*.jar")]
-        assert len(core) == 1 and f"-{pyspark.__version__}.jar" in core[0], core
+        assert len(core) == 1, core
+        assert f"-{pyspark.__version__}.jar" in core[0], core
 
 
 def test_every_module_imports(target: Any) -> None:
