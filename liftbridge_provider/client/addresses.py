@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import random
-import time
 
+from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig, format_address
 
@@ -16,24 +16,12 @@ def dial_address(config: ClientConfig, host: str, port: int) -> str:
     return format_address(host, port)
 
 
-CONNECT_SECONDS: dict[str, float] = {}
-"""Seconds the first connection to each address took in this process (``broker_selection="latency"``)."""
-
-HUNG_FOR = 30.0  # seconds a broker that let an attempt run out goes last
-HUNG_UNTIL: dict[str, float] = {}
-"""Until when (``time.monotonic()``) each broker that hung an attempt in this process goes last."""
-
-
-def note_hung(address: str) -> None:
-    """``address`` let an attempt run out (a frozen node answers nothing): try it last for :data:`HUNG_FOR` s."""
-    HUNG_UNTIL[address] = time.monotonic() + HUNG_FOR
-
-
 def broker_addresses(config: ClientConfig, snapshot: Metadata) -> list[str]:
     """Known brokers (from metadata) and the seeds, without repeats, in the order ``config.broker_selection``
     picks: ``random`` (shuffled), ``workload`` (fewest partitions held plus led, as metadata counts them), or
     ``latency`` (quickest first connection; brokers not connected yet first, so each gets measured). A broker
-    that hung an attempt in the last :data:`HUNG_FOR` s goes last whatever the selection."""
+    the health model suspects (silent or broken lately, :mod:`~liftbridge_provider.client.health`) goes last
+    whatever the selection."""
     known = {
         dial_address(config, b.host, b.port): b.partition_count + b.leader_count for b in snapshot.brokers.values()
     }
@@ -42,10 +30,13 @@ def broker_addresses(config: ClientConfig, snapshot: Metadata) -> list[str]:
     if config.broker_selection == "workload":
         addresses.sort(key=lambda a: known.get(a, 0))
     elif config.broker_selection == "latency":
-        addresses.sort(key=lambda a: CONNECT_SECONDS.get(a, -1.0))
-    now = time.monotonic()
-    addresses.sort(key=lambda a: HUNG_UNTIL.get(a, 0.0) > now)  # stable: the selection's order otherwise
-    return addresses
+        addresses.sort(key=_connect_seconds)
+    return HEALTH.suspects_last(addresses)  # stable: the selection's order otherwise
+
+
+def _connect_seconds(address: str) -> float:
+    seconds = HEALTH.connect_seconds(address)
+    return -1.0 if seconds is None else seconds
 
 
 def leader_first(addresses: list[str], leader: str | None) -> list[str]:
@@ -66,8 +57,6 @@ def replica_address(
     info = snapshot.partition(stream, partition)
     candidates = list(info.isr) if any_isr_replica else [info.leader] if info.leader else []
     random.shuffle(candidates)
-    for broker_id in candidates:
-        broker = snapshot.brokers.get(broker_id)
-        if broker is not None:
-            return dial_address(config, broker.host, broker.port)
-    return None
+    known = [snapshot.brokers[b] for b in candidates if b in snapshot.brokers]
+    addresses = HEALTH.suspects_last(dial_address(config, b.host, b.port) for b in known)  # an ISR read avoids them
+    return addresses[0] if addresses else None

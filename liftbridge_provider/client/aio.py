@@ -33,6 +33,7 @@ from liftbridge_provider.client.connections import aio_connect
 from liftbridge_provider.client.cursor_advance import CursorMove, Fetch
 from liftbridge_provider.client.errors import ClientClosedError, LiftbridgeError, UnavailableError
 from liftbridge_provider.client.group_requests import AutoOffset
+from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import EMPTY, Metadata, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig, check_timeout
@@ -228,6 +229,9 @@ class AsyncLiftbridgeClient:
                         return
             except grpc.RpcError as exc:
                 failure = exc
+            told = state.broker_signal(failure)
+            if told is not None:
+                HEALTH.tell(*told)
             reopen = state.closed(failure)
             if reopen is None:
                 return
@@ -309,6 +313,7 @@ class AsyncLiftbridgeClient:
                 else:
                     confirmed = True
                     state.confirmed()
+                    HEALTH.answered(step.address)
         finally:
             call.cancel()
 
@@ -374,7 +379,9 @@ class AsyncLiftbridgeClient:
                 started = time.monotonic()
                 action.after_connect(await aio_connect(self._channels[action.address], budget))
                 timeout = max(timeout - (time.monotonic() - started), 0.001)
-            return await action.rpc(stub, timeout)
+            answer = await action.rpc(stub, timeout)
+            HEALTH.answered(action.address)
+            return answer
         if isinstance(action, plans.Sleep):
             await asyncio.sleep(action.seconds)
             return None

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import cursor_advance, plans
+from liftbridge_provider.client import cursor_advance, plans, watermarks
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.connections import ConnectionPool
@@ -710,13 +710,14 @@ class LiftbridgeClient:
         if beyond_high_watermark != "wait":
             wait = max(deadline.remaining(), 0.001) if deadline is not None else self.config.request_timeout
             if beyond_high_watermark == "refuse":
-                high_watermark = self.wait_for_high_watermark(stream, partition, last, timeout=wait)
+                info = self.wait_for_commit(stream, partition, last, timeout=wait)
             else:
-                high_watermark = self.fetch_partition_metadata(stream, partition).high_watermark
+                info = self.fetch_partition_metadata(stream, partition)
+            high_watermark = info.high_watermark
             if last > high_watermark and beyond_high_watermark == "refuse":
                 raise BeyondHighWatermarkError(
-                    f"range [{start}, {end}) goes beyond the committed high watermark {high_watermark}, "
-                    f"still after {wait:g}s (a new leader may be catching up: retry, or read with "
+                    f"range [{start}, {end}) goes beyond the committed high watermark {high_watermark}: "
+                    f"{watermarks.why_not_committed(info, last, wait)} (retry later, or read with "
                     "beyond_high_watermark='wait')",
                     stream=stream,
                     partition=partition,
@@ -737,18 +738,31 @@ class LiftbridgeClient:
 
     def wait_for_high_watermark(self, stream: str, partition: int, offset: int, *, timeout: float | None = None) -> int:
         """The leader's committed high watermark once it reaches ``offset``, or the last one seen when
-        ``timeout`` (seconds, default ``request_timeout``) passes. Asked again with jittered
-        backoff: right after a failover a new leader's high watermark lags for a moment."""
+        ``timeout`` (seconds, default ``request_timeout``, for every question asked) passes. Asked again
+        with jittered 10-500 ms backoff, also for messages nobody has published yet; to wait only for a
+        commit already on its way, use :meth:`wait_for_commit`."""
         check_timeout("timeout", timeout)
         build.check_offset(offset, "offset", minimum=-1)
-        deadline = Deadline(timeout if timeout is not None else self.config.request_timeout)
-        attempt = 0
-        while True:
-            high_watermark = self.fetch_partition_metadata(stream, partition).high_watermark
-            if high_watermark >= offset or deadline.expired:
-                return high_watermark
-            time.sleep(min(backoff_delay(attempt), deadline.remaining()))
-            attempt += 1
+        info = self._router.high_watermark_reaching(stream, partition, offset, timeout=timeout, held_only=False)
+        return info.high_watermark
+
+    def wait_for_commit(
+        self, stream: str, partition: int, offset: int, *, timeout: float | None = None
+    ) -> PartitionInfo:
+        """The leader's partition metadata once ``offset`` is committed (``high_watermark >= offset``), or as
+        soon as waiting cannot bring it: when the leader does not hold ``offset`` (its newest offset is
+        below), nothing is on its way, and the first answer is returned.
+
+        While the leader holds ``offset`` uncommitted (newest offset >= ``offset``
+        > high watermark: a new leader whose high watermark lags after a failover,
+        a follower slow to fetch), it is asked again with jittered 10-500 ms
+        backoff until ``timeout`` (seconds, default ``request_timeout``, for every
+        question asked) passes; the last answer then. The reads that refuse a range
+        beyond the high watermark (``read_range``, the Spark source) decide by this.
+        """
+        check_timeout("timeout", timeout)
+        build.check_offset(offset, "offset", minimum=-1)
+        return self._router.high_watermark_reaching(stream, partition, offset, timeout=timeout, held_only=True)
 
     def earliest_offset(
         self,
@@ -845,17 +859,16 @@ class LiftbridgeClient:
         info = self.fetch_partition_metadata(stream, partition, timeout=deadline.remaining())
         if info.newest_offset <= info.high_watermark:
             return info.high_watermark
-        high_watermark = self.wait_for_high_watermark(
-            stream, partition, info.newest_offset, timeout=deadline.remaining()
-        )
-        if high_watermark < info.newest_offset:
+        newest = info.newest_offset
+        info = self.wait_for_commit(stream, partition, newest, timeout=max(deadline.remaining(), 0.001))
+        if info.high_watermark < newest:
             raise BeyondHighWatermarkError(
-                f"offsets {high_watermark + 1}-{info.newest_offset} are not committed yet and may be older "
+                f"offsets {info.high_watermark + 1}-{newest} are not committed yet and may be older "
                 "than the time asked for; retry later",
                 stream=stream,
                 partition=partition,
             )
-        return high_watermark
+        return info.high_watermark
 
     def _first_message(
         self, stream: str, partition: int, start: StartPosition, stop: StopPosition, deadline: Deadline

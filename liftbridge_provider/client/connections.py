@@ -22,9 +22,9 @@ import grpc.aio
 import grpc.experimental
 
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
-from liftbridge_provider.client.addresses import CONNECT_SECONDS
 from liftbridge_provider.client.aio_timeout import within
 from liftbridge_provider.client.errors import ClientClosedError
+from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import Connection
 
@@ -40,18 +40,26 @@ class PooledChannel:
     stub: Any  # api_grpc.APIStub (the generated stub module is untyped)
     in_use: int = 0
     last_used: float = field(default_factory=time.monotonic)
-    connected: bool = False  # seen ready; cleared by callers when an RPC finds it unavailable
+
+    def ready(self) -> bool:
+        """Whether the channel is connected right now (its live state: a broker that died since the last
+        call shows at once, as gRPC reads the connection's reset)."""
+        try:
+            return bool(self.channel._channel.check_connectivity_state(False) == _CORE_READY)  # type: ignore[attr-defined]
+        except ValueError:  # closed
+            return False
 
     def connect(self, timeout: float) -> Connection:
         """Wait at most ``timeout`` s for the channel to connect; how the wait ended.
 
-        Ends at once when the broker refuses (the channel reports a transient
-        failure). The state is watched in the calling thread through the
-        channel's core: gRPC's public watchers (``subscribe``,
-        ``channel_ready_future``) leave a polling thread that fails noisily
-        when the channel closes right after.
+        Reads the channel's live state every time (nothing is remembered from
+        an earlier connection: the broker may have died since), and ends at
+        once when the broker refuses (the channel reports a transient
+        failure). The state is watched in the calling thread through the channel's core:
+        gRPC's public watchers (``subscribe``, ``channel_ready_future``) leave
+        a polling thread that fails noisily when the channel closes right after.
         """
-        if self.connected:
+        if self.ready():
             return Connection.READY
         core = self.channel._channel  # type: ignore[attr-defined]  # grpc's cygrpc.Channel
         started = time.monotonic()
@@ -63,10 +71,10 @@ class PooledChannel:
                 state = core.check_connectivity_state(True)
         except ValueError:  # the channel was closed meanwhile
             return Connection.REFUSED
-        self.connected = state == _CORE_READY
-        if self.connected:
-            CONNECT_SECONDS.setdefault(self.address, time.monotonic() - started)
-        return _CORE_SETTLED.get(state, Connection.SILENT)
+        connection = _CORE_SETTLED.get(state, Connection.SILENT)
+        if connection is Connection.READY:
+            HEALTH.note_connect_time(self.address, time.monotonic() - started)
+        return connection
 
 
 # gRPC core connectivity states (grpc_connectivity_state) that end a wait: READY, TRANSIENT_FAILURE, SHUTDOWN.

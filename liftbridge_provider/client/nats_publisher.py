@@ -128,7 +128,14 @@ def _refused(exc: Exception) -> bool:
 
 
 async def _connect(config: NatsConfig, **callbacks: Any) -> NatsClient:
-    """One connection that never reconnects by itself: a lost connection is the publisher's to report."""
+    """One connection that never reconnects by itself: a lost connection is the publisher's to report.
+
+    ``pending_size=0``: nats-py never flushes its outgoing buffer from inside ``publish`` and waits for it
+    there. With a limit (2 MiB by default) a publish past it waits for that flush with no timeout, so a peer
+    that stopped reading blocked the batch past its deadline for good. Without it, publishing only appends to
+    the buffer that nats-py's own flusher task writes out; what the buffer can hold is bounded by the batch's
+    window of messages awaiting an ack, and the batch ends by its deadline whatever the socket does.
+    """
     return await nats.connect(
         servers=list(config.servers),
         user=config.user,
@@ -141,6 +148,7 @@ async def _connect(config: NatsConfig, **callbacks: Any) -> NatsClient:
         max_reconnect_attempts=1,
         skip_subject_validation=True,  # subjects come from the streams' metadata, which the server checked
         name="liftbridge-provider",
+        pending_size=0,
         **callbacks,
     )
 
@@ -320,11 +328,17 @@ class NatsBatchPublisher:
             raise _ConnectionBroken(f"could not connect to NATS {list(config.servers)}: {exc!r}") from exc
 
     async def _confirm(self, client: NatsClient) -> None:
-        """A round trip to the NATS server: what was written before has reached it."""
+        """A round trip to the NATS server: what was written before has reached it. It waits
+        :data:`FLUSH_TIMEOUT` seconds, or exactly what is left of the batch deadline when that is less (then an
+        unanswered round trip is the deadline's doing, not a broken connection)."""
+        seconds = self._bounded(FLUSH_TIMEOUT)
+        cut_by_deadline = seconds < FLUSH_TIMEOUT
         try:
-            await client.flush(timeout=max(int(self._bounded(FLUSH_TIMEOUT)), 1))
+            # nats-py annotates the timeout as int but hands it to asyncio.wait_for: fractions of a second hold.
+            await client.flush(timeout=seconds)  # type: ignore[arg-type]
         except (nats.errors.Error, OSError, TimeoutError) as exc:
-            if isinstance(exc, (TimeoutError, nats.errors.TimeoutError)) and self._deadline_passed():
+            timed_out = isinstance(exc, (TimeoutError, nats.errors.TimeoutError))
+            if timed_out and (cut_by_deadline or self._deadline_passed()):
                 raise _DeadlineReached from exc
             raise _ConnectionBroken(f"NATS flush failed: {exc!r}") from exc
         except RuntimeError as exc:  # uvloop, as in _publish

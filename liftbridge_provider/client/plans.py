@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.addresses import broker_addresses, dial_address, note_hung, replica_address
+from liftbridge_provider.client.addresses import broker_addresses, dial_address, replica_address
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
     InvalidArgumentError,
@@ -37,6 +37,7 @@ from liftbridge_provider.client.errors import (
     UnavailableError,
     error_from_rpc,
 )
+from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.requests import CURSORS_STREAM
@@ -202,7 +203,7 @@ def _note_if_hung(state: RetryState, address: str, exc: grpc.RpcError) -> None:
     :data:`CONNECT_TRY` (a frozen peer accepts TCP and says nothing), goes last for the next calls."""
     silent = isinstance(exc, NotSent) and exc.connection is Connection.SILENT and not state.deadline.expired
     if silent or state.attempt_hung(exc):
-        note_hung(address)
+        HEALTH.tell(address, Signal.SILENT)
 
 
 def leader_call(

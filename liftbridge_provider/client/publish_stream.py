@@ -9,15 +9,21 @@ allows (``direct_call.py``): a third less time again.
 
 Guarantees, as for a unary publish:
 
-- a broker that does not connect within ``CONNECT_TRY`` s is skipped before
-  anything is sent to it (the next broker gets the message);
+- a broker whose channel is not connected right now (its live state: one
+  that died since the last publish shows at once) and does not connect
+  within ``CONNECT_TRY`` s is skipped before anything is sent to it (the next
+  broker gets the message), and so is a stream on a channel that is no
+  longer connected;
 - once written, a message is never re-sent: a stream that breaks fails every
   message awaiting its ack with ``may_be_stored=True``, and a missing ack
   fails at the caller's deadline with AckTimeoutError (``may_be_stored``);
   a message that could not be written by the deadline (the previous one
   still being written to a stalled broker) fails as not sent;
-  A broker whose ack timed out goes last in the order for ``SUSPECT_FOR`` s,
-  so a frozen broker does not take every publish until keepalive notices it;
+  a broker whose ack timed out, whose write stalled, whose stream broke or
+  that stayed silent while connecting is told to the process's broker
+  health model (:mod:`~liftbridge_provider.client.health`) and goes last for
+  every path, so a frozen broker does not take every publish until
+  keepalive notices it;
 - a stream with nothing to do for ``idle_close`` s half-closes itself (before
   the server's keepalive policy would complain about pings on an idle stream).
 """
@@ -30,6 +36,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -45,10 +52,10 @@ from liftbridge_provider.client.errors import (
     LiftbridgeTimeoutError,
     UnavailableError,
 )
+from liftbridge_provider.client.health import HEALTH, SUSPECT_FOR, Signal
 from liftbridge_provider.client.plans import CONNECT_TRY, Connection, NotSent
 
 log = logging.getLogger(__name__)
-SUSPECT_FOR = 30.0  # seconds a broker whose ack timed out or whose stream broke is tried last
 LATE_ANSWER_WAIT = 1.0  # seconds to wait for an answer taken to be set just as the caller's wait ended
 
 
@@ -56,7 +63,7 @@ class StreamClosed(Exception):
     """The stream is closing or broken: open a new one (nothing was sent on it)."""
 
 
-def sticky_order(addresses: Sequence[str], stream: str, partition: int, suspects: set[str]) -> list[str]:
+def sticky_order(addresses: Sequence[str], stream: str, partition: int, suspects: AbstractSet[str]) -> list[str]:
     """Brokers in the order a partition's publishes try them: the same first broker every time (a hash of
     stream and partition, as go-liftbridge's ring), brokers suspected of being frozen last."""
     ordered = sorted(addresses)
@@ -118,7 +125,7 @@ class BrokerStream:
         self._closing = False
         self._closed = threading.Event()
         self._last_sent = time.monotonic()
-        pooled = lease.__enter__()
+        pooled = self._pooled = lease.__enter__()
         method = pooled.stub.PublishAsync
         direct = open_direct_call(method, self._hold_open, self._on_response, self._on_end)
         self._call: DirectCall | _QueuedCall = direct or _QueuedCall(
@@ -132,7 +139,9 @@ class BrokerStream:
 
     @property
     def usable(self) -> bool:
-        return not self._closing
+        """Takes requests: not closing, and its channel is connected right now (a broker that died since the
+        last publish shows in the channel's live state before this stream's own end is handled)."""
+        return not self._closing and self._pooled.ready()
 
     @property
     def direct(self) -> bool:
@@ -190,6 +199,7 @@ class BrokerStream:
                 return
 
     def _on_response(self, response: api.PublishResponse) -> None:
+        HEALTH.answered(self.address)
         failed = response.HasField("asyncError")
         correlation_id = response.correlationId if failed else response.ack.correlationId
         with self._lock:
@@ -276,7 +286,6 @@ class PublishStreams:
         self._pool = pool
         self._idle_close = idle_close
         self._streams: dict[str, BrokerStream] = {}
-        self._suspects: dict[str, float] = {}  # address -> until when it goes last
         self._lock = threading.Lock()
         self._closed = False
         self._ids = iter(range(1, 2**63))
@@ -287,9 +296,7 @@ class PublishStreams:
     def publish(self, addresses: Sequence[str], request: api.PublishRequest, deadline: float) -> api.PublishResponse:
         """Send ``request`` on the first broker's stream that connects and wait (until ``deadline``,
         ``time.monotonic()``) for its response; errors name whether the message may be stored."""
-        now = time.monotonic()
-        suspects = {a for a, until in list(self._suspects.items()) if until > now}
-        order = sticky_order(addresses, request.stream, request.partition, suspects)
+        order = sticky_order(addresses, request.stream, request.partition, HEALTH.suspects())
         last: NotSent | None = None
         for address in order:
             try:
@@ -316,7 +323,7 @@ class PublishStreams:
             except StreamClosed:
                 continue
             except SendStalled:
-                self._suspects[address] = time.monotonic() + SUSPECT_FOR
+                HEALTH.tell(address, Signal.SILENT)
                 raise LiftbridgeTimeoutError(
                     f"the PublishAsync stream to {address} was still writing an earlier message at the deadline "
                     "(the broker is frozen or slow); this message was not sent",
@@ -343,6 +350,7 @@ class PublishStreams:
             raise
         if connection is not Connection.READY:
             lease.__exit__(None, None, None)
+            HEALTH.tell(address, Signal.SILENT if connection is Connection.SILENT else Signal.REFUSED)
             raise NotSent(address, connection)
         try:
             opened = BrokerStream(address, _Held(lease, pooled), self._idle_close)
@@ -369,13 +377,13 @@ class PublishStreams:
         except TimeoutError:
             if not stream.forget(request.correlationId):  # the answer came as the wait ended: it is being set
                 return self._late(answer, stream, request)
-            self._suspects[stream.address] = time.monotonic() + SUSPECT_FOR
+            HEALTH.tell(stream.address, Signal.SILENT)
             log.warning("no ack from %s in time; it goes last for %gs", stream.address, SUSPECT_FOR)
             raise _no_ack_in_time(request) from None
         except LiftbridgeError as exc:
             exc.stream, exc.partition = request.stream, request.partition
             if isinstance(exc, UnavailableError):  # its connection broke: the next publishes try others first
-                self._suspects[stream.address] = time.monotonic() + SUSPECT_FOR
+                HEALTH.tell(stream.address, Signal.BROKEN)
             raise
 
     def _late(self, answer: Answer, stream: BrokerStream, request: api.PublishRequest) -> api.PublishResponse:

@@ -41,6 +41,7 @@ from liftbridge_provider.client.errors import (
     error_from_rpc,
     is_too_large,
 )
+from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.messages import Ack
 from liftbridge_provider.client.private_loop import run_in_private_loop
 from liftbridge_provider.client.publish_window import BatchErrors, BatchResult, PublishWindow
@@ -157,6 +158,8 @@ class BatchPublisher:
             try:
                 await self._stream_to(address)
             except grpc.RpcError as exc:
+                if exc.code() is grpc.StatusCode.UNAVAILABLE:  # silent when connecting, or broken once connected
+                    HEALTH.tell(address, Signal.SILENT if isinstance(exc, _NotConnected) else Signal.BROKEN)
                 self._on_broken_stream(exc)
                 attempt = 0 if self._window.acked > acked_before else attempt + 1
                 final = exc.code() not in _STREAM_RETRY_CODES or attempt >= MAX_STREAM_ATTEMPTS
@@ -185,7 +188,7 @@ class BatchPublisher:
                 raise _NotConnected(address) from None
             call = api_grpc.APIStub(channel).PublishAsync()
             sender = asyncio.create_task(self._send(call))
-            reader = asyncio.create_task(self._read(call))
+            reader = asyncio.create_task(self._read(call, address))
             try:
                 await self._supervise(sender, reader, address)
             finally:
@@ -221,11 +224,15 @@ class BatchPublisher:
                     raise _StreamEnded(address) from error
                 return  # ack policy NONE: the server ended the stream after the last message
 
-    async def _read(self, call: Any) -> None:
+    async def _read(self, call: Any, address: str) -> None:
+        answered = False
         while True:
             response = await call.read()
             if response is grpc.aio.EOF:
                 return
+            if not answered:  # the broker answers: whatever the health model held against it is over
+                HEALTH.answered(address)
+                answered = True
             self._on_response(response)
 
     async def _send(self, call: Any) -> None:

@@ -41,6 +41,7 @@ from liftbridge_provider.client.errors import (
     UnavailableError,
     error_from_rpc,
 )
+from liftbridge_provider.client.health import Signal
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import is_refusal, paused_error
@@ -261,6 +262,17 @@ class SubscriptionState:
         self._last_progress = self._clock()
 
     # -- a call ended ------------------------------------------------------------------------------
+
+    def broker_signal(self, error: grpc.RpcError | None) -> tuple[str, Signal] | None:
+        """What the call's end says of the broker it went to, for the health model (asked before
+        :meth:`closed`): its connection broke (UNAVAILABLE), or it never confirmed the call in its time."""
+        if error is None or self._address is None or isinstance(error, NoLeaderYet):
+            return None
+        if error.code() == grpc.StatusCode.UNAVAILABLE:
+            return self._address, Signal.BROKEN
+        if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED and not self._confirmed:
+            return self._address, Signal.SILENT
+        return None
 
     def closed(self, error: grpc.RpcError | None) -> Reopen | None:
         """The call ended (``error`` None: the server ended it without a status error).

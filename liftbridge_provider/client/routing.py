@@ -14,10 +14,11 @@ from typing import Any, TypeVar
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import plans
+from liftbridge_provider.client import plans, watermarks
 from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.connections import ConnectionPool
 from liftbridge_provider.client.errors import LiftbridgeError, UnavailableError
+from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.metadata import Metadata, MetadataCache, PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.retry import Deadline
@@ -61,11 +62,9 @@ class Router:
                     started = time.monotonic()
                     action.after_connect(pooled.connect(budget))
                     timeout = max(timeout - (time.monotonic() - started), 0.001)
-                try:
-                    return action.rpc(pooled.stub, timeout)
-                except grpc.RpcError as exc:
-                    pooled.connected = exc.code() != grpc.StatusCode.UNAVAILABLE
-                    raise
+                answer = action.rpc(pooled.stub, timeout)
+                HEALTH.answered(action.address)
+                return answer
         if isinstance(action, plans.Sleep):
             time.sleep(action.seconds)
             return None
@@ -126,6 +125,17 @@ class Router:
         deadline = self.deadline(timeout)
         return self.run(
             plans.partition_metadata(self.config, self.metadata.snapshot, deadline, stream, partition, settle=settle)
+        )
+
+    def high_watermark_reaching(
+        self, stream: str, partition: int, offset: int, *, timeout: float | None = None, held_only: bool
+    ) -> PartitionInfo:
+        """The leader's partition metadata once ``offset`` is committed (watermarks.high_watermark_reaching)."""
+        deadline = self.deadline(timeout)
+        return self.run(
+            watermarks.high_watermark_reaching(
+                self.config, self.metadata.snapshot, deadline, stream, partition, offset=offset, held_only=held_only
+            )
         )
 
     def partition_running(self, stream: str, partition: int, *, timeout: float | None = None) -> None:

@@ -20,6 +20,7 @@ import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.errors import LiftbridgeError
+from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message
 from liftbridge_provider.client.reading import NoLeaderYet, Open, SubscriptionState, Verdict
 from liftbridge_provider.client.routing import Router
@@ -109,6 +110,9 @@ class Subscription(Iterator[Message]):
                     self._call = None
             if self._cancelled.is_set():
                 return
+            told = state.broker_signal(failure)
+            if told is not None:
+                HEALTH.tell(*told)
             reopen = state.closed(failure)
             if reopen is None:
                 return
@@ -143,4 +147,5 @@ class Subscription(Iterator[Message]):
             if next(self._call, None) is None:  # the empty message that confirms the subscription
                 return  # ended before confirming: the state counts it as lost
             self._state.confirmed()
+            HEALTH.answered(step.address)
             yield from messages_of(self._call)

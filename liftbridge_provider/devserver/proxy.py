@@ -9,9 +9,14 @@ broker's advertised address to the proxy) and then break the path on purpose:
   UNAVAILABLE. This is "a retry after partial success" made deterministic.
 - :meth:`FaultProxy.blackhole`: bytes stop flowing in both directions while the
   TCP connections stay open, like a host that vanished without a reset.
+- :meth:`FaultProxy.blackhole_when_client_sends`: the same, from the moment a
+  client's bytes contain a marker for the n-th time (that read is not
+  forwarded), so a path goes silent at an exact step of a protocol, say the
+  PING of a NATS client's first flush after the PING of its handshake.
 
-Bytes are forwarded unchanged; responses are watched at HTTP/2 frame level
-(9-byte frame headers) only to find where a response starts.
+Bytes are forwarded unchanged; with ``http2`` (default) responses are watched
+at HTTP/2 frame level (9-byte frame headers) only to find where a response
+starts; ``http2=False`` forwards any other protocol (NATS) as it comes.
 """
 
 from __future__ import annotations
@@ -29,11 +34,15 @@ _FRAME_HEADER = 9
 
 
 class FaultProxy:
-    """Forward ``127.0.0.1:<port>`` to ``target`` (``host:port``) until :meth:`close`."""
+    """Forward ``127.0.0.1:<port>`` to ``target`` (``host:port``) until :meth:`close`; ``http2``: the target
+    speaks gRPC (needed by :meth:`cut_next_response`), else bytes are forwarded as they come."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, *, http2: bool = True) -> None:
         host, port = target.rsplit(":", 1)
         self._target = (host, int(port))
+        self._http2 = http2
+        self._silencing_marker: bytes | None = None
+        self._marker_reads_left = 0
         self._listener = socket.create_server((LOOPBACK, 0))
         self.port: int = self._listener.getsockname()[1]
         self._cut_armed = threading.Event()
@@ -59,6 +68,12 @@ class FaultProxy:
             self._flowing.clear()
         else:
             self._flowing.set()
+
+    def blackhole_when_client_sends(self, marker: bytes, *, nth: int = 1) -> None:
+        """:meth:`blackhole` from the ``nth`` client read (on any connection) that contains ``marker``, that read
+        included; once."""
+        self._marker_reads_left = nth
+        self._silencing_marker = marker
 
     def close(self) -> None:
         self._closed.set()
@@ -93,6 +108,13 @@ class FaultProxy:
             threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
 
+    def _marker_seen(self) -> None:
+        with self._lock:
+            self._marker_reads_left -= 1
+            if self._marker_reads_left == 0:
+                self._silencing_marker = None
+                self._flowing.clear()
+
     def _pump(self, source: socket.socket, sink: socket.socket, from_server: bool) -> None:
         pending = b""
         try:
@@ -100,8 +122,11 @@ class FaultProxy:
                 data = source.recv(65536)
                 if not data:
                     break
+                marker = self._silencing_marker
+                if not from_server and marker is not None and marker in data:
+                    self._marker_seen()
                 self._flowing.wait()
-                if from_server:
+                if from_server and self._http2:
                     pending += data
                     frames, pending = _split_frames(pending)
                     if self._cut_armed.is_set() and any(_is_response_start(f) for f in frames):

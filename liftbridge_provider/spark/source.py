@@ -44,6 +44,7 @@ from pyspark.sql.types import (
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import BeyondHighWatermarkError, LiftbridgeClient
 from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.client.watermarks import why_not_committed
 from liftbridge_provider.ranges import (
     OffsetRange,
     RangesDocument,
@@ -188,11 +189,12 @@ def check_range(client: LiftbridgeClient, stream: str, offset_range: OffsetRange
     if offset_range.count == 0:
         return offset_range
     last = offset_range.end - 1
-    high_watermark = client.wait_for_high_watermark(stream, offset_range.partition, last)
-    if last > high_watermark:
-        raise BeyondHighWatermarkError(  # transient: a new leader's high watermark lags after a failover
+    info = client.wait_for_commit(stream, offset_range.partition, last)
+    if last > info.high_watermark:
+        raise BeyondHighWatermarkError(  # transient when a new leader's high watermark lags after a failover
             f"partition {offset_range.partition}: range [{offset_range.start}, {offset_range.end}) goes beyond "
-            f"the committed high watermark {high_watermark}, still after {client.config.request_timeout:g}s"
+            f"the committed high watermark {info.high_watermark}: "
+            f"{why_not_committed(info, last, client.config.request_timeout)}"
         )
     if options.compacted:
         return offset_range  # gaps are normal on a compacted stream: nothing is reported lost

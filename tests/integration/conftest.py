@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from liftbridge_provider.client import addresses
+from liftbridge_provider.client.health import HEALTH
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 
@@ -26,6 +26,6 @@ def airflow_home() -> Path:
 
 @pytest.fixture(autouse=True)
 def no_hung_brokers() -> None:
-    """Each test starts with no broker marked as hung: the mark is process-wide, and the cluster fixture's
+    """Each test starts with no broker suspected: the health model is process-wide, and the cluster fixture's
     addresses are shared, so a broker frozen by one test would otherwise go last in the next."""
-    addresses.HUNG_UNTIL.clear()
+    HEALTH.clear()

@@ -621,6 +621,22 @@ def test_read_range_beyond_high_watermark(client: LiftbridgeClient, ten: str) ->
     assert read == [b"8", b"9"], "what exists is delivered before the timeout"
 
 
+def test_range_beyond_what_the_leader_holds_is_refused_at_once(client: LiftbridgeClient, ten: str) -> None:
+    """A range past both the committed high watermark and the newest offset the leader holds: no commit is
+    on its way, so read_range (and range_subscription) refuse at once with the typed error naming the range
+    and the high watermark, instead of asking the leader again until request_timeout (10 s) passes."""
+    assert client.config.request_timeout == 10
+    info = client.fetch_partition_metadata(ten, 0)
+    assert (info.high_watermark, info.newest_offset) == (9, 9)
+    refusal = r"range \[8, 12\) goes beyond the committed high watermark 9: the leader's newest offset is 9"
+    for read in (client.read_range, client.range_subscription):
+        started = time.monotonic()
+        with pytest.raises(BeyondHighWatermarkError, match=refusal):
+            read(ten, 0, 8, 12)
+        elapsed = time.monotonic() - started
+        assert elapsed < 2.0, f"{read.__name__} took {elapsed:.1f}s to refuse a range nothing will fill"
+
+
 def test_read_range_waits_for_missing_messages(client: LiftbridgeClient) -> None:
     name = new_stream(client)
     client.publish(name, b"0", ack_policy="all")

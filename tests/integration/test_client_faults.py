@@ -246,6 +246,32 @@ def test_refuse_after_failover_is_transient_not_bad_input(liftbridge_cluster: De
                 liftbridge_cluster.restart(leader)
 
 
+def test_read_range_waits_while_the_leader_holds_the_range_uncommitted(liftbridge_cluster: DevServer) -> None:
+    """A range the leader holds but has not committed yet (newest offset >= end - 1 > high watermark), the
+    state a new leader is in while its high watermark lags after a failover: read_range (refuse mode) waits
+    for the commit within its deadline and then reads the range whole, rather than refusing it. Here the
+    commit is held back by a frozen follower of a stream with min ISR 2, thawed while the read waits."""
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as client:
+        name = "held-uncommitted"
+        client.create_stream(name, name, replication_factor=2, min_isr=2)
+        wait_until(lambda: len(client.fetch_partition_metadata(name, 0).isr) == 2, 30, "an ISR of 2")
+        info = client.fetch_partition_metadata(name, 0)
+        follower = next(r for r in info.replicas if r != info.leader)
+        liftbridge_cluster.freeze(follower)
+        thaw = threading.Timer(1.5, liftbridge_cluster.thaw, (follower,))
+        try:
+            client.publish_batch(name, [f"m{i}".encode() for i in range(20)], ack_policy="leader").raise_for_failures()
+            held = client.fetch_partition_metadata(name, 0)
+            assert held.newest_offset == 19, held
+            assert held.high_watermark < 19, f"committed with the follower frozen: {held}"
+            thaw.start()
+            read = [m.value for m in client.read_range(name, 0, 0, 20, timeout=60)]
+        finally:
+            thaw.cancel()
+            liftbridge_cluster.thaw(follower)
+        assert read == [f"m{i}".encode() for i in range(20)]
+
+
 def publishes_through_a_cluster_with_one_node_out(cluster: DevServer, timeout: float) -> list[float]:
     """Twelve publishes, each from a fresh client (a task's), with one node out; their durations in seconds."""
     durations = []

@@ -30,6 +30,7 @@ from liftbridge_provider.client import (
     partition_by_key,
 )
 from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.devserver.proxy import FaultProxy
 
 NATS_MAX_PAYLOAD = 1024 * 1024  # nats-server's default, which the dev servers keep
 
@@ -237,6 +238,36 @@ def test_batch_deadline_during_a_hung_nats_connect_fails_every_message_as_the_de
     assert "batch deadline (1s) passed" in str(result.failures[0].error)
 
 
+@pytest.mark.parametrize("timeout", [0.3, 1.6])
+def test_a_flush_nats_never_answers_gets_exactly_what_is_left_of_the_batch_deadline(
+    liftbridge_server: DevServer, timeout: float
+) -> None:
+    """The NATS path goes silent right after the handshake (a host that vanished without a reset, here a proxy
+    that stops forwarding at the client's second PING: the handshake sends the first), so the round trip that
+    confirms the ack subscription (nats-py's flush, its timeout in seconds) is never answered. It must get
+    exactly what is left of the batch deadline: whole seconds made a 0.3 s batch wait a full second, and a
+    1.6 s batch give up after one second and report the deadline's doing as a broken connection. Either way
+    publish_batch returns by its deadline with each message failed as not sent at the deadline
+    (AckTimeoutError, not may-be-stored)."""
+    target = liftbridge_server.nats_servers[0].removeprefix("nats://")
+    with FaultProxy(target, http2=False) as proxy:
+        nats = NatsConfig(servers=(proxy.address,))
+        with LiftbridgeClient(ClientConfig(brokers=tuple(liftbridge_server.brokers), nats=nats)) as client:
+            name = new_stream(client)
+            client.stream_info(name)
+            proxy.blackhole_when_client_sends(b"PING", nth=2)
+            started = time.monotonic()
+            result = client.publish_batch(name, [b"a", b"b"], timeout=timeout, raise_on_error=False)
+            elapsed = time.monotonic() - started
+            assert client.fetch_partition_metadata(name, 0).high_watermark == -1
+    assert elapsed < timeout + 0.5, f"a {timeout:g} s batch took {elapsed:.2f} s"
+    assert [(f.index, type(f.error), f.may_be_stored) for f in result.failures] == [
+        (0, AckTimeoutError, False),
+        (1, AckTimeoutError, False),
+    ], [str(f.error) for f in result.failures]
+    assert f"batch deadline ({timeout:g}s) passed" in str(result.failures[0].error)
+
+
 def test_frozen_partition_leader_fails_the_acks_by_ack_wait(liftbridge_cluster: DevServer) -> None:
     """No ack ever comes (the leader is frozen, NATS is fine): every message ends by ``ack_wait``, as may-be-stored.
 
@@ -312,3 +343,32 @@ def wait_for_offset(client: LiftbridgeClient, stream: str, offset: int, timeout:
     while client.fetch_partition_metadata(stream, 0).high_watermark < offset:
         assert time.monotonic() < deadline, f"offset {offset} not stored within {timeout:g}s"
         time.sleep(0.02)
+
+
+def test_a_nats_path_that_stops_reading_mid_batch_ends_the_batch_by_its_deadline(liftbridge_server: DevServer) -> None:
+    """The NATS path goes silent after two messages while megabytes more are queued (a peer that stopped
+    reading: the socket fills). The batch still returns by its deadline, every message accounted for: nats-py
+    flushes its pending buffer itself once it holds more than its limit (2 MiB by default) and waits for that
+    flush without a timeout, so before, publish_batch blocked there past its deadline for good."""
+    target = liftbridge_server.nats_servers[0].removeprefix("nats://")
+    with FaultProxy(target, http2=False) as proxy:
+        nats = NatsConfig(servers=(proxy.address,))
+        with LiftbridgeClient(ClientConfig(brokers=tuple(liftbridge_server.brokers), nats=nats)) as client:
+            name = new_stream(client)
+            client.stream_info(name)
+            proxy.blackhole_when_client_sends(b"PUB", nth=3)
+            payloads = [bytes([i % 251]) * 200_000 for i in range(300)]  # 60 MB
+            outcome: list[Any] = []
+            started = time.monotonic()
+            worker = threading.Thread(
+                target=lambda: outcome.append(client.publish_batch(name, payloads, timeout=2, raise_on_error=False)),
+                daemon=True,
+            )
+            worker.start()
+            worker.join(20)
+            elapsed = time.monotonic() - started
+            assert not worker.is_alive(), "publish_batch was still blocked 20 s after its 2 s deadline"
+    assert elapsed < 4, f"a 2 s batch took {elapsed:.2f} s"
+    (result,) = outcome
+    assert sum(ack is not None for ack in result.acks) + len(result.failures) == 300, "every message accounted for"
+    assert result.failures, "nothing past the silence was acked"

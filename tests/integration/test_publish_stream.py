@@ -22,7 +22,7 @@ from liftbridge_provider.client import (
 )
 from liftbridge_provider.client.direct_call import DirectCall, open_direct_call
 from liftbridge_provider.client.publish_stream import sticky_order
-from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.cluster import Node
 
 
@@ -258,3 +258,38 @@ def test_a_failing_response_handler_does_not_end_the_channels_thread(client: Lif
             for call in (broken, working):
                 if call is not None:
                     call.cancel()
+
+
+def test_a_publish_after_its_first_broker_died_between_publishes_goes_to_another_broker(
+    liftbridge_cluster: DevServer,
+) -> None:
+    """The broker a partition's publishes go to first is SIGKILLed between two publishes (nothing in flight;
+    not the partition's leader). The next publish skips it before sending anything and another broker acks
+    it within the publish's timeout. (Before, the pooled channel still counted as connected: the publish was
+    written to a new stream on the dead channel and failed at once as "may or may not have been stored".)"""
+    with LiftbridgeClient(liftbridge_cluster.brokers) as client:
+        name, node = stream_whose_first_broker_is_not_its_leader(client, liftbridge_cluster)
+        liftbridge_cluster.kill(node.server_id)
+        try:
+            started = time.monotonic()
+            ack = client.publish(name, b"after the kill", timeout=10)
+            assert ack is not None
+            assert ack.offset == 1, "stored once, after the warm-up message"
+            assert time.monotonic() - started < 10
+        finally:
+            liftbridge_cluster.restart(node.server_id)
+
+
+def test_a_publish_no_broker_accepts_is_reported_as_not_stored() -> None:
+    """Every broker refuses the connection (the only node was SIGKILLed after a first publish): the publish
+    fails as UnavailableError with may_be_stored False, since no byte of it reached a server. (Before, it
+    said the message may or may not have been stored.)"""
+    with start_single() as server, LiftbridgeClient(server.brokers) as client:
+        name = new_stream(client)
+        assert client.publish(name, b"first") is not None
+        server.kill(server.nodes[0].server_id)
+        started = time.monotonic()
+        with pytest.raises(UnavailableError) as raised:
+            client.publish(name, b"never sent", timeout=5)
+        assert not raised.value.may_be_stored, str(raised.value)
+        assert time.monotonic() - started < 6

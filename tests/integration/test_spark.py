@@ -21,12 +21,18 @@ import pyspark
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from liftbridge_provider.client import LiftbridgeClient, PartitionPausedError, PublishMessage, partition_by_key
+from liftbridge_provider.client import (
+    BeyondHighWatermarkError,
+    LiftbridgeClient,
+    PartitionPausedError,
+    PublishMessage,
+    partition_by_key,
+)
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark.options import ReadOptions, parse_options
 from liftbridge_provider.spark.planning import Slice
-from liftbridge_provider.spark.source import arrow_schema, read_slice
+from liftbridge_provider.spark.source import arrow_schema, check_range, read_slice
 from tests.spark_session import local_spark
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,6 +186,29 @@ def test_empty_ranges_and_retention(
         read(spark, liftbridge_server.brokers, ranges=lost.dumps()).count()
     skipped = read(spark, liftbridge_server.brokers, ranges=lost.dumps(), failOnDataLoss="false")
     assert sorted(r.offset for r in skipped.collect()) == list(range(earliest, 40))
+
+
+def test_range_beyond_what_the_leader_holds_is_refused_at_once(
+    liftbridge_server: DevServer, client: LiftbridgeClient, three: str
+) -> None:
+    """The driver's check of a range that ends past both the committed high watermark and the newest offset
+    the leader holds: nothing will fill it, so the read is refused at once with the typed error naming the
+    partition, the range and the high watermark, not after asking again for requestTimeout (10 s)."""
+    info = client.fetch_partition_metadata(three, 0)
+    assert info.newest_offset == info.high_watermark
+    end = info.high_watermark + 5
+    document = RangesDocument(three, (OffsetRange(0, 0, end),))
+    options = parse_options({"brokers": ",".join(liftbridge_server.brokers), "ranges": document.dumps()})
+    assert options.config.request_timeout == 10
+    with LiftbridgeClient(options.config) as planner:
+        started = time.monotonic()
+        with pytest.raises(
+            BeyondHighWatermarkError,
+            match=rf"partition 0: range \[0, {end}\) goes beyond the committed high watermark {info.high_watermark}",
+        ):
+            check_range(planner, three, OffsetRange(0, 0, end), options)
+    elapsed = time.monotonic() - started
+    assert elapsed < 2.0, f"the range check took {elapsed:.1f}s to refuse a range nothing will fill"
 
 
 @pytest.mark.parametrize(

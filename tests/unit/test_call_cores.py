@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import MappingProxyType
 from typing import Any
 
@@ -24,10 +24,10 @@ from liftbridge_provider.client import (
     PartitionPausedError,
     StreamExistsError,
     UnavailableError,
-    addresses,
     plans,
 )
 from liftbridge_provider.client.addresses import broker_addresses, leader_first
+from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.reading import NoLeaderYet, Reopen, SubscriptionState, Verdict
@@ -49,9 +49,11 @@ class Rpc(grpc.RpcError):
 
 
 @pytest.fixture(autouse=True)
-def no_hung_brokers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts with no broker marked as hung (the registry is process-wide)."""
-    monkeypatch.setattr(addresses, "HUNG_UNTIL", {})
+def no_suspected_brokers() -> Iterator[None]:
+    """Each test starts and ends with no broker suspected (the health model is process-wide)."""
+    HEALTH.clear()
+    yield
+    HEALTH.clear()
 
 
 def snapshot(leader: str | None = "a", paused: bool = False, streams: tuple[str, ...] = ("s",)) -> Metadata:
@@ -452,18 +454,18 @@ def test_brokers_are_tried_in_the_order_the_selection_picks(monkeypatch: pytest.
     snapshot = Metadata(MappingProxyType(brokers), MappingProxyType({}), 0.0)
     workload = ClientConfig(brokers=("a.example",), broker_selection="workload")
     assert broker_addresses(workload, snapshot) == ["b.example:9292", "c.example:9292", "a.example:9292"]
-    monkeypatch.setattr(
-        addresses, "CONNECT_SECONDS", {"a.example:9292": 0.004, "b.example:9292": 0.020, "c.example:9292": 0.001}
-    )
+    for address, seconds in {"a.example:9292": 0.004, "b.example:9292": 0.020, "c.example:9292": 0.001}.items():
+        HEALTH.note_connect_time(address, seconds)
     latency = ClientConfig(brokers=("a.example",), broker_selection="latency")
     assert broker_addresses(latency, snapshot) == ["c.example:9292", "a.example:9292", "b.example:9292"]
-    monkeypatch.setattr(addresses, "CONNECT_SECONDS", {"a.example:9292": 0.004})
+    HEALTH.clear()
+    HEALTH.note_connect_time("a.example:9292", 0.004)
     assert broker_addresses(latency, snapshot)[-1] == "a.example:9292", "the unmeasured ones first"
     with pytest.raises(InvalidArgumentError, match="broker_selection must be one of random, workload, latency"):
         ClientConfig(brokers=("a",), broker_selection="closest")
 
 
-def test_a_broker_that_hung_an_attempt_goes_last_whatever_the_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_broker_that_hung_an_attempt_goes_last_whatever_the_selection() -> None:
     """CI on 716d1a5: a frozen broker took a whole attempt of one metadata call in three (see
     test_a_broker_that_hung_an_attempt_goes_last_for_the_next_calls)."""
     tried: list[plans.Attempt] = []
@@ -472,12 +474,12 @@ def test_a_broker_that_hung_an_attempt_goes_last_whatever_the_selection(monkeypa
     deadline.attempt_budget = lambda: 0.001  # type: ignore[method-assign]
     assert drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, deadline), answer)[0] == "answered"
     hung = tried[0].address
-    assert set(addresses.HUNG_UNTIL) == {hung}
+    assert HEALTH.suspects() == {hung}
     for _ in range(20):
         assert broker_addresses(CONFIG, snapshot())[-1] == hung
     workload = ClientConfig(brokers=CONFIG.brokers, broker_selection="workload")
     assert broker_addresses(workload, snapshot())[-1] == hung
-    monkeypatch.setattr(addresses, "HUNG_UNTIL", {hung: time.monotonic() - 1})
+    HEALTH.tell(hung, Signal.ANSWERED)  # it answered since (expiry is the health model's own test)
     assert any(broker_addresses(CONFIG, snapshot())[-1] != hung for _ in range(40)), "it expires"
 
 
@@ -487,12 +489,12 @@ def test_a_broker_that_never_connects_goes_last_but_one_cut_by_the_calls_deadlin
     tried: list[plans.Attempt] = []
     silent_first = failing_first(plans.NotSent("x", plans.Connection.SILENT), tried)
     drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, Deadline(20)), silent_first)
-    assert set(addresses.HUNG_UNTIL) == {tried[0].address}
+    assert HEALTH.suspects() == {tried[0].address}
 
-    addresses.HUNG_UNTIL.clear()
+    HEALTH.clear()
     refused_first = failing_first(plans.NotSent("x", plans.Connection.REFUSED), [])
     drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, Deadline(20)), refused_first)
-    assert addresses.HUNG_UNTIL == {}, "a refused connection is quick: no reason to put it last"
+    assert HEALTH.suspects() == set(), "a refused connection is quick: no reason to put it last"
 
     def out_of_time(action: plans.PlanAction) -> Any:
         if isinstance(action, plans.Attempt):
@@ -502,7 +504,7 @@ def test_a_broker_that_never_connects_goes_last_but_one_cut_by_the_calls_deadlin
 
     with pytest.raises(LiftbridgeTimeoutError):
         drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, Deadline(0.05)), out_of_time)
-    assert addresses.HUNG_UNTIL == {}, "the call's deadline ended that attempt, not the broker's silence"
+    assert HEALTH.suspects() == set(), "the call's deadline ended that attempt, not the broker's silence"
 
 
 def test_a_batch_goes_to_its_partition_leader_first() -> None:
@@ -608,7 +610,7 @@ def test_an_agreed_leader_call_without_a_majority_ends_by_its_deadline_saying_so
     assert time.monotonic() - started < 1.5
     assert "a.example:9292: a" in str(raised.value)
     assert "c.example:9292: unavailable" in str(raised.value)
-    assert addresses.HUNG_UNTIL.get("c.example:9292", 0) > time.monotonic(), "the silent broker goes last next"
+    assert HEALTH.suspected("c.example:9292"), "the silent broker goes last next"
 
 
 def test_a_vote_that_a_broker_refuses_for_good_fails_the_call_at_once() -> None:
@@ -735,3 +737,17 @@ def test_a_cursor_call_asks_again_when_the_leader_it_was_sent_to_fails(monkeypat
         "FetchMetadata a.example:9292",
         "FetchMetadata b.example:9292",
     ] * 2, "one vote before the read, one after the failure"
+
+
+def test_a_subscription_tells_the_health_model_of_a_broken_connection_and_an_unconfirmed_timeout() -> None:
+    """A subscription whose connection broke, or whose broker never confirmed it in its time, is told to the
+    health model (the next choice of an ISR replica avoids it); a call ended by its own liveness time is not."""
+    reading = state(Clock())
+    opened = reading.open(snapshot())
+    assert opened.address is not None
+    broken = reading.broker_signal(Rpc(grpc.StatusCode.UNAVAILABLE, "Socket closed"))
+    assert broken == (opened.address, Signal.BROKEN)
+    assert reading.broker_signal(Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "")) == (opened.address, Signal.SILENT)
+    reading.confirmed()
+    assert reading.broker_signal(Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "")) is None
+    assert reading.broker_signal(None) is None
