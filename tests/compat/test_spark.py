@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.devserver import DevServer
-from liftbridge_provider.version_compat import PYSPARK_V_4_2_PLUS
+from liftbridge_provider.version_compat import PYSPARK_V_4_1_PLUS, PYSPARK_V_4_2_PLUS
 
 pytestmark = pytest.mark.spark_target
 PARTITIONS = 3
@@ -192,3 +192,37 @@ def test_an_available_now_query_reads_what_was_there_exactly(
     query.awaitTermination(180)
     assert query.exception() is None, query.exception()
     assert read_back(spark, tmp_path / "out") == expected(0, 270)
+
+
+def test_the_sink_writes_a_batch_and_a_stream_where_pyspark_can(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
+) -> None:
+    """df.write.format("liftbridge") publishes every row on any PySpark; writeStream does on 4.1+ and is
+    refused on 4.0 (no Arrow stream writer) with a message naming the version."""
+    stream, brokers = new_stream(client), ",".join(liftbridge_server.brokers)
+    rows = [(f"v{n}".encode(), n % PARTITIONS) for n in range(30)]
+    frame = spark.createDataFrame(rows, "value binary, partition int")
+    frame.write.format("liftbridge").option("brokers", brokers).option("stream", stream).mode("append").save()
+    published = sorted(m.value for p in range(PARTITIONS) for m in client.read_range(stream, p, 0, 10))
+    assert published == sorted(f"v{n}".encode() for n in range(30))
+    source = spark.readStream.format("liftbridge").option("brokers", brokers).option("stream", stream)
+    copy = new_stream(client)
+    writer = (
+        source.option("startingOffsets", "earliest")
+        .load()
+        .select("value", "partition")
+        .writeStream.format("liftbridge")
+        .option("brokers", brokers)
+        .option("stream", copy)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+    )
+    if not PYSPARK_V_4_1_PLUS:
+        with pytest.raises(Exception, match=r"needs PySpark 4\.1\+"):
+            writer.start().awaitTermination(120)
+        return
+    query = writer.start()
+    query.awaitTermination(120)
+    assert query.exception() is None, query.exception()
+    copied = sorted(m.value for p in range(PARTITIONS) for m in client.read_range(copy, p, 0, 10))
+    assert copied == published
