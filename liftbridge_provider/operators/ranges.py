@@ -36,7 +36,7 @@ from liftbridge_provider.ranges import (
 StartFrom = Literal["cursor", "earliest"]
 EndAt = Literal["high_watermark"]
 
-STATE_KEY = "liftbridge_ranges"  # task state store key: the ranges document frozen by this run
+STATE_KEY = "liftbridge_ranges"  # run state key (operators._base.run_state): the ranges document frozen by this run
 FROZEN_CURSORS = "frozen_cursors"  # document metadata: {partition: cursor offset the freeze read}
 CURSOR_LAG = "cursor_lag"  # document metadata: {partition: offsets between the cursor and the high watermark}
 INTERVAL = "interval"  # document metadata: {"start": ISO time, "end": ISO time} of a time-bounded freeze
@@ -176,7 +176,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
             document = RangesDocument.parse(value)
         if (document.stream, document.cursor_id) != (self.stream, self.cursor_id):
             self.log.warning(
-                "the task state store holds ranges of stream %r, cursor %r, not %r, %r: freezing again",
+                "the run's state holds ranges of stream %r, cursor %r, not %r, %r: freezing again",
                 document.stream,
                 document.cursor_id,
                 self.stream,

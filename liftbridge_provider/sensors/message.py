@@ -19,7 +19,7 @@ from liftbridge_provider.ranges import check_partitions, partition_offsets
 from liftbridge_provider.sensors.offset import PERMANENT_EVENT_ERRORS
 from liftbridge_provider.triggers.await_message import LiftbridgeAwaitMessageTrigger, match_event, matched
 
-STATE_KEY = "liftbridge_message_sensor"  # task state store: {partition: next offset to look at}
+STATE_KEY = "liftbridge_message_sensor"  # run state (operators._base.run_state): {partition: next offset}
 
 
 class LiftbridgeMessageSensor(BaseSensorOperator):
@@ -28,8 +28,8 @@ class LiftbridgeMessageSensor(BaseSensorOperator):
     Messages are looked at from ``start`` on: ``"latest"`` (default: those that
     arrive after the first poke), ``"cursor"`` (after ``cursor_id``'s stored
     offset) or ``{partition: offset}``. Where it looks is fixed at the first
-    poke and kept in the task state store, so neither a reschedule nor a
-    retry skips a message. The XCom value is ``{"stream", "partition",
+    poke and kept in the task state store (before Airflow 3.3: the stream's
+    cursors), so neither a reschedule nor a retry skips a message. The XCom value is ``{"stream", "partition",
     "offset", "value"}``, ``value`` being what the function returned (JSON).
     With ``commit_cursor`` the cursor is set to the matching offset, unless it
     is already there or past it (it never moves back).
@@ -105,7 +105,7 @@ class LiftbridgeMessageSensor(BaseSensorOperator):
         return self.apply_function
 
     def _positions(self, client: LiftbridgeClient, context: Any) -> dict[int, int]:
-        """``{partition: next offset to look at}``: fixed at the first poke, then kept in the task state store."""
+        """``{partition: next offset to look at}``: fixed at the first poke, then kept in the run's state."""
         stored = run_state(context, client, self.stream).get(STATE_KEY)
         if stored is not None:
             return partition_offsets(stored, "stored positions")
