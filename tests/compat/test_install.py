@@ -51,6 +51,14 @@ def test_the_environment_holds_the_target_and_the_wheel(target: Any) -> None:
         assert f"-{pyspark.__version__}.jar" in core[0], core
 
 
+def test_the_environment_is_consistent() -> None:
+    """`pip check`: every installed distribution's requirements hold, the provider's ranges included, with the
+    target's own Airflow or PySpark (so installing the provider into it keeps that version)."""
+    result = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120,
+                            check=False)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_every_module_imports(target: Any) -> None:
     """Every module of the package imports here; without Airflow (PySpark targets) only Airflow's faces
     fail, and only for want of Airflow."""
