@@ -10,7 +10,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TOOLS_BIN := .tools/bin
-EXTRAS ?= dev,airflow,spark
+EXTRAS ?= dev,airflow,spark,iceberg
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SPARK_BENCH_ARGS ?=
@@ -82,8 +82,10 @@ bench: setup golbbench
 	$(PY) bench/bench_client.py --chart docs/benchmarks-client.png $(BENCH_ARGS)
 	$(PY) bench/bench_spark.py $(SPARK_BENCH_ARGS)
 
+# FORMAT=parquet (default), delta or iceberg: the lake the example DAG ingests into.
+FORMAT ?= parquet
 demo: setup
-	$(PY) tools/demo.py
+	$(PY) tools/demo.py --format $(FORMAT)
 
 # What Spark executors need (this package, grpcio, protobuf, pyarrow, nats-py), packed with venv-pack into
 # dist/liftbridge-spark-env.tar.gz for spark-submit --archives (docs/spark.md, "On a cluster").

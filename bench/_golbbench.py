@@ -41,22 +41,52 @@ class GoOutcome:
     problem: str | None
 
 
-def run_golbbench(binary: Path, command: str, options: dict[str, object], timeout: float = 900) -> GoOutcome:
+def _argv(binary: Path, command: str, options: dict[str, object]) -> list[str]:
     argv = [str(binary), command]
     for name, value in options.items():
         argv += [f"--{name}", str(value)]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return GoOutcome(None, f"golbbench {command} timed out after {timeout:.0f} s")
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return argv
+
+
+def _outcome(command: str, returncode: int, stdout: str, stderr: str) -> GoOutcome:
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
     data: dict[str, Any] | None = json.loads(lines[-1]) if lines else None
-    if done.returncode == 0 and data is not None:
+    if returncode == 0 and data is not None:
         return GoOutcome(data, None)
-    problem = f"golbbench {command} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}"
+    problem = f"golbbench {command} failed (exit {returncode}): {stderr.strip()[-2000:]}"
     if data is None:
         print(f"!! {problem}", file=sys.stderr)
     return GoOutcome(data, problem)
+
+
+def run_golbbench(binary: Path, command: str, options: dict[str, object], timeout: float = 900) -> GoOutcome:
+    try:
+        argv = _argv(binary, command, options)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return GoOutcome(None, f"golbbench {command} timed out after {timeout:.0f} s")
+    return _outcome(command, done.returncode, done.stdout, done.stderr)
+
+
+def run_golbbench_together(
+    binary: Path, command: str, runs: list[dict[str, object]], timeout: float = 900
+) -> list[GoOutcome]:
+    """One golbbench process per options dict, all started at once; each one's outcome, in order."""
+    processes = [
+        subprocess.Popen(_argv(binary, command, options), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for options in runs
+    ]
+    outcomes = []
+    for process in processes:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            outcomes.append(GoOutcome(None, f"golbbench {command} timed out after {timeout:.0f} s"))
+            continue
+        outcomes.append(_outcome(command, process.returncode, stdout, stderr))
+    return outcomes
 
 
 def go_liftbridge_version() -> str:

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_spark.py [--messages 1000000] [--partitions 4] [--size 256]
                                           [--memory-messages 100000,1000000] [--memory-runs 3] [--runs 2] [--no-go]
+                                          [--standalone WORKERS]
 
 Starts one Liftbridge node on 127.0.0.1 (``liftbridge_provider.devserver``), publishes
 ``--messages`` values of ``--size`` random bytes (keys ``k<i>``) round-robin over
@@ -12,6 +13,8 @@ of 100,000), then measures in this one process, side by side:
   over the same offsets, one partition after another in a subprocess each, the Go-measured seconds
   summed (process start and connect not counted): the anchor of the "vs go" column; skipped with
   a notice when the binary is missing;
+- the same with a process per partition, all at once (the slowest one's own seconds): what this
+  machine can read, the anchor of the "Spark -> Parquet / go side by side" ratio;
 - ``read_range`` in one thread, partition after partition: the baseline ("vs read_range");
 - ``read_slice`` in one thread over the same ranges (the source's task code without Spark:
   read_range plus building Arrow batches);
@@ -19,7 +22,15 @@ of 100,000), then measures in this one process, side by side:
   to the ``noop`` sink, with the default planning (one input partition per stream partition)
   and with ``maxRecordsPerPartition`` = messages / 8;
 - the same written to Parquet (snappy) in a temporary folder; the Parquet rows are counted
-  afterwards (not timed) and must equal ``--messages``.
+  afterwards (not timed) and must equal ``--messages``;
+- the ingest job's ``run`` over the same offsets into a new Parquet lake (claims, one Spark job,
+  footers, commits, manifest): the "ingest job / plain Spark -> Parquet" ratio.
+
+With ``--standalone N`` (default 2) it then starts a Spark standalone master and N one-core workers
+on loopback with ``spark-class`` (``_standalone.py``) and, in a client-mode application of its own
+(``_standalone_run.py``, Spark's event log on), runs the plain read-and-write and the ingest job
+``--runs`` times each: their seconds, the ratio, and each run's task timeline per executor (whether
+the workers read at the same time).
 
 Spark runs ``local[2]`` with the UI off. Every test runs ``--runs`` times (default 2,
 interleaved) and the table shows the fastest run (the first Spark run pays for JVM and Python
@@ -55,20 +66,28 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-from _golbbench import find_golbbench, go_liftbridge_version, run_golbbench
+from _golbbench import find_golbbench, go_liftbridge_version, run_golbbench, run_golbbench_together
 from _machine import machine_line
+from _standalone import standalone_cluster
 from pyspark.sql import SparkSession
 
 from liftbridge_provider.client import LiftbridgeClient, LiftbridgeError, PublishMessage
 from liftbridge_provider.devserver import start_single
 from liftbridge_provider.devserver.binaries import liftbridge_binary, liftbridge_version
+from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.spark import ingest
 from liftbridge_provider.spark.options import parse_options
 from liftbridge_provider.spark.planning import Slice
 from liftbridge_provider.spark.source import arrow_schema, read_slice
 
 WORKER = Path(__file__).with_name("_spark_memory_worker.py")
+STANDALONE_RUN = Path(__file__).with_name("_standalone_run.py")
 GO_ANCHOR = "go Subscribe (1 partition at a time)"
+GO_SIDE_BY_SIDE = "go Subscribe (a process per partition, side by side)"
+PLAIN_PARQUET = "Spark -> Parquet, default planning"
+INGEST_JOB = "ingest job -> Parquet lake (claims, one job, footers, commits)"
 BASELINE = "read_range (1 thread, baseline)"
 CHUNK = 100_000  # messages per publish_batch call: bounds the memory of the publisher
 
@@ -190,6 +209,33 @@ class Bench:
         test.rows = rows
         test.runs.append(meter)
 
+    def go_side_by_side(self, test: Test) -> None:
+        """golbbench subscribe for every partition at once, a process each: what the machine can read; the
+        seconds are the slowest process's own timing (process start and connect not counted)."""
+        assert self.golbbench is not None
+        meter = Meter()
+        with meter.measure():
+            outcomes = run_golbbench_together(
+                self.golbbench,
+                "subscribe",
+                [
+                    {"brokers": self.brokers, "stream": self.stream, "partition": partition, "count": end}
+                    for partition, end in enumerate(self.ends)
+                    if end
+                ],
+            )
+        rows, slowest = 0, 0.0
+        for outcome in outcomes:
+            if outcome.problem is not None:
+                test.problems.append(f"run {len(test.runs) + 1}: {outcome.problem}")
+            if outcome.data is not None:
+                rows += outcome.data["messages"]
+                slowest = max(slowest, outcome.data["seconds"])
+        if slowest > 0:
+            meter.seconds = slowest
+        test.rows = rows
+        test.runs.append(meter)
+
     def read_range(self, test: Test) -> None:
         rows = 0
         meter = Meter()
@@ -279,6 +325,23 @@ class SparkBench:
         test.runs.append(meter)
         self.parquet_note = f"{len(files)} Parquet file(s), {size / 1e6:.0f} MB (snappy)"
 
+    def ingest(self, test: Test, partitions: int) -> None:
+        """The ingest job's ``run`` (Parquet, a new lake each run) over every partition's offsets."""
+        self.outputs += 1
+        lake = self.workdir / f"lake-{self.outputs}"
+        with LiftbridgeClient(self.brokers.split(",")) as client:
+            ends = [hw + 1 for hw in high_watermarks(client, self.stream, partitions)]
+        document = RangesDocument(self.stream, tuple(OffsetRange(p, 0, end) for p, end in enumerate(ends)))
+        argv = ["--brokers", self.brokers, "--ranges", document.dumps(), "--output", str(lake)]
+        meter = Meter()
+        with meter.measure():
+            outcome = ingest.run(self.spark, ingest.parse_args(argv))
+        test.rows = sum(entry["rows"] for entry in outcome.entries)
+        if outcome.problems or test.rows != self.messages:
+            test.problems.append(f"run {len(test.runs) + 1}: {test.rows} rows, problems {outcome.problems}")
+        shutil.rmtree(lake)
+        test.runs.append(meter)
+
     def stop(self) -> None:
         self.spark.stop()
 
@@ -366,6 +429,57 @@ def print_table(tests: list[Test], baseline: Test, go: Test | None, size: int, r
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
 
 
+def print_ratios(by_name: dict[str, Test]) -> None:
+    """The issue's two Spark ratios, each from the best runs of this one run."""
+
+    def rate(name: str) -> float | None:
+        test = by_name.get(name)
+        return test.rows / test.best.seconds if test is not None and test.rows and test.best.seconds > 0 else None
+
+    plain, job, go = rate(PLAIN_PARQUET), rate(INGEST_JOB), rate(GO_SIDE_BY_SIDE)
+    if plain and job:
+        print(f"ingest job / plain Spark -> Parquet (same ranges, local[2]): {job / plain:.2f}x")
+    if plain and go:
+        print(f"Spark -> Parquet / go Subscribe side by side (same partitions): {plain / go:.2f}x")
+
+
+def run_standalone(brokers: str, stream: str, args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """The standalone phase (``_standalone_run.py``) on a cluster started here; its JSON result."""
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-standalone-") as tmp,
+        standalone_cluster(Path(tmp), args.standalone) as cluster,
+    ):
+        progress(f"standalone cluster {cluster.master} with {cluster.workers} one-core workers")
+        command = [
+            sys.executable, str(STANDALONE_RUN), "--master", cluster.master, "--brokers", brokers,
+            "--stream", stream, "--partitions", str(args.partitions), "--runs", str(args.runs),
+            "--workdir", str(Path(tmp) / "app"),
+        ]  # fmt: skip
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(Path(__file__).parent)}
+        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False, timeout=args.time_limit)
+        sys.stderr.write(done.stderr[-2000:] if done.returncode else "")
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode != 0 or not lines:
+            raise RuntimeError(f"the standalone phase failed ({done.returncode}): {done.stderr[-3000:]}")
+        result: dict[str, list[dict[str, Any]]] = json.loads(lines[-1])
+        return result
+
+
+def print_standalone(result: dict[str, list[dict[str, Any]]], workers: int) -> None:
+    best = {kind: min(runs, key=lambda r: r["seconds"]) for kind, runs in result.items()}
+    plain, job = best["plain"], best["ingest"]
+    print()
+    print(f"Standalone cluster, {workers} one-core workers on loopback (client mode), best of {len(result['plain'])}:")
+    for name, run in (("plain Spark -> Parquet", plain), ("ingest job -> Parquet lake", job)):
+        print(
+            f"  {name:<28} {run['seconds']:7.2f} s, {run['rows']:,} rows, executors {', '.join(run['executors'])}, "
+            f"tasks of 2+ executors at once for {run['together_seconds']:.1f} s"
+        )
+        for line in run["timeline"]:
+            print(f"    {line}")
+    print(f"ingest job / plain Spark -> Parquet (standalone): {plain['seconds'] / job['seconds']:.2f}x")
+
+
 def print_memory(results: dict[int, list[dict[str, float]]]) -> None:
     sizes = sorted(results)
     runs = max(len(r) for r in results.values())
@@ -406,6 +520,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-runs", type=int, default=3, help="fresh worker runs per memory-test size (3)")
     parser.add_argument("--runs", type=int, default=2, help="runs of every throughput test; the best is shown (2)")
     parser.add_argument("--no-go", action="store_true", help="skip the go-liftbridge (golbbench) anchor")
+    parser.add_argument(
+        "--standalone",
+        type=int,
+        default=2,
+        metavar="WORKERS",
+        help="also run plain Spark -> Parquet and the ingest job on a standalone cluster of this many one-core "
+        "workers started on loopback, with each run's task timeline (default 2; 0 skips it)",
+    )
     parser.add_argument(
         "--time-limit",
         type=float,
@@ -448,10 +570,12 @@ def run_throughput(
         (Test("read_slice (1 thread, no Spark)", args.partitions), bench.read_slice),
         (Test("Spark -> noop, default planning", default_count), lambda t: spark.noop(t, default_planning)),
         (Test(f"Spark -> noop, {split}", split_count), lambda t: spark.noop(t, split_planning)),
-        (Test("Spark -> Parquet, default planning", default_count), lambda t: spark.parquet(t, default_planning)),
+        (Test(PLAIN_PARQUET, default_count), lambda t: spark.parquet(t, default_planning)),
         (Test(f"Spark -> Parquet, {split}", split_count), lambda t: spark.parquet(t, split_planning)),
+        (Test(INGEST_JOB, "cores"), lambda t: spark.ingest(t, args.partitions)),
     ]
     if golbbench is not None:
+        steps.insert(0, (Test(GO_SIDE_BY_SIDE, args.partitions), bench.go_side_by_side))
         steps.insert(0, (Test(GO_ANCHOR, args.partitions), bench.go_subscribe))
     for run in range(args.runs):
         for test, step in steps:
@@ -470,6 +594,7 @@ class Results:
     spark_note: str = ""
     memory: dict[int, list[dict[str, float]]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    standalone: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def run_on_server(spark: SparkBench, golbbench: Path | None, args: argparse.Namespace) -> Results:
@@ -490,6 +615,14 @@ def run_on_server(spark: SparkBench, golbbench: Path | None, args: argparse.Name
             results.problems.append(f"the stream holds {stored} messages, expected {args.messages}")
 
         results.tests, results.spark_note = run_throughput(client, spark, brokers, stream, args, golbbench=golbbench)
+        if args.standalone:
+            results.standalone = run_standalone(brokers, stream, args)
+            for kind, runs in results.standalone.items():
+                results.problems += [
+                    f"standalone {kind}: {r['rows']} rows, expected {args.messages}"
+                    for r in runs
+                    if r["rows"] != args.messages
+                ]
         for test in results.tests:
             if test.rows != args.messages:
                 results.problems.append(f"{test.name}: {test.rows} rows, expected {args.messages}")
@@ -538,6 +671,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     by_name = {test.name: test for test in results.tests}
     print_table(results.tests, by_name[BASELINE], by_name.get(GO_ANCHOR), args.size, args.runs)
+    print_ratios(by_name)
+    if results.standalone:
+        print_standalone(results.standalone, args.standalone)
     print()
     print_memory(results.memory)
     print()

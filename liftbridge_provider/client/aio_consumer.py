@@ -189,7 +189,12 @@ class AsyncConsumer:
                 response = await self._client._group_call("JoinConsumerGroup", ask.join(membership))
                 break
             except LiftbridgeError as exc:
-                if not membership.join_again(exc.code, exc.message, attempt):
+                decision = membership.after_join_failure(exc.code, exc.message, attempt)
+                if decision is AfterFailure.RELEARN:
+                    log.info("consumer %s: %s; learning the group's coordinator", self.consumer_id, exc)
+                    await self._relearn(membership)
+                    return
+                if decision is not AfterFailure.REJOIN:
                     raise
                 log.info("consumer %s: %s (another member created the group); joining again", self.consumer_id, exc)
         membership.on_joined(response.coordinator, response.epoch, response.consumerTimeout,
@@ -243,14 +248,8 @@ class AsyncConsumer:
             self._start_reader(partition, rebalance.epoch)
 
     async def _rejoin(self, membership: Membership) -> None:
-        """Join again; when the group holds this member already, learn its coordinator and epoch instead."""
-        try:
-            await self._join()
-        except LiftbridgeError as exc:
-            if membership.on_join_failed(exc.code, exc.message) is not AfterFailure.RELEARN:
-                raise
-            log.info("consumer %s: %s; learning the group's coordinator", self.consumer_id, exc)
-            await self._relearn(membership)
+        """Join again (when the group holds this member already, :meth:`_join` learns its coordinator)."""
+        await self._join()
 
     async def _relearn(self, membership: Membership) -> None:
         answer = await self._client._group_call("FetchMetadata", ask.group_metadata(membership))

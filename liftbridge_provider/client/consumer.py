@@ -224,7 +224,12 @@ class Consumer:
                 response = self._client._group_call("JoinConsumerGroup", ask.join(membership))
                 break
             except LiftbridgeError as exc:
-                if not membership.join_again(exc.code, exc.message, attempt):
+                decision = membership.after_join_failure(exc.code, exc.message, attempt)
+                if decision is AfterFailure.RELEARN:
+                    log.info("consumer %s: %s; learning the group's coordinator", self.consumer_id, exc)
+                    self._relearn(membership)
+                    return
+                if decision is not AfterFailure.REJOIN:
                     raise
                 log.info("consumer %s: %s (another member created the group); joining again", self.consumer_id, exc)
         membership.on_joined(
@@ -290,13 +295,7 @@ class Consumer:
         with self._lock:
             if membership.next_call() is not Call.JOIN:
                 return
-        try:
-            self._join()
-        except LiftbridgeError as exc:
-            if membership.on_join_failed(exc.code, exc.message) is not AfterFailure.RELEARN:
-                raise
-            log.info("consumer %s: %s; learning the group's coordinator", self.consumer_id, exc)
-            self._relearn(membership)
+        self._join()
 
     def _after_failure(self, membership: Membership, exc: LiftbridgeError) -> None:
         if not membership.joined:

@@ -183,10 +183,16 @@ class Membership:
             return AfterFailure.RELEARN
         return AfterFailure.RETRY
 
-    def join_again(self, code: grpc.StatusCode | None, details: str, attempt: int) -> bool:
-        """After failed join number ``attempt`` (from 1): join again at once? Only when it crossed another
-        member's first join of the group (REJOIN), at most :data:`JOIN_ATTEMPTS` joins in all."""
-        return attempt < JOIN_ATTEMPTS and self.on_join_failed(code, details) is AfterFailure.REJOIN
+    def after_join_failure(self, code: grpc.StatusCode | None, details: str, attempt: int) -> AfterFailure:
+        """After failed join number ``attempt`` (from 1), the first join or a later one: REJOIN at once when
+        it crossed another member's first join of the group (at most :data:`JOIN_ATTEMPTS` joins in all);
+        RELEARN when the group holds this member already (a join the server applied whose answer was lost,
+        sent again): it is a member, and learns the coordinator and epoch from the metadata; else RETRY
+        (the join failed: raised to the first join's caller, tried again by the heartbeat)."""
+        decision = self.on_join_failed(code, details)
+        if decision is AfterFailure.REJOIN and attempt >= JOIN_ATTEMPTS:
+            return AfterFailure.RETRY
+        return decision
 
     def on_group_metadata(self, coordinator: str, epoch: int) -> bool:
         """The metadata's view of the group ("": no coordinator now); True when it differs from this

@@ -43,24 +43,24 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import sys
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from liftbridge_provider import fault_points
 from liftbridge_provider.client import ClientConfig, InvalidArgumentError, TLSConfig
 from liftbridge_provider.connection import config_from_connection_json
 from liftbridge_provider.delta_table import require_deltalake, table_path
-from liftbridge_provider.lake import Claim, Commit, LakeError, Ledger, Outcome, plan_write, problems
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.lake import LakeError, Outcome
+from liftbridge_provider.ranges import RangesDocument
 from liftbridge_provider.spark.lake_store import HadoopStore
+from liftbridge_provider.spark.parquet_ingest import Job, ingest_parquet
 from liftbridge_provider.spark.source import LiftbridgeDataSource
+from liftbridge_provider.spark.table_ingest import ingest_table
 
 log = logging.getLogger("liftbridge.ingest")
 
@@ -78,11 +78,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--format",
         dest="lake_format",
-        choices=("parquet", "delta"),
+        choices=("parquet", "delta", "iceberg"),
         default="parquet",
-        help="parquet: range folders fenced by a claim ledger (default); delta: a Delta table whose log holds "
-        "each partition's next offset",
+        help="parquet: range folders fenced by a claim ledger (default); delta: a Delta table (a local path) whose "
+        "log records the offsets it holds; iceberg: an Iceberg table whose properties record them",
     )
+    parser.add_argument(
+        "--iceberg-catalog",
+        default="liftbridge",
+        help="pyiceberg catalog name (its settings may also come from ~/.pyiceberg.yaml or PYICEBERG_CATALOG__*)",
+    )
+    parser.add_argument(
+        "--iceberg-catalog-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a catalog property as pyiceberg names it (type, uri, warehouse, ...); repeat for more. None: an "
+        "embedded SQL catalog on SQLite in --output",
+    )
+    parser.add_argument("--iceberg-table", help="namespace.table (default liftbridge.<stream>)")
     parser.add_argument("--stream", help="expected stream name (checked against the document)")
     parser.add_argument("--min-partitions", type=int)
     parser.add_argument("--max-records-per-partition", type=int)
@@ -141,15 +155,19 @@ def _text(value: str | bytes | Path | None) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def source_options(config: ClientConfig, args: argparse.Namespace) -> dict[str, str]:
-    """The ``liftbridge`` source's options for this job (every range the same; ``ranges`` added per piece)."""
+def source_options(config: ClientConfig, args: argparse.Namespace, *, cores: int | None = None) -> dict[str, str]:
+    """The ``liftbridge`` source's options for this job (every range the same; ``ranges`` added per piece).
+
+    ``minPartitions`` is ``--min-partitions``, else ``cores`` (the cluster's, ``defaultParallelism``), so
+    that every core reads even when a run has fewer pieces than cores.
+    """
     tls = config.tls
     optional = {
         "tlsCaCert": _text(tls.ca) if tls else None,
         "tlsClientCert": _text(tls.cert) if tls else None,
         "tlsPrivateKey": _text(tls.key) if tls else None,
         "tlsServerName": tls.server_name if tls else None,
-        "minPartitions": args.min_partitions,
+        "minPartitions": args.min_partitions if args.min_partitions is not None else cores,
         "maxRecordsPerPartition": args.max_records_per_partition,
         "readTimeout": args.read_timeout,
         "batchSize": args.batch_size,
@@ -166,131 +184,6 @@ def source_options(config: ClientConfig, args: argparse.Namespace) -> dict[str, 
     return options
 
 
-@dataclass(frozen=True)
-class Job:
-    """What every piece of one run shares."""
-
-    store: HadoopStore
-    stream: str
-    stream_folder: str
-    run: str
-    options: dict[str, str]
-    compacted: bool
-    head_loss_ok: bool
-
-
-def entry_of(job: Job, claim: Claim) -> dict[str, Any]:
-    assert claim.commit is not None
-    return {
-        "partition": claim.partition,
-        "start": claim.start,
-        "end": claim.end,
-        "rows": claim.commit.rows,
-        "min_offset": claim.commit.min_offset,
-        "max_offset": claim.commit.max_offset,
-        "path": f"{job.stream_folder}/{claim.folder}",
-        "claim": claim.seq,
-        "run": claim.commit.run,
-    }
-
-
-def publish(job: Job, claim: Claim) -> None:
-    """Move a committed claim's winning staged folder to its range folder, unless that happened already.
-
-    The range folder is checked before the staged one: a rename is atomic, so
-    seeing the staged folder after missing the range folder means nobody moved it yet.
-    """
-    assert claim.commit is not None
-    final = f"{job.stream_folder}/{claim.folder}"
-    if job.store.exists(final):
-        return
-    staged = f"{job.stream_folder}/{claim.commit.staging}"
-    if job.store.exists(staged):
-        job.store.mkdirs(final.rsplit("/", 1)[0])
-        if job.store.rename(staged, final):
-            log.info("partition %d [%d, %d): published %s", claim.partition, claim.start, claim.end, final)
-            return
-    if not job.store.exists(final):
-        raise LakeError(
-            f"claim {claim.seq} of partition {claim.partition} is committed, but neither {final} nor its "
-            f"staged folder {staged} exists: the lake lost offsets [{claim.start}, {claim.end})"
-        )
-
-
-def write_piece(spark: SparkSession, job: Job, ledger: Ledger, claim: Claim) -> list[str]:
-    """Read a claimed piece into this run's staged folder, check it, commit it unless another run did; problems."""
-    staging = claim.staging_folder(job.run)
-    folder = f"{job.stream_folder}/{staging}"
-    piece = RangesDocument(job.stream, (OffsetRange(claim.partition, claim.start, claim.end),))
-    frame = spark.read.format("liftbridge").options(**job.options, ranges=piece.dumps()).load()
-    frame.write.mode("overwrite").parquet(folder)
-    stats = (
-        spark.read.parquet(folder)
-        .agg(F.count("*").alias("rows"), F.min("offset").alias("min"), F.max("offset").alias("max"))
-        .first()
-    )
-    assert stats is not None
-    fault_points.reached("ingest.staged")
-    commit = Commit(staging, int(stats["rows"]), stats["min"], stats["max"], job.run)
-    found = problems([entry_of(job, dataclasses.replace(claim, commit=commit))], job.compacted, job.head_loss_ok)
-    if found:
-        job.store.delete(folder)
-        return [f"{problem} (not committed; claim {claim.seq} stays open for a rerun)" for problem in found]
-    winner = ledger.commit(claim, commit)
-    if winner.staging != staging:
-        job.store.delete(folder)  # another run committed this piece first: its rows are the lake's
-    fault_points.reached("ingest.decided")
-    publish(job, dataclasses.replace(claim, commit=winner))
-    log.info(
-        "partition %d [%d, %d): %d rows, claim %d (%s)",
-        claim.partition,
-        claim.start,
-        claim.end,
-        winner.rows,
-        claim.seq,
-        "written" if winner.staging == staging else f"committed by run {winner.run}",
-    )
-    return []
-
-
-def ingest_range(spark: SparkSession, job: Job, offset_range: OffsetRange) -> Outcome:
-    """Claim what no run claimed yet of one range, write every open piece overlapping it; its manifest entries."""
-    ledger = Ledger(job.store, job.stream_folder, offset_range.partition, job.run)
-    for claim in ledger.claims():
-        if claim.committed:
-            publish(job, claim)  # finish a rename that a crash interrupted
-    plan = ledger.claim(offset_range)
-    fault_points.reached("ingest.claimed")
-    found = []
-    for claim in plan.write:
-        found += write_piece(spark, job, ledger, claim)
-    final = plan_write(ledger.claims(), offset_range)
-    for claim in final.held:
-        publish(job, claim)  # another run may have committed without publishing yet
-    gaps = [f"partition {offset_range.partition}: the lake misses offsets [{s}, {e})" for s, e in final.gaps]
-    entries = [entry_of(job, claim) for claim in final.held]
-    found += problems(entries, job.compacted, job.head_loss_ok)
-    if not final.settled and not found:
-        open_pieces = [(c.seq, c.start, c.end) for c in final.write] + [(None, r.start, r.end) for r in final.claim]
-        found.append(f"partition {offset_range.partition}: pieces (claim, start, end) {open_pieces} are not committed")
-    return Outcome(entries, found, gaps, "")
-
-
-def write_manifest(store: HadoopStore, stream_folder: str, document: RangesDocument, outcome: Outcome, run: str) -> str:
-    """Write ``_manifests/<hash of the ranges>.json`` beside the data, through the output's filesystem."""
-    digest = hashlib.sha256(document.dumps().encode()).hexdigest()[:16]
-    path = f"{stream_folder}/_manifests/{digest}.json"
-    manifest = {
-        "ranges": document.to_json(),
-        "written": outcome.entries,
-        "total_rows": sum(e["rows"] for e in outcome.entries),
-        "gaps": outcome.gaps,
-        "run": run,
-    }
-    store.write(path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
-    return path
-
-
 def run(
     spark: SparkSession,
     args: argparse.Namespace,
@@ -304,13 +197,23 @@ def run(
         raise InvalidArgumentError(f"--stream {args.stream} differs from the ranges document's {document.stream}")
     config = client_config(args, os.environ if environ is None else environ)
     if args.lake_format == "delta":
-        from liftbridge_provider.spark.delta_ingest import ingest_delta  # noqa: PLC0415 - driver only
+        from liftbridge_provider.spark.delta_ingest import DeltaFormat  # noqa: PLC0415 - needs deltalake
 
-        total = ingest_delta(
+        total = ingest_table(
             spark,
             document,
-            source_options(config, args),
-            table_path(args.output),
+            source_options(config, args, cores=spark.sparkContext.defaultParallelism),
+            DeltaFormat(table_path(args.output)),
+            run=uuid.uuid4().hex[:12],
+            compacted=args.compacted,
+            head_loss_ok=args.on_data_loss == "skip",
+        )
+    elif args.lake_format == "iceberg":
+        total = ingest_table(
+            spark,
+            document,
+            source_options(config, args, cores=spark.sparkContext.defaultParallelism),
+            iceberg_format(args, document.stream),
             run=uuid.uuid4().hex[:12],
             compacted=args.compacted,
             head_loss_ok=args.on_data_loss == "skip",
@@ -335,19 +238,57 @@ def _ingest_parquet(
         stream=document.stream,
         stream_folder=f"{store.root}/stream={document.stream}",
         run=uuid.uuid4().hex[:12],
-        options=source_options(config, args),
+        options=source_options(config, args, cores=spark.sparkContext.defaultParallelism),
         compacted=args.compacted,
         head_loss_ok=args.on_data_loss == "skip",
     )
-    total = Outcome([], [], [], "")
-    for offset_range in document.ranges:
-        if offset_range.count > 0:
-            outcome = ingest_range(spark, job, offset_range)
-            total.entries += outcome.entries
-            total.problems += outcome.problems
-            total.gaps += outcome.gaps
+    total = ingest_parquet(spark, job, document)
     total.manifest = write_manifest(store, job.stream_folder, document, total, job.run)
     return total
+
+
+def write_manifest(store: HadoopStore, stream_folder: str, document: RangesDocument, outcome: Outcome, run: str) -> str:
+    """Write ``_manifests/<hash of the ranges>.json`` beside the data, through the output's filesystem."""
+    digest = hashlib.sha256(document.dumps().encode()).hexdigest()[:16]
+    path = f"{stream_folder}/_manifests/{digest}.json"
+    manifest = {
+        "ranges": document.to_json(),
+        "written": outcome.entries,
+        "total_rows": sum(e["rows"] for e in outcome.entries),
+        "gaps": outcome.gaps,
+        "run": run,
+    }
+    store.write(path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    return path
+
+
+def iceberg_format(args: argparse.Namespace, stream: str) -> Any:
+    """The Iceberg table of ``--iceberg-*`` (InvalidArgumentError for a malformed property or name)."""
+    require_pyiceberg()
+    from liftbridge_provider.spark.iceberg_ingest import (  # noqa: PLC0415 - needs pyiceberg
+        IcebergFormat,
+        catalog_properties,
+        table_identifier,
+    )
+
+    given = {}
+    for item in args.iceberg_catalog_property:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidArgumentError(f"--iceberg-catalog-property must be KEY=VALUE, got {item!r}")
+        given[key] = value
+    properties = catalog_properties(args.output, given)
+    return IcebergFormat(args.iceberg_catalog, properties, table_identifier(stream, args.iceberg_table))
+
+
+def require_pyiceberg() -> None:
+    """Fail clearly (InvalidArgumentError) when the ``pyiceberg`` package is missing."""
+    try:
+        import pyiceberg  # noqa: F401, PLC0415 - optional dependency
+    except ImportError as exc:
+        raise InvalidArgumentError(
+            "Iceberg tables need the pyiceberg package (pip install 'airflow-provider-liftbridge[iceberg]')"
+        ) from exc
 
 
 def exit_status(outcome: Outcome, on_data_loss: str) -> int:
@@ -361,8 +302,36 @@ def job_path() -> str:
     return str(Path(__file__).resolve())
 
 
+def missing_driver_python(python: str | None, deploy_mode: str, usable: Callable[[str], bool]) -> str | None:
+    """Why the driver cannot start the Python workers that plan a data source read, or None (pure).
+
+    In client mode Spark starts them on the driver with ``spark.pyspark.python``, relative to where
+    spark-submit runs: an archive shipped with ``--archives ...#env`` is unpacked on the executors only, so
+    ``./env/bin/python`` must exist there too. ``usable(path)`` says whether an interpreter can be run.
+    """
+    if python is None or deploy_mode != "client" or usable(python):
+        return None
+    return (
+        f"spark.pyspark.python={python!r} cannot be run where spark-submit runs ({os.getcwd()}): in client mode "
+        "Spark plans the liftbridge read in a Python worker on the driver with that interpreter; unpack the "
+        "archive here too (mkdir -p env && tar -xzf dist/liftbridge-spark-env.tar.gz -C env) or set "
+        "spark.pyspark.driver.python and run from a folder that holds it (docs/spark.md, 'On a cluster')"
+    )
+
+
+def _runnable(python: str) -> bool:
+    found = shutil.which(python) if os.sep not in python else python
+    return found is not None and os.access(found, os.X_OK)
+
+
 def check_executors(spark: SparkSession) -> None:
-    """Fail with a clear message when the executors' Python lacks this package (and register the source)."""
+    """Fail with a clear message, before anything is claimed, when the driver cannot start the Python that
+    plans the read or the executors' Python lacks this package (and register the source)."""
+    problem = missing_driver_python(
+        spark.conf.get("spark.pyspark.python", None), spark.conf.get("spark.submit.deployMode") or "client", _runnable
+    )
+    if problem is not None:
+        raise LakeError(problem)
 
     def importable(_: object) -> bool:  # runs in the executor's Python: defined here, so shipped by value
         import importlib.util  # noqa: PLC0415
@@ -394,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     try:  # refuse bad input before starting Spark
         load_ranges(args.ranges)
         client_config(args, os.environ)
+        if args.lake_format == "iceberg":
+            document = load_ranges(args.ranges)
+            iceberg_format(args, document.stream).check()
         if args.lake_format == "delta":
             require_deltalake()
             from liftbridge_provider.spark.delta_ingest import check_table  # noqa: PLC0415 - needs deltalake

@@ -19,10 +19,20 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import SparkSession
+
+from liftbridge_provider.lake import LakeError
+
+
+class PieceStats(NamedTuple):
+    """What a folder of Parquet files holds: rows, and the smallest and largest value of one column."""
+
+    rows: int
+    min_offset: int | None
+    max_offset: int | None
 
 
 class HadoopStore:
@@ -112,6 +122,37 @@ class HadoopStore:
             if "FileNotFoundException" in _java_class(exc) or "FileAlreadyExistsException" in _java_class(exc):
                 return False
             raise
+
+    def parquet_stats(self, folder: str, column: str) -> PieceStats:
+        """Rows and the smallest and largest ``column`` value of the Parquet files in ``folder``, from their
+        footers (Parquet's own reader in the JVM, on any filesystem Spark writes): no Spark job.
+
+        Raises LakeError when a row group with rows has no statistics for ``column``.
+        """
+        jvm = self._jvm
+        rows, low, high = 0, None, None
+        for status in self._fs.listStatus(self._path(folder)):
+            name = str(status.getPath().getName())
+            if not name.endswith(".parquet") or name.startswith(("_", ".")):
+                continue
+            source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromStatus(status, self._conf)
+            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(source)
+            try:
+                for block in reader.getFooter().getBlocks():
+                    count = int(block.getRowCount())
+                    if not count:
+                        continue
+                    rows += count
+                    chunk = next((c for c in block.getColumns() if str(c.getPath().toDotString()) == column), None)
+                    stats = chunk.getStatistics() if chunk is not None else None
+                    if stats is None or not stats.hasNonNullValue():
+                        raise LakeError(f"{status.getPath()} keeps no {column} statistics for {count} rows")
+                    block_low, block_high = int(stats.genericGetMin()), int(stats.genericGetMax())
+                    low = block_low if low is None else min(low, block_low)
+                    high = block_high if high is None else max(high, block_high)
+            finally:
+                reader.close()
+        return PieceStats(rows, low, high)
 
     def delete(self, path: str) -> None:
         """Delete a file or a folder with its contents (nothing when it does not exist)."""

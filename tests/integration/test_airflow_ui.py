@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import ElementNotInteractableException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -167,9 +167,23 @@ class ConnectionsPage:
     def add(self, conn_id: str, hook_name: str) -> None:
         """Open the Add Connection form, name the connection and choose its type."""
         self._click("//button[normalize-space()='Add Connection']")
-        self.field("Connection ID").send_keys(conn_id)
-        self.field("Connection Type").send_keys(hook_name)
+        self.type_into("Connection ID", conn_id)
+        self.type_into("Connection Type", hook_name)
         self._click(f"{DIALOG}//*[@role='option'][normalize-space()='{hook_name}']")
+
+    def type_into(self, label: str, text: str) -> None:
+        """Type ``text`` into the field labelled ``label`` once it takes input: the dialog's fields are
+        visible a moment before they are interactable while it opens (CI, on a loaded machine: "element
+        not interactable")."""
+
+        def typed(_: WebDriver) -> bool:
+            try:
+                self.field(label).send_keys(text)
+            except ElementNotInteractableException:
+                return False
+            return True
+
+        self._wait().until(typed, f"the field {label!r} never took input")
 
     def group(self, label: str) -> WebElement:
         """The dialog's visible field (label, control and help text) labelled ``label``."""
@@ -251,13 +265,13 @@ def page(browser: WebDriver, api_server: str) -> ConnectionsPage:
 def fill_liftbridge_form(page: ConnectionsPage, conn_id: str, brokers: str, port: str, screenshot: str = "") -> None:
     """Add a Liftbridge connection in the form: brokers, default port, and a few extras; then save it."""
     page.add(conn_id, CONNECTION_TYPE["hook-name"])
-    page.field("Brokers").send_keys(brokers)
-    page.field("Default port").send_keys(port)
+    page.type_into("Brokers", brokers)
+    page.type_into("Default port", port)
     if screenshot:
         page.screenshot(f"{screenshot}-standard-fields")
     page.open_section("Extra Fields")
-    page.field("Request timeout (s)").send_keys("2")
-    page.field("Max connections per broker").send_keys("1")
+    page.type_into("Request timeout (s)", "2")
+    page.type_into("Max connections per broker", "1")
     page.switch_on("Read from ISR replicas")
     if screenshot:
         page.screenshot(f"{screenshot}-extra-fields")

@@ -87,12 +87,16 @@ def test_a_rejoin_told_already_a_member_learns_the_group_instead_and_other_failu
     assert member.on_join_failed(grpc.StatusCode.NOT_FOUND, "stream does not exist") is AfterFailure.RETRY
     crossed = "consumer group already exists"  # another member's first join created the group meanwhile
     assert member.on_join_failed(grpc.StatusCode.FAILED_PRECONDITION, crossed) is AfterFailure.REJOIN
-    assert [member.join_again(grpc.StatusCode.FAILED_PRECONDITION, crossed, n) for n in (1, 2, 3)] == [
-        True,
-        True,
-        False,
-    ]
-    assert member.join_again(grpc.StatusCode.UNAVAILABLE, "down", 1) is False
+    after = member.after_join_failure
+    assert [after(grpc.StatusCode.FAILED_PRECONDITION, crossed, n) for n in (1, 2, 3)] == [
+        AfterFailure.REJOIN,
+        AfterFailure.REJOIN,
+        AfterFailure.RETRY,
+    ], "joins again at once at most JOIN_ATTEMPTS times"
+    assert after(grpc.StatusCode.UNAVAILABLE, "down", 1) is AfterFailure.RETRY
+    # a join the server applied whose answer was lost, sent again: a member already, at any attempt
+    assert after(grpc.StatusCode.FAILED_PRECONDITION, already, 1) is AfterFailure.RELEARN
+    assert after(grpc.StatusCode.FAILED_PRECONDITION, already, 3) is AfterFailure.RELEARN
     assert member.on_group_metadata("b3", 9) is True
     assert (member.joined, member.coordinator, member.epoch) == (True, "b3", 9)
     assert member.on_group_metadata("", 10) is True

@@ -20,6 +20,7 @@ from liftbridge_provider.client import InvalidArgumentError
 from liftbridge_provider.connection import config_from_connection_json
 from liftbridge_provider.hooks import liftbridge as hook_module
 from liftbridge_provider.spark import ingest
+from liftbridge_provider.spark.ingest import missing_driver_python
 from liftbridge_provider.spark.options import parse_options
 
 PEM = "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----"
@@ -173,3 +174,16 @@ def test_the_job_ends_even_when_a_daemon_thread_holds_a_logging_lock_at_exit(ent
     )
     assert finished.returncode == 2, finished.stderr[-2000:]
     assert "ranges document is not valid JSON" in finished.stderr, "the bad input is still reported"
+
+
+def test_a_driver_python_that_cannot_run_where_spark_submit_runs_is_refused_before_anything_is_claimed() -> None:
+    """An archive shipped with --archives ...#env is unpacked on the executors only: in client mode the driver's
+    planning worker needs ./env/bin/python where spark-submit runs (before, a raw Py4JJavaError after claiming)."""
+
+    problem = missing_driver_python("./env/bin/python", "client", lambda path: False)
+    assert problem is not None
+    assert "spark.pyspark.python='./env/bin/python' cannot be run where spark-submit runs" in problem
+    assert "tar -xzf dist/liftbridge-spark-env.tar.gz -C env" in problem
+    assert missing_driver_python("./env/bin/python", "cluster", lambda path: False) is None
+    assert missing_driver_python("./env/bin/python", "client", lambda path: True) is None
+    assert missing_driver_python(None, "client", lambda path: False) is None

@@ -1,0 +1,59 @@
+"""Reading many offset pieces in one Spark job: what the Parquet and the Delta ingest share.
+
+A ranges document holds one range per partition, so pieces are grouped into
+rounds of at most one piece per partition, each round read as one
+``liftbridge`` DataFrame, and the rounds unioned: Spark then runs one job
+whose tasks cover every piece (each task reads one slice of one piece). A
+column may tag each row with the piece it belongs to, so one write can send
+each piece's rows to its own folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import reduce
+from itertools import chain
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from liftbridge_provider.ranges import OffsetRange, RangesDocument
+
+
+def rounds(pieces: Sequence[OffsetRange]) -> list[list[OffsetRange]]:
+    """``pieces`` grouped so that no group holds two pieces of one partition (first fit, in order)."""
+    grouped: list[list[OffsetRange]] = []
+    for piece in pieces:
+        slot = next((g for g in grouped if all(p.partition != piece.partition for p in g)), None)
+        if slot is None:
+            slot = []
+            grouped.append(slot)
+        slot.append(piece)
+    return grouped
+
+
+def read_pieces(
+    spark: SparkSession,
+    stream: str,
+    pieces: Sequence[OffsetRange],
+    options: Mapping[str, str],
+    *,
+    tags: Mapping[OffsetRange, int] | None = None,
+    tag_column: str = "piece",
+) -> DataFrame:
+    """Every piece's messages as one DataFrame (read by one Spark job when written); with ``tags``, a
+    ``tag_column`` holds each row's piece tag (an int per piece)."""
+    frames = []
+    for group in rounds(pieces):
+        document = RangesDocument(stream, tuple(group))
+        frame = spark.read.format("liftbridge").options(**options, ranges=document.dumps()).load()
+        if tags is not None:
+            frame = frame.withColumn(tag_column, _tag_of_partition({p.partition: tags[p] for p in group}))
+        frames.append(frame)
+    return reduce(DataFrame.unionByName, frames)
+
+
+def _tag_of_partition(tags: Mapping[int, int]) -> Column:
+    """A column that maps the row's partition to its piece's tag (one piece per partition in a round)."""
+    pairs = chain.from_iterable((F.lit(partition), F.lit(tag)) for partition, tag in sorted(tags.items()))
+    return F.create_map(*pairs)[F.col("partition")]
