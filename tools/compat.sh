@@ -4,17 +4,17 @@
 #   tools/compat.sh TARGET      TARGET: airflow-3.1, airflow-3.2, pyspark-4.0, pyspark-4.1, pyspark-4.2
 #
 # Makes .compat/TARGET anew, installs dist/airflow_provider_liftbridge-*.whl with its extras (Airflow targets:
-# airflow,spark; PySpark targets: spark) through pip's normal resolution, constrained by constraints/TARGET.txt,
-# then runs tests/compat against real servers (.tools/bin) from a scratch folder, so Python and Spark's workers
-# import the wheel, not the checkout. pip's own cache (built wheels, pyspark's included) is what is reused
+# airflow,spark,iceberg; PySpark targets: spark,iceberg) through pip's normal resolution, constrained by
+# constraints/TARGET.txt, then runs tests/compat against real servers (.tools/bin) from a scratch folder, so
+# Python and Spark's workers import the wheel, not the checkout. pip's own cache (built wheels, pyspark's included) is what is reused
 # between runs; the environment itself is always new.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TARGET="${1:?usage: tools/compat.sh TARGET}"
 PYTHON="${PYTHON:-python3}"
 case "$TARGET" in
-  airflow-*) EXTRAS=airflow,spark,compat ;;
-  pyspark-*) EXTRAS=spark,compat ;;
+  airflow-*) EXTRAS=airflow,spark,iceberg,compat ;;
+  pyspark-*) EXTRAS=spark,iceberg,compat ;;
   *) echo "unknown target $TARGET" >&2; exit 2 ;;
 esac
 CONSTRAINTS="$ROOT/constraints/$TARGET.txt"

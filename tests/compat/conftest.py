@@ -6,9 +6,10 @@ and runs ``pytest -c tests/compat/pytest.ini tests/compat --compat-target TARGET
 from the project folder (the example DAGs, the Spark job and the servers in
 ``.tools/bin`` come from the checkout; the package from the wheel).
 
-Targets: ``airflow-3.1``, ``airflow-3.2`` (Airflow with the airflow and spark
-extras) and ``pyspark-4.0``, ``pyspark-4.2`` (the spark extra only: Spark kept
-in its own environment, as docs/troubleshooting.md advises). Tests marked for
+Targets: ``airflow-3.1``, ``airflow-3.2`` (the airflow, spark and iceberg
+extras) and ``pyspark-4.0``, ``pyspark-4.1``, ``pyspark-4.2`` (spark and
+iceberg, no Airflow: Spark kept in its own environment, as
+docs/troubleshooting.md advises). Tests marked for
 the other kind of target are deselected, never skipped; the first test checks
 that the environment really holds the target's versions.
 """
