@@ -10,8 +10,9 @@ master, e.g. ``local[*]``). Parameters: stream, partitions, batch_size (0
 publishes nothing), output_path, lake_format (parquet, delta or iceberg).
 
 Exactly once: one run at a time (``max_active_runs=1``); a retry or clear of
-a run reuses the ranges it froze (task state store) and rewrites the same
-folders; the commit moves the cursor only from where the freeze found it.
+a run reuses the ranges it froze (task state store; before Airflow 3.3 the
+stream's cursors) and rewrites the same folders; the commit moves the cursor
+only from where the freeze found it.
 The next run ingests only what arrived since. The Spark job gets the whole
 ``liftbridge_default`` connection (brokers, port, TLS, timeouts) as JSON in
 the environment variable ``LIFTBRIDGE_CONN_JSON``.

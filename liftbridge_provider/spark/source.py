@@ -56,6 +56,7 @@ from liftbridge_provider.ranges import (
 from liftbridge_provider.spark.batches import arrow_batch
 from liftbridge_provider.spark.options import Bound, ReadOptions, parse_options, parse_write_options
 from liftbridge_provider.spark.planning import Slice, plan_slices
+from liftbridge_provider.version_compat import ARROW_SCHEMA_UTC
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,8 @@ subject string, headers map<string,binary> (all nullable)."""
 
 
 def arrow_schema() -> pa.Schema:
-    """The Arrow schema Spark expects for :data:`SCHEMA` (4.3 compares it exactly)."""
-    return to_arrow_schema(SCHEMA, timezone="UTC")
+    """The Arrow schema Spark expects for :data:`SCHEMA`, timestamps in UTC (4.3 compares it exactly)."""
+    return to_arrow_schema(SCHEMA, **ARROW_SCHEMA_UTC)
 
 
 @dataclass(frozen=True)
