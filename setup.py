@@ -1,14 +1,7 @@
 """Build hook: generate liftbridge_provider/_proto from proto/ before packaging, and compile the decoder.
 
-Generation runs before DECODER = Extension(
-    "liftbridge_provider.client._wire_columns",
-    sources=["liftbridge_provider/client/_wire_columns.c"],
-    extra_compile_args=["-O2", "-std=c99"],
-    optional=True,
-)
-
-setup(ext_modules=[DECODER]) so that package discovery sees the generated
-package in a clean checkout. The one compiled module, the Subscribe stream's
+Generation runs before ``setup()`` so that package discovery sees the
+generated package in a clean checkout. The one compiled module, the Subscribe stream's
 decoder into Arrow buffers (``liftbridge_provider/client/_wire_columns.c``,
 plain C against Python's own headers), is built into every wheel and by
 editable installs; it is optional: where no C compiler is found the package
