@@ -2,6 +2,7 @@
 #   make demo   - install what is missing, then run the main job
 #   make test   - install what is missing (also a headless browser), then lint and run the whole test suite
 #   make bench  - install what is missing (also the go-liftbridge reference), then run the benchmarks
+#   make fuzz   - the compiled decoder fuzzed against the pure-Python one for FUZZ_SECONDS (needs clang)
 #   make compat - the compatibility tier: the built wheel in a fresh environment per target (README, "Versions")
 # Both are idempotent; the pieces below are reused by them.
 
@@ -18,7 +19,7 @@ SPARK_BENCH_ARGS ?=
 CONSTRAINTS ?= constraints/newest.txt
 COMPAT_TARGETS ?= airflow-3.1 airflow-3.2 pyspark-4.0 pyspark-4.2
 
-.PHONY: setup venv tools golbbench browser proto native lint test chaos bench demo dist wheel compat clean
+.PHONY: setup venv tools golbbench browser proto native lint test chaos bench demo dist wheel compat fuzz clean
 
 setup: venv tools proto native
 
@@ -58,6 +59,14 @@ native: $(VENV)/.native
 $(VENV)/.native: $(VENV)/.installed $(NATIVE_SRC)
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $@
+
+# Coverage-guided fuzzing of the compiled decoder (tools/fuzz_wire_columns.py says how): libFuzzer with
+# AddressSanitizer and UBSan, its input compared with the pure-Python decoder's, for FUZZ_SECONDS; findings
+# are left in .fuzz/wire_columns/. Needs clang (apt-get install clang). Not part of `make test`, which runs
+# its deterministic share (tests/unit/test_wire_differential.py).
+FUZZ_SECONDS ?= 600
+fuzz: setup
+	$(PY) tools/fuzz_wire_columns.py --seconds $(FUZZ_SECONDS)
 
 # Python modules generated from proto/ (also done by the package build).
 proto: $(VENV)/.installed
@@ -113,5 +122,5 @@ compat: tools wheel
 	if [ -n "$$failed" ]; then echo "compat tier failed:$$failed"; exit 1; fi
 
 clean:
-	rm -rf $(VENV) .tools .devserver .compat liftbridge_provider/_proto build dist *.egg-info
+	rm -rf $(VENV) .tools .devserver .compat .fuzz liftbridge_provider/_proto build dist *.egg-info
 	rm -f liftbridge_provider/client/_wire_columns.*.so

@@ -18,32 +18,11 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import columns
 from liftbridge_provider.client.columns import END, FULL, LAST, SKIPPED, TAKEN, Columns
 from liftbridge_provider.client.stream_reader import STOP
+from tests.unit.wire_cases import INT64_MAX, entry, field, varint
 
 BUILDERS = [pytest.param(columns.PYTHON_BUILDER, id="python")]
 if columns.COMPILED_BUILDER is not None:
     BUILDERS.append(pytest.param(columns.COMPILED_BUILDER, id="compiled"))
-
-
-def varint(value: int) -> bytes:
-    value &= (1 << 64) - 1  # negative int64 values are sent as 10-byte varints
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def field(number: int, value: int | bytes) -> bytes:
-    if isinstance(value, int):
-        return varint(number << 3) + varint(value)
-    return varint(number << 3 | 2) + varint(len(value)) + value
-
-
-def entry(name: bytes | None, value: bytes | None) -> bytes:
-    body = (field(1, name) if name is not None else b"") + (field(2, value) if value is not None else b"")
-    return field(9, body)
 
 
 def columns_of(builder: type[columns.ColumnBuilder], messages: list[bytes], **budget: int) -> list[Columns]:
@@ -238,6 +217,63 @@ def test_refuses_other_than_bytes_and_bad_budgets(builder: type[columns.ColumnBu
         builder(max_rows=0, max_bytes=10)
     with pytest.raises(TypeError):
         builder(max_rows=1, max_bytes=10).add(bytearray(b""))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_an_offset_at_the_int64_maximum_is_taken_once(builder: type[columns.ColumnBuilder]) -> None:
+    """No offset follows the largest one: the same message again is below the window, as every other repeat."""
+    made = builder(max_rows=10, max_bytes=100)
+    assert made.add(field(1, INT64_MAX)) == LAST
+    assert made.add(field(1, INT64_MAX)) == SKIPPED
+    assert (made.rows, made.last_offset) == (1, INT64_MAX)
+    made.window(INT64_MAX, INT64_MAX - 1)
+    assert made.add(field(1, INT64_MAX)) == END, "a window set again starts from its own bounds"
+
+
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_window_bounds_beyond_the_int64_range_are_taken_as_given(builder: type[columns.ColumnBuilder]) -> None:
+    """The next offset after INT64_MAX is 2**63 (SubscriptionState.window gives it): no offset reaches it."""
+    made = builder(max_rows=10, max_bytes=100)
+    made.window(INT64_MAX + 1, INT64_MAX + 1)
+    assert made.add(field(1, INT64_MAX)) == SKIPPED
+    made.window(-(2**70), -(2**64))
+    assert made.add(field(1, -(2**63))) == END
+    made.window(-(2**70), 2**70)
+    assert made.add(field(1, INT64_MAX)) == TAKEN, "not LAST: the high end is beyond every offset"
+    assert made.add(field(1, -(2**63))) == SKIPPED, "and the low end moved past the offset taken"
+    for bad in ("1", 1.0, None):
+        with pytest.raises(TypeError):
+            made.window(bad, 5)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            made.window(0, bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_budgets_are_whole_numbers_of_any_size(builder: type[columns.ColumnBuilder]) -> None:
+    made = builder(max_rows=2**80, max_bytes=2**80)
+    assert [made.add(field(1, i)) for i in range(3)] == [TAKEN] * 3, "a budget above any batch never fills"
+    with pytest.raises(ValueError, match=">= 1"):
+        builder(max_rows=-(2**80), max_bytes=10)
+    with pytest.raises(ValueError, match=">= 1"):
+        builder(max_rows=10, max_bytes=0)
+    for bad in (1.5, "3", None):
+        with pytest.raises(TypeError):
+            builder(max_rows=bad, max_bytes=10)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            builder(max_rows=10, max_bytes=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_many_headers_sent_in_reverse_order_come_sorted(builder: type[columns.ColumnBuilder]) -> None:
+    """A message may carry a great many header entries in any order (sorting them must not take the
+    square of their number: one of 64 MiB holds millions)."""
+    names = [f"{i:06d}".encode() for i in range(60_000, 0, -1)]
+    data = field(1, 1) + b"".join(entry(name, name[-2:]) for name in names) + entry(b"000007", b"new")
+    (batch,) = columns_of(builder, [data], max_bytes=1 << 30)
+    (row,) = rows(batch)
+    expected = [(name, name[-2:]) for name in reversed(names)]
+    expected[6] = (b"000007", b"new")
+    assert row["headers"] == expected
 
 
 def random_messages(count: int, seed: int) -> list[bytes]:
