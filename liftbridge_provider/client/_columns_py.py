@@ -8,6 +8,7 @@ protobuf (``Message.FromString``) and its fields kept in flat lists until
 
 from __future__ import annotations
 
+import operator
 from array import array
 from itertools import accumulate
 
@@ -41,6 +42,7 @@ class ColumnBuilder:
     """
 
     def __init__(self, *, max_rows: int, max_bytes: int) -> None:
+        max_rows, max_bytes = operator.index(max_rows), operator.index(max_bytes)  # TypeError as the C builder
         if max_rows < 1 or max_bytes < 1:
             raise ValueError("max_rows and max_bytes must be >= 1")
         self._max_rows = max_rows
@@ -70,8 +72,8 @@ class ColumnBuilder:
         return self._last
 
     def window(self, low: int, high: int) -> None:
-        """Take only messages with ``low <= offset <= high``."""
-        self._low, self._high = low, high
+        """Take only messages with ``low <= offset <= high`` (any ints: beyond int64 no offset reaches them)."""
+        self._low, self._high = operator.index(low), operator.index(high)
 
     def add(self, data: bytes) -> int:
         """Decode one serialized ``Message``; returns TAKEN, SKIPPED (below the window), LAST (taken: it is

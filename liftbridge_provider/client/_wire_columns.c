@@ -6,7 +6,14 @@
  * bytes, chosen at import time by liftbridge_provider/client/columns.py. Written from the protobuf
  * wire format's rules (varints, the four wire types, last value wins, unknown fields skipped) and
  * the field numbers of proto/liftbridge_api.proto (Message: offset 1, key 2, value 3, timestamp 4,
- * subject 7, headers 9 as map entries of key 1 / value 2).
+ * subject 7, headers 9 as map entries of key 1 / value 2). Where the format leaves room, it lands where
+ * protobuf's own parser (upb, which the pure-Python twin runs) lands: tags of at most five bytes within
+ * 32 bits, lengths below 2**31 - 1, unknown groups skipped up to 100 levels deep, strings checked as
+ * UTF-8 each time they are sent, and a map entry with any other field left out of the map.
+ *
+ * The bytes come from the network: every read is checked against the end of its span, every size
+ * against Arrow's int32 offsets before anything is written, and a batch's buffers are grown for a whole
+ * message before any of them is written, so a failed add leaves the builder as it was.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -14,6 +21,7 @@
 #include <string.h>
 
 enum { TAKEN = 0, SKIPPED = 1, LAST = 2, END = 3, FULL = 4 };
+enum { DEPTH_LIMIT = 100 }; /* protobuf's nesting limit: a header entry is one level, each group one */
 
 typedef struct {
     char *data;
@@ -21,10 +29,16 @@ typedef struct {
     Py_ssize_t cap;
 } Buf;
 
-static int buf_reserve(Buf *b, Py_ssize_t extra) {
-    if (b->len + extra <= b->cap) return 0;
+/* Room for count items of size bytes after the buffer's data. */
+static int buf_reserve(Buf *b, Py_ssize_t count, Py_ssize_t size) {
+    if (count > (PY_SSIZE_T_MAX - b->len) / size) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t need = b->len + count * size;
+    if (need <= b->cap) return 0;
     Py_ssize_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra) cap *= 2;
+    while (cap < need) cap = cap > PY_SSIZE_T_MAX / 2 ? need : cap * 2;
     char *grown = PyMem_Realloc(b->data, (size_t)cap);
     if (grown == NULL) {
         PyErr_NoMemory();
@@ -35,16 +49,15 @@ static int buf_reserve(Buf *b, Py_ssize_t extra) {
     return 0;
 }
 
-static int buf_put(Buf *b, const void *p, Py_ssize_t n) {
-    if (n == 0) return 0;
-    if (buf_reserve(b, n) < 0) return -1;
+/* Append within the room buf_reserve made. */
+static void put(Buf *b, const void *p, Py_ssize_t n) {
+    if (n == 0) return;
     memcpy(b->data + b->len, p, (size_t)n);
     b->len += n;
-    return 0;
 }
 
-static int buf_i64(Buf *b, int64_t v) { return buf_put(b, &v, 8); }
-static int buf_i32(Buf *b, int32_t v) { return buf_put(b, &v, 4); }
+static void put_i64(Buf *b, int64_t v) { put(b, &v, 8); }
+static void put_i32(Buf *b, int32_t v) { put(b, &v, 4); }
 
 typedef struct {
     const uint8_t *p;
@@ -57,12 +70,21 @@ typedef struct {
     Py_ssize_t order; /* position on the wire: the last of equal names wins */
 } Header;
 
+/* A window's bound: an int64, or beyond the int64 range (over: 1 above it, -1 below it). */
+typedef struct {
+    int64_t value;
+    int over;
+} Bound;
+
+static int below(int64_t offset, Bound b) { return b.over > 0 || (b.over == 0 && offset < b.value); }
+static int above(int64_t offset, Bound b) { return b.over < 0 || (b.over == 0 && offset > b.value); }
+
 typedef struct {
     PyObject_HEAD
-    Py_ssize_t max_rows;
+    Py_ssize_t max_rows; /* 0 until __init__ ran */
     Py_ssize_t max_bytes;
-    int64_t low;
-    int64_t high;
+    Bound low;
+    Bound high;
     Py_ssize_t rows;
     Py_ssize_t size;
     Py_ssize_t data; /* bytes of keys, values, subjects, header names and values */
@@ -91,8 +113,10 @@ static int reset(Builder *self) {
     self->entries = 0;
     Buf *starts[] = {&self->key_off,  &self->value_off, &self->subject_off,
                      &self->map_off, &self->name_off,  &self->hval_off};
-    for (int i = 0; i < 6; i++)
-        if (buf_i32(starts[i], 0) < 0) return -1;
+    for (int i = 0; i < 6; i++) {
+        if (buf_reserve(starts[i], 1, 4) < 0) return -1;
+        put_i32(starts[i], 0);
+    }
     return 0;
 }
 
@@ -109,25 +133,52 @@ static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
     return -1;
 }
 
-/* The bytes of a length-delimited field, or -1. */
+/* A tag as protobuf reads one: at most five bytes, within 32 bits. */
+static int read_tag(const uint8_t **p, const uint8_t *end, uint32_t *field, int *wire) {
+    const uint8_t *start = *p;
+    uint64_t tag;
+    if (read_varint(p, end, &tag) < 0 || *p - start > 5 || tag > UINT32_MAX) return -1;
+    *field = (uint32_t)(tag >> 3);
+    *wire = (int)(tag & 7);
+    return 0;
+}
+
+/* The bytes of a length-delimited field, or -1 (protobuf refuses lengths of 2**31 - 1 and more). */
 static int read_span(const uint8_t **p, const uint8_t *end, Span *out) {
     uint64_t n;
-    if (read_varint(p, end, &n) < 0 || n > (uint64_t)(end - *p)) return -1;
+    if (read_varint(p, end, &n) < 0 || n >= INT32_MAX || n > (uint64_t)(end - *p)) return -1;
     out->p = *p;
     out->n = (Py_ssize_t)n;
     *p += n;
     return 0;
 }
 
-static int skip_field(const uint8_t **p, const uint8_t *end, int wire) {
+static int skip_field(const uint8_t **p, const uint8_t *end, uint32_t field, int wire, int depth);
+
+/* The rest of a group after its start tag, through the end tag of the same number; depth: levels left. */
+static int skip_group(const uint8_t **p, const uint8_t *end, uint32_t number, int depth) {
+    if (depth <= 0) return -1;
+    for (;;) {
+        uint32_t field;
+        int wire;
+        if (*p >= end || read_tag(p, end, &field, &wire) < 0) return -1;
+        if (wire == 4) return field == number ? 0 : -1;
+        if (skip_field(p, end, field, wire, depth - 1) < 0) return -1;
+    }
+}
+
+/* An unknown field (or a known one sent with another wire type), skipped as protobuf skips it. */
+static int skip_field(const uint8_t **p, const uint8_t *end, uint32_t field, int wire, int depth) {
     uint64_t ignored;
     Span span;
+    if (field == 0) return -1;
     switch (wire) {
     case 0: return read_varint(p, end, &ignored);
     case 1: if (end - *p < 8) return -1; *p += 8; return 0;
     case 2: return read_span(p, end, &span);
+    case 3: return skip_group(p, end, field, depth);
     case 5: if (end - *p < 4) return -1; *p += 4; return 0;
-    default: return -1; /* groups (3, 4) and wire types 6, 7 are not in this message */
+    default: return -1; /* the end of a group never started, wire types 6 and 7 */
     }
 }
 
@@ -155,12 +206,14 @@ static int valid_utf8(Span s) {
     return 1;
 }
 
-static int header_less(const Header *a, const Header *b) {
+/* qsort's order of headers: by name (UTF-8 bytes order = code point order), then by place on the wire. */
+static int header_order(const void *x, const void *y) {
+    const Header *a = x, *b = y;
     Py_ssize_t n = a->name.n < b->name.n ? a->name.n : b->name.n;
     int c = n ? memcmp(a->name.p, b->name.p, (size_t)n) : 0;
-    if (c != 0) return c < 0;
-    if (a->name.n != b->name.n) return a->name.n < b->name.n;
-    return a->order < b->order;
+    if (c != 0) return c < 0 ? -1 : 1;
+    if (a->name.n != b->name.n) return a->name.n < b->name.n ? -1 : 1;
+    return a->order < b->order ? -1 : a->order > b->order;
 }
 
 static int same_name(const Header *a, const Header *b) {
@@ -179,20 +232,26 @@ typedef struct {
     Py_ssize_t headers; /* after sorting and dropping repeated names */
 } Parsed;
 
-static int parse_entry(Builder *self, Span entry, Py_ssize_t order, Py_ssize_t *count) {
-    Header h = {{(const uint8_t *)"", 0}, {(const uint8_t *)"", 0}, order};
+/* One header entry into self->headers: 0, or -1 malformed, -2 out of memory. protobuf keeps an entry
+ * with any field besides a key and a value as bytes among the message's unknown fields: left out here. */
+static int parse_entry(Builder *self, Span entry, Py_ssize_t *count) {
+    Header h = {{(const uint8_t *)"", 0}, {(const uint8_t *)"", 0}, *count};
     const uint8_t *p = entry.p, *end = entry.p + entry.n;
+    int other = 0;
     while (p < end) {
-        uint64_t tag;
-        if (read_varint(&p, end, &tag) < 0) return -1;
-        int field = (int)(tag >> 3), wire = (int)(tag & 7);
+        uint32_t field;
+        int wire;
+        if (read_tag(&p, end, &field, &wire) < 0) return -1;
         if ((field == 1 || field == 2) && wire == 2) {
-            if (read_span(&p, end, field == 1 ? &h.name : &h.value) < 0) return -1;
-        } else if (field == 0 || skip_field(&p, end, wire) < 0) {
+            Span *target = field == 1 ? &h.name : &h.value;
+            if (read_span(&p, end, target) < 0 || (field == 1 && !valid_utf8(*target))) return -1;
+        } else if (skip_field(&p, end, field, wire, DEPTH_LIMIT - 1) < 0) {
             return -1;
+        } else {
+            other = 1;
         }
     }
-    if (!valid_utf8(h.name)) return -1;
+    if (other) return 0;
     if (*count == self->headers_cap) {
         Py_ssize_t cap = self->headers_cap ? self->headers_cap * 2 : 8;
         Header *grown = PyMem_Realloc(self->headers, (size_t)cap * sizeof(Header));
@@ -211,9 +270,10 @@ static int parse(Builder *self, const uint8_t *p, Py_ssize_t n, Parsed *m, const
     memset(m, 0, sizeof(*m));
     m->key.p = m->value.p = m->subject.p = (const uint8_t *)"";
     while (p < end) {
-        uint64_t tag, v;
-        if (read_varint(&p, end, &tag) < 0) { *why = "truncated tag"; return -1; }
-        int field = (int)(tag >> 3), wire = (int)(tag & 7);
+        uint64_t v;
+        uint32_t field;
+        int wire;
+        if (read_tag(&p, end, &field, &wire) < 0) { *why = "bad tag"; return -1; }
         if (field == 0) { *why = "field number 0"; return -1; }
         if ((field == 1 || field == 4) && wire == 0) {
             if (read_varint(&p, end, &v) < 0) { *why = "truncated varint"; return -1; }
@@ -225,26 +285,21 @@ static int parse(Builder *self, const uint8_t *p, Py_ssize_t n, Parsed *m, const
         } else if (field == 9 && wire == 2) {
             Span entry;
             if (read_span(&p, end, &entry) < 0) { *why = "truncated header"; return -1; }
-            int r = parse_entry(self, entry, count, &count);
+            int r = parse_entry(self, entry, &count);
             if (r == -2) { PyErr_NoMemory(); return -2; }
             if (r < 0) { *why = "bad header entry"; return -1; }
         } else if ((field == 5 || field == 8 || field == 10 || field == 11) && wire == 2) {
             Span text; /* strings this decoder does not keep, checked as protobuf checks them */
             if (read_span(&p, end, &text) < 0) { *why = "truncated field"; return -1; }
             if (!valid_utf8(text)) { *why = "a string field is not UTF-8"; return -1; }
-        } else if (skip_field(&p, end, wire) < 0) {
+        } else if (skip_field(&p, end, field, wire, DEPTH_LIMIT) < 0) {
             *why = "bad field";
             return -1;
         }
     }
-    /* Sort by name (UTF-8 bytes order = code point order), stable by wire order; keep the last of equal names. */
+    /* Sorted by name, then wire order (n log n: a message may hold millions); the last of equal names is kept. */
     Header *h = self->headers;
-    for (Py_ssize_t i = 1; i < count; i++) {
-        Header x = h[i];
-        Py_ssize_t j = i;
-        while (j > 0 && header_less(&x, &h[j - 1])) { h[j] = h[j - 1]; j--; }
-        h[j] = x;
-    }
+    if (count > 1) qsort(h, (size_t)count, sizeof(Header), header_order);
     Py_ssize_t kept = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         if (i + 1 < count && same_name(&h[i], &h[i + 1])) continue;
@@ -254,7 +309,14 @@ static int parse(Builder *self, const uint8_t *p, Py_ssize_t n, Parsed *m, const
     return 0;
 }
 
+static int not_ready(Builder *self) {
+    if (self->max_rows > 0) return 0;
+    PyErr_SetString(PyExc_AttributeError, "ColumnBuilder.__init__ was not called");
+    return 1;
+}
+
 static PyObject *Builder_add(Builder *self, PyObject *data) {
+    if (not_ready(self)) return NULL;
     if (!PyBytes_Check(data)) {
         PyErr_SetString(PyExc_TypeError, "a serialized message must be bytes");
         return NULL;
@@ -264,8 +326,8 @@ static PyObject *Builder_add(Builder *self, PyObject *data) {
     int r = parse(self, (const uint8_t *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), &m, &why);
     if (r == -2) return NULL;
     if (r < 0) return malformed(why);
-    if (m.offset < self->low) return PyLong_FromLong(SKIPPED);
-    if (m.offset > self->high) return PyLong_FromLong(END);
+    if (below(m.offset, self->low)) return PyLong_FromLong(SKIPPED);
+    if (above(m.offset, self->high)) return PyLong_FromLong(END);
     Py_ssize_t names = 0, values = 0;
     for (Py_ssize_t i = 0; i < m.headers; i++) {
         names += self->headers[i].name.n;
@@ -280,42 +342,68 @@ static PyObject *Builder_add(Builder *self, PyObject *data) {
         PyErr_SetString(PyExc_OverflowError, "a message larger than an Arrow binary column holds (2 GiB)");
         return NULL;
     }
-    int64_t micros = m.timestamp / 1000; /* truncated toward zero, as Arrow's integer divide */
-    if (buf_i64(&self->offsets, m.offset) < 0 || buf_i64(&self->timestamps, micros) < 0 ||
-        buf_put(&self->key_data, m.key.p, m.key.n) < 0 || buf_i32(&self->key_off, (int32_t)self->key_data.len) < 0 ||
-        buf_put(&self->value_data, m.value.p, m.value.n) < 0 ||
-        buf_i32(&self->value_off, (int32_t)self->value_data.len) < 0 ||
-        buf_put(&self->subject_data, m.subject.p, m.subject.n) < 0 ||
-        buf_i32(&self->subject_off, (int32_t)self->subject_data.len) < 0)
+    /* Room in every buffer first: past this point nothing fails, so a row is written whole or not at all. */
+    if (buf_reserve(&self->offsets, 1, 8) < 0 || buf_reserve(&self->timestamps, 1, 8) < 0 ||
+        buf_reserve(&self->key_off, 1, 4) < 0 || buf_reserve(&self->key_data, m.key.n, 1) < 0 ||
+        buf_reserve(&self->value_off, 1, 4) < 0 || buf_reserve(&self->value_data, m.value.n, 1) < 0 ||
+        buf_reserve(&self->subject_off, 1, 4) < 0 || buf_reserve(&self->subject_data, m.subject.n, 1) < 0 ||
+        buf_reserve(&self->map_off, 1, 4) < 0 || buf_reserve(&self->name_off, m.headers, 4) < 0 ||
+        buf_reserve(&self->name_data, names, 1) < 0 || buf_reserve(&self->hval_off, m.headers, 4) < 0 ||
+        buf_reserve(&self->hval_data, values, 1) < 0)
         return NULL;
+    put_i64(&self->offsets, m.offset);
+    put_i64(&self->timestamps, m.timestamp / 1000); /* truncated toward zero, as Arrow's integer divide */
+    put(&self->key_data, m.key.p, m.key.n);
+    put_i32(&self->key_off, (int32_t)self->key_data.len);
+    put(&self->value_data, m.value.p, m.value.n);
+    put_i32(&self->value_off, (int32_t)self->value_data.len);
+    put(&self->subject_data, m.subject.p, m.subject.n);
+    put_i32(&self->subject_off, (int32_t)self->subject_data.len);
     for (Py_ssize_t i = 0; i < m.headers; i++) {
         Header *h = &self->headers[i];
-        if (buf_put(&self->name_data, h->name.p, h->name.n) < 0 ||
-            buf_i32(&self->name_off, (int32_t)self->name_data.len) < 0 ||
-            buf_put(&self->hval_data, h->value.p, h->value.n) < 0 ||
-            buf_i32(&self->hval_off, (int32_t)self->hval_data.len) < 0)
-            return NULL;
+        put(&self->name_data, h->name.p, h->name.n);
+        put_i32(&self->name_off, (int32_t)self->name_data.len);
+        put(&self->hval_data, h->value.p, h->value.n);
+        put_i32(&self->hval_off, (int32_t)self->hval_data.len);
     }
     self->entries += (int32_t)m.headers;
-    if (buf_i32(&self->map_off, self->entries) < 0) return NULL;
+    put_i32(&self->map_off, self->entries);
     self->rows++;
     self->size += added;
     self->data += added + m.subject.n;
     self->has_last = 1;
     self->last_offset = m.offset;
-    if (m.offset < INT64_MAX) self->low = m.offset + 1;
-    return PyLong_FromLong(m.offset == self->high ? LAST : TAKEN);
+    int last = self->high.over == 0 && m.offset == self->high.value;
+    self->low.over = m.offset == INT64_MAX; /* no int64 follows the largest: every offset is below then */
+    self->low.value = m.offset == INT64_MAX ? 0 : m.offset + 1;
+    return PyLong_FromLong(last ? LAST : TAKEN);
+}
+
+/* A window's bound from any Python int (TypeError for other types, as operator.index). */
+static int bound_of(PyObject *number, Bound *out) {
+    PyObject *index = PyNumber_Index(number);
+    if (index == NULL) return -1;
+    int over;
+    long long value = PyLong_AsLongLongAndOverflow(index, &over);
+    Py_DECREF(index);
+    if (value == -1 && PyErr_Occurred()) return -1;
+    out->value = over ? 0 : (int64_t)value;
+    out->over = over;
+    return 0;
 }
 
 static PyObject *Builder_window(Builder *self, PyObject *args) {
-    long long low, high;
-    if (!PyArg_ParseTuple(args, "LL", &low, &high)) return NULL;
-    self->low = low;
-    self->high = high;
+    PyObject *low, *high;
+    Bound lower, upper;
+    if (!PyArg_ParseTuple(args, "OO", &low, &high) || bound_of(low, &lower) < 0 || bound_of(high, &upper) < 0)
+        return NULL;
+    self->low = lower;
+    self->high = upper;
     Py_RETURN_NONE;
 }
 
 static PyObject *Builder_finish(Builder *self, PyObject *Py_UNUSED(ignored)) {
+    if (not_ready(self)) return NULL;
     PyObject *out = PyTuple_New(14);
     if (out == NULL) return NULL;
     PyObject *rows = PyLong_FromSsize_t(self->rows);
@@ -338,20 +426,37 @@ static PyObject *Builder_get_last_offset(Builder *self, void *Py_UNUSED(closure)
     return PyLong_FromLongLong(self->last_offset);
 }
 
+/* A budget from any Python int: those beyond Py_ssize_t are as good as its largest, no batch reaches them. */
+static int budget_of(PyObject *number, Py_ssize_t *out) {
+    PyObject *index = PyNumber_Index(number);
+    if (index == NULL) return -1;
+    int over;
+    long long value = PyLong_AsLongLongAndOverflow(index, &over);
+    Py_DECREF(index);
+    if (value == -1 && PyErr_Occurred()) return -1;
+    *out = over > 0 || value > PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : over < 0 || value < 1 ? 0 : (Py_ssize_t)value;
+    return 0;
+}
+
 static int Builder_init(Builder *self, PyObject *args, PyObject *kwds) {
     static char *names[] = {"max_rows", "max_bytes", NULL};
+    PyObject *rows_arg, *bytes_arg;
     Py_ssize_t max_rows, max_bytes;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$nn", names, &max_rows, &max_bytes)) return -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OO", names, &rows_arg, &bytes_arg) ||
+        budget_of(rows_arg, &max_rows) < 0 || budget_of(bytes_arg, &max_bytes) < 0)
+        return -1;
     if (max_rows < 1 || max_bytes < 1) {
         PyErr_SetString(PyExc_ValueError, "max_rows and max_bytes must be >= 1");
         return -1;
     }
+    self->max_rows = 0; /* not ready until the buffers are */
+    if (reset(self) < 0) return -1;
     self->max_rows = max_rows;
     self->max_bytes = max_bytes;
-    self->low = INT64_MIN;
-    self->high = INT64_MAX;
+    self->low = (Bound){INT64_MIN, 0};
+    self->high = (Bound){INT64_MAX, 0};
     self->has_last = 0;
-    return reset(self);
+    return 0;
 }
 
 static void Builder_dealloc(Builder *self) {
