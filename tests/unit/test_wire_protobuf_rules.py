@@ -47,7 +47,8 @@ def refused(builder: type[columns.ColumnBuilder], data: bytes) -> bool:
         pytest.param(bytes([0x88, 0x80, 0x80, 0x80, 0x80, 0x00, 0x05]), id="tag of six bytes"),
         pytest.param(tag(99, 3) + tag(98, 4), id="group ended by another number"),
         pytest.param(tag(99, 3) + field(1, 1), id="group never ended"),
-        pytest.param(tag(99, 3) + varint(0) + tag(99, 4), id="field number 0 in a group"),
+        pytest.param(tag(99, 3) + varint(0) + tag(99, 4), id="varint in a group swallowing its end"),
+        pytest.param(field(9, varint(0) + varint(0) + field(1, b"k")), id="field number 0 in a header entry"),
         pytest.param(tag(5, 4), id="end of a group never started"),
         pytest.param(field(9, field(1, b"k") + tag(1, 4)), id="end of a group in a header entry"),
         pytest.param(tag(99, 3) * 101 + tag(99, 4) * 101, id="groups 101 deep"),
@@ -71,8 +72,9 @@ def test_tags_of_up_to_five_bytes_are_read(builder: type[columns.ColumnBuilder])
 @pytest.mark.parametrize("builder", BUILDERS)
 def test_unknown_groups_are_skipped_up_to_protobufs_nesting_limit(builder: type[columns.ColumnBuilder]) -> None:
     """A group is no field of Message; protobuf skips it as an unknown field, nested up to 100 deep in a
-    message and 99 in a header entry (itself one level)."""
+    message and 99 in a header entry (itself one level). Inside a group it checks only the wire format."""
     inside = field(1, 7) + field(3, b"in a group") + field(7, b"\xff") + group(98, field(2, b"x"))
+    inside += varint(0) + varint(0) + group(0)  # field number 0: refused in a message, skipped in a group
     row = row_of(builder, field(1, 9) + group(99, inside) + group(3) + varint(5 << 3 | 3) + tag(5, 4))
     assert (row["offset"], row["value"], row["subject"]) == (9, b"", b""), "nothing in a group is a field"
     deepest = tag(99, 3) * 100 + tag(99, 4) * 100
