@@ -167,11 +167,11 @@ static int skip_group(const uint8_t **p, const uint8_t *end, uint32_t number, in
     }
 }
 
-/* An unknown field (or a known one sent with another wire type), skipped as protobuf skips it. */
+/* An unknown field (or a known one sent with another wire type), skipped as protobuf skips it. Field
+ * number 0 is refused in a message or an entry (by the caller), not inside a group. */
 static int skip_field(const uint8_t **p, const uint8_t *end, uint32_t field, int wire, int depth) {
     uint64_t ignored;
     Span span;
-    if (field == 0) return -1;
     switch (wire) {
     case 0: return read_varint(p, end, &ignored);
     case 1: if (end - *p < 8) return -1; *p += 8; return 0;
@@ -241,7 +241,7 @@ static int parse_entry(Builder *self, Span entry, Py_ssize_t *count) {
     while (p < end) {
         uint32_t field;
         int wire;
-        if (read_tag(&p, end, &field, &wire) < 0) return -1;
+        if (read_tag(&p, end, &field, &wire) < 0 || field == 0) return -1;
         if ((field == 1 || field == 2) && wire == 2) {
             Span *target = field == 1 ? &h.name : &h.value;
             if (read_span(&p, end, target) < 0 || (field == 1 && !valid_utf8(*target))) return -1;
