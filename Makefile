@@ -109,7 +109,8 @@ demo: setup
 dist:
 	@tools/pack-env.sh
 
-# The package as users install it: dist/airflow_provider_liftbridge-<version>-py3-none-any.whl.
+# The package as users install it: dist/airflow_provider_liftbridge-<version>-cp311-cp311-<platform>.whl, tagged
+# for this Python and platform as it carries the compiled decoder (built without a C compiler, it has none).
 wheel: $(VENV)/.installed
 	rm -f dist/airflow_provider_liftbridge-*.whl
 	$(PY) -m pip wheel --quiet --no-deps . -w dist
