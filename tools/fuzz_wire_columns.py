@@ -2,6 +2,7 @@
 
     .venv/bin/python tools/fuzz_wire_columns.py --seconds 600      # `make fuzz FUZZ_SECONDS=600`
     .venv/bin/python tools/fuzz_wire_columns.py --replay FILE      # one input again (a crash's artifact)
+    .venv/bin/python tools/fuzz_wire_columns.py --coverage         # the decoder's lines the corpus reaches
 
 Builds tools/fuzz/wire_columns_fuzzer.c with clang (libFuzzer, AddressSanitizer, UndefinedBehaviorSanitizer)
 into .fuzz/, the decoder's C source compiled into it, and runs it on the corpus in .fuzz/wire_columns/corpus
@@ -37,30 +38,28 @@ DECODER = ROOT / "liftbridge_provider" / "client" / "_wire_columns.c"
 SANITIZERS = "fuzzer,address,undefined"
 
 
-def build(clang: str) -> None:
+def build(clang: str, binary: Path = BINARY, flags: tuple[str, ...] = ()) -> None:
     """The fuzzer program, built again when the harness or the decoder changed."""
-    if BINARY.exists() and BINARY.stat().st_mtime > max(HARNESS.stat().st_mtime, DECODER.stat().st_mtime):
+    if binary.exists() and binary.stat().st_mtime > max(HARNESS.stat().st_mtime, DECODER.stat().st_mtime):
         return
     if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
         sys.exit("this Python has no shared libpython to embed in the fuzzer")
     libdir = sysconfig.get_config_var("LIBDIR")
     library = sysconfig.get_config_var("LDLIBRARY").removeprefix("lib").removesuffix(".so")
-    BINARY.parent.mkdir(parents=True, exist_ok=True)
+    binary.parent.mkdir(parents=True, exist_ok=True)
     command = [
         clang,
         "-g",
         "-O1",
         "-std=c99",
-        f"-fsanitize={SANITIZERS}",
-        "-fno-sanitize-recover=undefined",
-        "-fno-omit-frame-pointer",
+        *(flags or (f"-fsanitize={SANITIZERS}", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer")),
         f"-I{sysconfig.get_paths()['include']}",
         str(HARNESS),
         f"-L{libdir}",
         f"-l{library}",
         f"-Wl,-rpath,{libdir}",
         "-o",
-        str(BINARY),
+        str(binary),
     ]
     print(" ".join(command), flush=True)
     subprocess.run(command, check=True)
@@ -104,15 +103,33 @@ def environment() -> dict[str, str]:
     return env
 
 
+def coverage(clang: str) -> None:
+    """Runs the corpus once through a build with clang's source coverage and prints the decoder's report."""
+    binary, profile = BINARY.with_name("wire_columns_coverage"), WORK / "coverage.profraw"
+    build(clang, binary, ("-fsanitize=fuzzer", "-fprofile-instr-generate", "-fcoverage-mapping"))
+    env = environment() | {"LLVM_PROFILE_FILE": str(profile)}
+    folders = [str(f) for f in (WORK / "corpus", WORK / "seeds") if f.is_dir()]
+    subprocess.run([str(binary), "-runs=0", *folders], env=env, check=True, capture_output=True)
+    version = clang.removeprefix("clang")  # clang-14 goes with llvm-profdata-14
+    merged = WORK / "coverage.profdata"
+    subprocess.run([f"llvm-profdata{version}", "merge", "-o", str(merged), str(profile)], check=True)
+    report = [f"llvm-cov{version}", "report", str(binary), f"-instr-profile={merged}", str(DECODER)]
+    subprocess.run(report, check=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=int, default=600, help="stop after this long (default 600)")
     parser.add_argument("--replay", type=Path, help="run this one input and stop")
+    parser.add_argument("--coverage", action="store_true", help="report the decoder's coverage by the corpus")
     parser.add_argument("--clang", default=os.environ.get("CLANG", "clang"))
     parser.add_argument("libfuzzer_args", nargs="*", help="passed on to libFuzzer (after --)")
     args = parser.parse_args()
     if shutil.which(args.clang) is None:
         sys.exit(f"{args.clang} not found (Debian: apt-get install clang)")
+    if args.coverage:
+        coverage(args.clang)
+        return
     build(args.clang)
     if args.replay is not None:
         run = [str(BINARY), str(args.replay)]

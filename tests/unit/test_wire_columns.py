@@ -264,6 +264,17 @@ def test_budgets_are_whole_numbers_of_any_size(builder: type[columns.ColumnBuild
 
 
 @pytest.mark.parametrize("builder", BUILDERS)
+def test_a_builder_whose_init_never_ran_refuses_to_add_or_finish(builder: type[columns.ColumnBuilder]) -> None:
+    """Made by __new__ alone it has no starting 0 in its offsets: buffers from it would send Arrow past
+    their end, so it answers AttributeError (as the pure-Python one, which lacks its attributes)."""
+    made = builder.__new__(builder)
+    with pytest.raises(AttributeError):
+        made.add(field(3, b"abc"))
+    with pytest.raises(AttributeError):
+        made.finish()
+
+
+@pytest.mark.parametrize("builder", BUILDERS)
 def test_many_headers_sent_in_reverse_order_come_sorted(builder: type[columns.ColumnBuilder]) -> None:
     """A message may carry a great many header entries in any order (sorting them must not take the
     square of their number: one of 64 MiB holds millions)."""
