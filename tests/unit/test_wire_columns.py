@@ -11,6 +11,7 @@ import itertools
 import os
 import random
 import struct
+import tracemalloc
 
 import pytest
 
@@ -285,6 +286,26 @@ def test_many_headers_sent_in_reverse_order_come_sorted(builder: type[columns.Co
     expected = [(name, name[-2:]) for name in reversed(names)]
     expected[6] = (b"000007", b"new")
     assert row["headers"] == expected
+
+
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_header_entries_repeating_names_take_memory_by_name_not_by_entry(
+    builder: type[columns.ColumnBuilder],
+) -> None:
+    """protobuf's map keeps one entry per name; the builder must not hold every entry sent (a 64 MiB
+    message holds 8 million of 8 bytes) while reading a message, nor keep that room afterwards."""
+    data = field(1, 1) + entry(b"h", b"v") * 100_000 + entry(b"i", b"w") * 100_000  # 1.6 MB
+    made = builder(max_rows=10, max_bytes=1 << 30)
+    tracemalloc.start()
+    try:
+        assert made.add(data) == TAKEN
+        kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(data) // 4, f"{peak} bytes at most while reading a message of {len(data)}"
+    assert kept < 64 * 1024, f"{kept} bytes kept after it"
+    (row,) = rows(Columns(*made.finish()))
+    assert row["headers"] == [(b"h", b"v"), (b"i", b"w")]
 
 
 def random_messages(count: int, seed: int) -> list[bytes]:
