@@ -22,6 +22,7 @@
 
 enum { TAKEN = 0, SKIPPED = 1, LAST = 2, END = 3, FULL = 4 };
 enum { DEPTH_LIMIT = 100 }; /* protobuf's nesting limit: a header entry is one level, each group one */
+enum { HEADERS_KEPT = 1024 };  /* room for headers kept from one message to the next */
 
 typedef struct {
     char *data;
@@ -31,19 +32,13 @@ typedef struct {
 
 /* Room for count items of size bytes after the buffer's data. */
 static int buf_reserve(Buf *b, Py_ssize_t count, Py_ssize_t size) {
-    if (count > (PY_SSIZE_T_MAX - b->len) / size) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (count > (PY_SSIZE_T_MAX - b->len) / size) return PyErr_NoMemory(), -1;
     Py_ssize_t need = b->len + count * size;
     if (need <= b->cap) return 0;
     Py_ssize_t cap = b->cap ? b->cap : 256;
     while (cap < need) cap = cap > PY_SSIZE_T_MAX / 2 ? need : cap * 2;
     char *grown = PyMem_Realloc(b->data, (size_t)cap);
-    if (grown == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (grown == NULL) return PyErr_NoMemory(), -1;
     b->data = grown;
     b->cap = cap;
     return 0;
@@ -220,6 +215,16 @@ static int same_name(const Header *a, const Header *b) {
     return a->name.n == b->name.n && (a->name.n == 0 || memcmp(a->name.p, b->name.p, (size_t)a->name.n) == 0);
 }
 
+/* Headers sorted by name then wire order (n log n: a message may hold millions), only the last of equal
+ * names kept, as protobuf's map keeps it: how many are left. */
+static Py_ssize_t compact(Header *h, Py_ssize_t count) {
+    if (count > 1) qsort(h, (size_t)count, sizeof(Header), header_order);
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (i + 1 == count || !same_name(&h[i], &h[i + 1])) h[kept++] = h[i];
+    return kept;
+}
+
 static PyObject *malformed(const char *what) {
     PyErr_Format(PyExc_ValueError, "malformed Liftbridge message: %s", what);
     return NULL;
@@ -234,8 +239,8 @@ typedef struct {
 
 /* One header entry into self->headers: 0, or -1 malformed, -2 out of memory. protobuf keeps an entry
  * with any field besides a key and a value as bytes among the message's unknown fields: left out here. */
-static int parse_entry(Builder *self, Span entry, Py_ssize_t *count) {
-    Header h = {{(const uint8_t *)"", 0}, {(const uint8_t *)"", 0}, *count};
+static int parse_entry(Builder *self, Span entry, Py_ssize_t order, Py_ssize_t *count) {
+    Header h = {{(const uint8_t *)"", 0}, {(const uint8_t *)"", 0}, order};
     const uint8_t *p = entry.p, *end = entry.p + entry.n;
     int other = 0;
     while (p < end) {
@@ -252,12 +257,16 @@ static int parse_entry(Builder *self, Span entry, Py_ssize_t *count) {
         }
     }
     if (other) return 0;
-    if (*count == self->headers_cap) {
-        Py_ssize_t cap = self->headers_cap ? self->headers_cap * 2 : 8;
-        Header *grown = PyMem_Realloc(self->headers, (size_t)cap * sizeof(Header));
-        if (grown == NULL) return -2;
-        self->headers = grown;
-        self->headers_cap = cap;
+    if (*count == self->headers_cap) { /* full: drop repeated names first (memory by name, not by entry) */
+        *count = compact(self->headers, *count);
+        if (self->headers_cap == 0 || *count > self->headers_cap / 2) { /* too few went: grow */
+            if (self->headers_cap > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(Header)) return -2;
+            Py_ssize_t cap = self->headers_cap ? self->headers_cap * 2 : 8;
+            Header *grown = PyMem_Realloc(self->headers, (size_t)cap * sizeof(Header));
+            if (grown == NULL) return -2;
+            self->headers = grown;
+            self->headers_cap = cap;
+        }
     }
     self->headers[(*count)++] = h;
     return 0;
@@ -266,7 +275,7 @@ static int parse_entry(Builder *self, Span entry, Py_ssize_t *count) {
 /* 0, -1 malformed (message set), -2 a Python error is set. */
 static int parse(Builder *self, const uint8_t *p, Py_ssize_t n, Parsed *m, const char **why) {
     const uint8_t *end = p + n;
-    Py_ssize_t count = 0;
+    Py_ssize_t count = 0, sent = 0;
     memset(m, 0, sizeof(*m));
     m->key.p = m->value.p = m->subject.p = (const uint8_t *)"";
     while (p < end) {
@@ -285,7 +294,7 @@ static int parse(Builder *self, const uint8_t *p, Py_ssize_t n, Parsed *m, const
         } else if (field == 9 && wire == 2) {
             Span entry;
             if (read_span(&p, end, &entry) < 0) { *why = "truncated header"; return -1; }
-            int r = parse_entry(self, entry, &count);
+            int r = parse_entry(self, entry, sent++, &count);
             if (r == -2) { PyErr_NoMemory(); return -2; }
             if (r < 0) { *why = "bad header entry"; return -1; }
         } else if ((field == 5 || field == 8 || field == 10 || field == 11) && wire == 2) {
@@ -297,15 +306,7 @@ static int parse(Builder *self, const uint8_t *p, Py_ssize_t n, Parsed *m, const
             return -1;
         }
     }
-    /* Sorted by name, then wire order (n log n: a message may hold millions); the last of equal names is kept. */
-    Header *h = self->headers;
-    if (count > 1) qsort(h, (size_t)count, sizeof(Header), header_order);
-    Py_ssize_t kept = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (i + 1 < count && same_name(&h[i], &h[i + 1])) continue;
-        h[kept++] = h[i];
-    }
-    m->headers = kept;
+    m->headers = compact(self->headers, count);
     return 0;
 }
 
@@ -315,7 +316,7 @@ static int not_ready(Builder *self) {
     return 1;
 }
 
-static PyObject *Builder_add(Builder *self, PyObject *data) {
+static PyObject *add_message(Builder *self, PyObject *data) {
     if (not_ready(self)) return NULL;
     if (!PyBytes_Check(data)) {
         PyErr_SetString(PyExc_TypeError, "a serialized message must be bytes");
@@ -379,17 +380,24 @@ static PyObject *Builder_add(Builder *self, PyObject *data) {
     return PyLong_FromLong(last ? LAST : TAKEN);
 }
 
-/* A window's bound from any Python int (TypeError for other types, as operator.index). */
+static PyObject *Builder_add(Builder *self, PyObject *data) {
+    PyObject *result = add_message(self, data);
+    if (self->headers_cap > HEADERS_KEPT) { /* a message's room for many headers goes with it */
+        PyMem_Free(self->headers);
+        self->headers = NULL;
+        self->headers_cap = 0;
+    }
+    return result;
+}
+
+/* Any Python int (TypeError for other types, as operator.index) as an int64, or over: 1 above, -1 below. */
 static int bound_of(PyObject *number, Bound *out) {
     PyObject *index = PyNumber_Index(number);
     if (index == NULL) return -1;
-    int over;
-    long long value = PyLong_AsLongLongAndOverflow(index, &over);
+    long long value = PyLong_AsLongLongAndOverflow(index, &out->over);
     Py_DECREF(index);
-    if (value == -1 && PyErr_Occurred()) return -1;
-    out->value = over ? 0 : (int64_t)value;
-    out->over = over;
-    return 0;
+    out->value = out->over ? 0 : (int64_t)value;
+    return value == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
 static PyObject *Builder_window(Builder *self, PyObject *args) {
@@ -428,13 +436,9 @@ static PyObject *Builder_get_last_offset(Builder *self, void *Py_UNUSED(closure)
 
 /* A budget from any Python int: those beyond Py_ssize_t are as good as its largest, no batch reaches them. */
 static int budget_of(PyObject *number, Py_ssize_t *out) {
-    PyObject *index = PyNumber_Index(number);
-    if (index == NULL) return -1;
-    int over;
-    long long value = PyLong_AsLongLongAndOverflow(index, &over);
-    Py_DECREF(index);
-    if (value == -1 && PyErr_Occurred()) return -1;
-    *out = over > 0 || value > PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : over < 0 || value < 1 ? 0 : (Py_ssize_t)value;
+    Bound b;
+    if (bound_of(number, &b) < 0) return -1;
+    *out = b.over > 0 || b.value > PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : b.over < 0 || b.value < 1 ? 0 : (Py_ssize_t)b.value;
     return 0;
 }
 
