@@ -30,6 +30,10 @@ $(VENV)/.installed: pyproject.toml setup.py
 	@# apache-airflow-providers-apache-spark pulls pyspark-client, whose Python files overwrite
 	@# pyspark's with another version: reinstall pyspark's own files last, at the resolved version.
 	$(PY) -m pip install --quiet --force-reinstall --no-deps "pyspark==$$($(PY) -c 'import importlib.metadata as m; print(m.version("pyspark"))')"
+	@# The build leaves airflow_provider_liftbridge.egg-info in the project folder, which compat mode puts on
+	@# sys.path: Python would see the distribution twice, and Airflow load its plugin entry point twice (a
+	@# warning and an import error; in task processes the entry-point plugins after the second copy are skipped).
+	rm -rf airflow_provider_liftbridge.egg-info
 	touch $@
 
 # The pinned Liftbridge and NATS servers, built with `go install` into .tools/bin.

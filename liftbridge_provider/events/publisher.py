@@ -139,6 +139,7 @@ class EventPublisher:
         self._thread: threading.Thread | None = None
         self._sender: Sender | None = None
         self._in_flight = False
+        self._abandoned = False  # the publish under way was counted as dropped by a drain that gave up on it
         self._rest_until = 0.0
         self._draining = 0
         self._closed = False
@@ -166,8 +167,9 @@ class EventPublisher:
 
     def drain(self, timeout: float) -> int:
         """Publish what is queued now, at once (no delay, no rest), waiting at most ``timeout`` seconds; drop
-        what is still queued then (``stopping``) and return how many that was. A publish already under way
-        goes on in the background."""
+        what is still queued then (``stopping``) and return how many that was. A publish still under way then
+        goes on in the background but is counted as dropped too (the process may end before it does; should
+        it succeed after all, it was both published and counted)."""
         deadline = time.monotonic() + timeout
         with self._cond:
             self._draining += 1
@@ -178,11 +180,12 @@ class EventPublisher:
                     if left <= 0 or self._thread is None or not self._thread.is_alive():
                         break
                     self._cond.wait(left)
-                leftover = len(self._items)
+                leftover = len(self._items) + (1 if self._in_flight and not self._abandoned else 0)
+                self._abandoned = self._in_flight
                 self._items.clear()
             finally:
                 self._draining -= 1
-        self._drops.add(STOPPING, leftover, f"still queued after {timeout:g}s (flush_timeout)")
+        self._drops.add(STOPPING, leftover, f"not published within {timeout:g}s of stopping (flush_timeout)")
         return leftover
 
     def close(self, timeout: float) -> None:
@@ -209,7 +212,7 @@ class EventPublisher:
             while (item := self._next()) is not None:
                 failed = self._send(item)
                 with self._cond:
-                    self._in_flight = False
+                    self._in_flight = self._abandoned = False
                     if failed:
                         self._rest_until = time.monotonic() + self._retry_interval
                     self._cond.notify_all()
@@ -243,7 +246,10 @@ class EventPublisher:
                 sender = self._sender = self._connect()
             sender.publish(self._stream, item.value, key=item.key, partitioner="key", timeout=self._publish_timeout)
         except Exception as exc:
-            self._drops.add(PUBLISH_FAILED, 1, f"{type(exc).__name__}: {exc}")
+            with self._cond:
+                counted = self._abandoned
+            if not counted:
+                self._drops.add(PUBLISH_FAILED, 1, f"{type(exc).__name__}: {exc}")
             return True
         self.published += 1
         return False
