@@ -114,57 +114,9 @@ def test_under_the_scheduler_a_runs_events_arrive_in_order_and_an_outage_only_dr
             [AIRFLOW, "standalone"], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
-            # 1. events_in_order runs once (@once, unpaused): its six events, in order, on one partition.
-            def run_ended() -> list[dict[str, Any]]:
-                events = [e for es in stream_events(client, stream, 3).values() for e in es]
-                return [e for e in events if e["dag_id"] == "events_in_order" and e["event"] == "dag_run.success"]
-
-            (end,) = wait_for(run_ended, "dag_run.success event of events_in_order", log)
-            key = f"events_in_order/{end['run_id']}".encode()
-            by_partition = stream_events(client, stream, 3)
-            chosen = partition_by_key(stream, key, b"", 3)
-            held = {p for p, es in by_partition.items() if any(e["run_id"] == end["run_id"] for e in es)}
-            assert held == {chosen}
-            events = [e for e in by_partition[chosen] if e["run_id"] == end["run_id"]]
-            assert [(e["event"], e.get("task_id")) for e in events] == [
-                ("dag_run.running", None),
-                ("task_instance.running", "extract"),
-                ("task_instance.success", "extract"),
-                ("task_instance.running", "load"),
-                ("task_instance.success", "load"),
-                ("dag_run.success", None),
-            ]
-            scheduler, tasks = {events[0]["pid"], events[-1]["pid"]}, {e["pid"] for e in events[1:-1]}
-            assert len(scheduler) == 1, "the scheduler publishes the run's start and end"
-            assert len(tasks) == 2, "each task's own process publishes its events"
-            assert not scheduler & tasks
-
-            # 2. The node stops; events_outage runs: it succeeds, and each of its six events is counted as dropped.
+            check_events_in_order(client, stream, log)
             node.stop(timeout=10)
-            unpause = subprocess.run(
-                [AIRFLOW, "dags", "unpause", "events_outage"], env=env, capture_output=True, text=True, timeout=120,
-                check=False,
-            )  # fmt: skip
-            assert unpause.returncode == 0, unpause.stdout + unpause.stderr
-
-            def outage_run_done() -> list[dict[str, Any]]:
-                return [r for r in dag_runs(env, "events_outage") if r["state"] in ("success", "failed")]
-
-            (outage_run,) = wait_for(outage_run_done, "finished run of events_outage", log)
-            assert outage_run["state"] == "success"
-
-            def dropped() -> int:
-                statsd.received("")  # collects what arrived into statsd.lines
-                prefix = "airflow.liftbridge.events.dropped."
-                counted = [line.split(":", 1) for line in statsd.lines if line.startswith(prefix)]
-                return sum(int(value.split("|")[0]) for _, value in counted)
-
-            def so_far() -> str:
-                return f"six dropped events in StatsD (so far: {[x for x in statsd.lines if 'liftbridge' in x]})"
-
-            wait_for(lambda: dropped() >= 6, so_far, log)
-            assert dropped() == 6, statsd.lines
-            assert "Liftbridge event listener: dropped 1 event(s)" in log.read_text()
+            check_outage_only_drops(env, statsd, log)
         finally:
             os.killpg(standalone.pid, signal.SIGTERM)
             try:
@@ -174,3 +126,60 @@ def test_under_the_scheduler_a_runs_events_arrive_in_order_and_an_outage_only_dr
             _kill_left_behind(env["AIRFLOW_HOME"])
             statsd.close()
             node.stop(timeout=5)
+
+
+def check_events_in_order(client: LiftbridgeClient, stream: str, log: Path) -> None:
+    """events_in_order runs once (@once, unpaused): its six events reach the partition of its key, in order,
+    the run's start and end from the scheduler, each task's events from the task's own process."""
+
+    def run_ended() -> list[dict[str, Any]]:
+        events = [e for es in stream_events(client, stream, 3).values() for e in es]
+        return [e for e in events if e["dag_id"] == "events_in_order" and e["event"] == "dag_run.success"]
+
+    (end,) = wait_for(run_ended, "dag_run.success event of events_in_order", log)
+    key = f"events_in_order/{end['run_id']}".encode()
+    by_partition = stream_events(client, stream, 3)
+    chosen = partition_by_key(stream, key, b"", 3)
+    held = {p for p, es in by_partition.items() if any(e["run_id"] == end["run_id"] for e in es)}
+    assert held == {chosen}
+    events = [e for e in by_partition[chosen] if e["run_id"] == end["run_id"]]
+    assert [(e["event"], e.get("task_id")) for e in events] == [
+        ("dag_run.running", None),
+        ("task_instance.running", "extract"),
+        ("task_instance.success", "extract"),
+        ("task_instance.running", "load"),
+        ("task_instance.success", "load"),
+        ("dag_run.success", None),
+    ]
+    scheduler, tasks = {events[0]["pid"], events[-1]["pid"]}, {e["pid"] for e in events[1:-1]}
+    assert len(scheduler) == 1, "the scheduler publishes the run's start and end"
+    assert len(tasks) == 2, "each task's own process publishes its events"
+    assert not scheduler & tasks
+
+
+def check_outage_only_drops(env: dict[str, str], statsd: StatsdListener, log: Path) -> None:
+    """With the node stopped, events_outage runs and succeeds, and each of its six events is counted as
+    dropped (from the scheduler and from both task processes) and logged."""
+    unpause = subprocess.run(
+        [AIRFLOW, "dags", "unpause", "events_outage"], env=env, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert unpause.returncode == 0, unpause.stdout + unpause.stderr
+
+    def outage_run_done() -> list[dict[str, Any]]:
+        return [r for r in dag_runs(env, "events_outage") if r["state"] in ("success", "failed")]
+
+    (outage_run,) = wait_for(outage_run_done, "finished run of events_outage", log)
+    assert outage_run["state"] == "success"
+
+    def dropped() -> int:
+        prefix = "airflow.liftbridge.events.dropped."
+        counted = [line.split(":", 1) for line in list(statsd.lines) if line.startswith(prefix)]
+        return sum(int(value.split("|")[0]) for _, value in counted)
+
+    def so_far() -> str:
+        return f"six dropped events in StatsD (so far: {[x for x in statsd.lines if 'liftbridge' in x]})"
+
+    wait_for(lambda: dropped() >= 6, so_far, log)
+    assert dropped() == 6, [x for x in statsd.lines if "liftbridge" in x]
+    assert "Liftbridge event listener: dropped 1 event(s)" in log.read_text()
