@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow.sdk.lineage import get_hook_lineage_collector
+from airflow.providers.common.compat.sdk import get_hook_lineage_collector
 
 from liftbridge_provider.client import InvalidArgumentError
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import conf
-from airflow.sdk.plugins_manager import AirflowPlugin
+from airflow.providers.common.compat.sdk import AirflowPlugin, conf
 
 from liftbridge_provider.events.settings import DEFAULTS, SECTION, EventSettings
 

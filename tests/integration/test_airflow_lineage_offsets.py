@@ -23,7 +23,7 @@ from tests.integration.test_airflow import connection_env, run_dag, stream_name
 FUNCTIONS = '''
 import pathlib
 
-from airflow.sdk.lineage import get_hook_lineage_collector
+from airflow.providers.common.compat.sdk import get_hook_lineage_collector
 
 
 def fresh_lineage(context):
