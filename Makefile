@@ -37,6 +37,10 @@ $(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS)
 	@# pyspark's. The provider works either way (the compat tier installs without this); the full suite
 	@# runs on PySpark 4.3's own files, so reinstall them last (docs/troubleshooting.md).
 	$(PY) -m pip install --quiet --force-reinstall --no-deps "pyspark==$$($(PY) -c 'import importlib.metadata as m; print(m.version("pyspark"))')"
+	@# The build leaves airflow_provider_liftbridge.egg-info in the project folder, which compat mode puts on
+	@# sys.path: Python would see the distribution twice, and Airflow load its plugin entry point twice (a
+	@# warning and an import error; in task processes the entry-point plugins after the second copy are skipped).
+	rm -rf airflow_provider_liftbridge.egg-info
 	touch $@
 
 # The pinned Liftbridge and NATS servers, built with `go install` into .tools/bin.

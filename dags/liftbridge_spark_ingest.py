@@ -19,7 +19,9 @@ the environment variable ``LIFTBRIDGE_CONN_JSON``.
 
 Lineage: publishing reports the stream as an output, freezing as an input,
 and the Spark step the stream in and the Parquet lake out (Airflow's hook
-lineage; the OpenLineage provider, when installed, emits it).
+lineage; the OpenLineage provider, when installed, emits it). The freeze, the
+Spark step and the commit carry the run's offset ranges on the stream's input
+(the ``liftbridge_offsets`` dataset facet).
 """
 
 from __future__ import annotations
@@ -45,10 +47,18 @@ EVENT_TYPES = ("page_view", "add_to_cart", "purchase", "search")
 
 
 class IngestSubmitOperator(SparkSubmitOperator):
-    """spark-submit of the ingest job that reports its lineage: the stream in, the lake out."""
+    """spark-submit of the ingest job that reports its lineage: the stream in, with the frozen ranges the
+    job ingests (``ranges``, templated: the freeze task's XCom), and the lake out."""
+
+    template_fields = (*SparkSubmitOperator.template_fields, "ranges")
+
+    def __init__(self, *, ranges: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ranges = ranges
 
     def execute(self, context: Any) -> Any:
-        report_ingest(LiftbridgeHook(), context["params"]["stream"], context["params"]["output_path"])
+        params = context["params"]
+        report_ingest(LiftbridgeHook(), params["stream"], params["output_path"], ranges=self.ranges)
         return super().execute(context)
 
 
@@ -107,6 +117,7 @@ with DAG(
     )
     ingest = IngestSubmitOperator(
         task_id="spark_ingest",
+        ranges=freeze.output,
         application=str(PROJECT / "spark_jobs" / "ingest.py"),
         conf={"spark.pyspark.python": sys.executable, "spark.ui.enabled": "false"},
         env_vars={"LIFTBRIDGE_CONN_JSON": "{{ liftbridge_connection_json('liftbridge_default') }}"},

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from liftbridge_provider import __version__
+from liftbridge_provider.events.settings import provider_config
 
 _SECONDS = {"type": ["number", "null"], "minimum": 0}
 _SECRET = {"type": ["string", "null"], "format": "password"}
@@ -127,6 +128,10 @@ def get_provider_info() -> dict[str, Any]:
             },
         ],
         "queues": ["liftbridge_provider.queues.liftbridge.LiftbridgeMessageQueueProvider"],
+        "plugins": [
+            {"name": "liftbridge_events", "plugin-class": "liftbridge_provider.events.plugin.LiftbridgeEventsPlugin"}
+        ],
+        "config": provider_config(),
         "asset-uris": [
             {
                 "schemes": ["liftbridge"],

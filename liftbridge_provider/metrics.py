@@ -3,6 +3,8 @@
 Each figure is sent twice: under its plain name with ``stream``, ``partition`` and
 ``cursor_id`` tags (for backends with tags), and with those three in the name,
 ``<name>.<cursor_id>.<stream>.<partition>`` (for plain StatsD, which drops tags).
+Counters by reason (the event listener's drops) go out tagged ``reason`` and as
+``<name>.<reason>``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from airflow.providers.common.compat.sdk import Stats
 CURSOR_LAG = "liftbridge.cursor_lag"  # gauge: offsets between a cursor and the high watermark (operators, sensors)
 WATCHER_LAG = "liftbridge.watcher.lag"  # gauge: offsets between a watcher's stored position and the high watermark
 DEAD_LETTERED = "liftbridge.watcher.dead_lettered"  # counter: messages published to a dead-letter stream
+EVENTS_DROPPED = "liftbridge.events.dropped"  # counter: Airflow events the event listener did not publish
 
 
 _INVALID_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_.-]")  # what Airflow's stats names may not hold
@@ -47,3 +50,9 @@ def count(stat: str, *, stream: str, partition: int, cursor_id: str) -> None:
 def cursor_lag(high_watermark: int, cursor: int) -> int:
     """Offsets a cursor (the last offset processed, -1: none) is behind the high watermark (-1: empty): >= 0."""
     return max(0, high_watermark - cursor)
+
+
+def count_by_reason(stat: str, count: int, *, reason: str) -> None:
+    """Add ``count`` to the counter ``stat`` for ``reason``: tagged ``reason``, and as ``<stat>.<reason>``."""
+    Stats.incr(stat, count, tags={"reason": reason})
+    Stats.incr(f"{stat}.{reason}", count)

@@ -15,6 +15,7 @@ from airflow.sdk import Asset
 if TYPE_CHECKING:
     from openlineage.client.event_v2 import Dataset
 
+from liftbridge_provider.assets.offsets import FACET_NAME
 from liftbridge_provider.client.requests import check_stream_name
 
 
@@ -41,8 +42,14 @@ def stream_uri(broker: str, stream: str) -> str:
 
 def convert_asset_to_openlineage(asset: Asset, lineage_context: Any) -> Dataset:
     """The OpenLineage dataset of a ``liftbridge://host:port/stream`` asset: namespace
-    ``liftbridge://host:port``, name ``stream`` (the OpenLineage provider calls this)."""
+    ``liftbridge://host:port``, name ``stream`` (the OpenLineage provider calls this). When the asset's
+    extra carries the offsets a task read (``assets/offsets.py``), the dataset has them as the
+    ``liftbridge_offsets`` facet."""
     from openlineage.client.event_v2 import Dataset  # noqa: PLC0415 - only with the OpenLineage provider
 
+    from liftbridge_provider.assets.offsets_facet import facet_from_extra  # noqa: PLC0415 - likewise
+
     parsed = urlsplit(asset.uri)
-    return Dataset(namespace=f"liftbridge://{parsed.netloc}", name=parsed.path.lstrip("/"))
+    facet = facet_from_extra(asset.extra)
+    facets: dict[str, Any] = {} if facet is None else {FACET_NAME: facet}
+    return Dataset(namespace=f"liftbridge://{parsed.netloc}", name=parsed.path.lstrip("/"), facets=facets)

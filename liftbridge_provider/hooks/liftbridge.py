@@ -5,7 +5,7 @@ from __future__ import annotations
 import atexit
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow.providers.common.compat.sdk import get_hook_lineage_collector
@@ -13,6 +13,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
 from liftbridge_provider.assets.liftbridge import stream_uri
+from liftbridge_provider.assets.offsets import offsets_extra
 from liftbridge_provider.client import (
     AsyncLiftbridgeClient,
     ClientConfig,
@@ -36,6 +37,7 @@ from liftbridge_provider.connection import (
     brokers_from,
     config_from_connection,
 )
+from liftbridge_provider.ranges import OffsetRange
 
 __all__ = [
     "KNOWN_EXTRAS",
@@ -106,9 +108,18 @@ class LiftbridgeHook(BaseHook):
         """The pooled client for this connection, shared by every task of this process."""
         return CLIENTS.get(self.liftbridge_conn_id, self.client_config())
 
-    def report_read(self, stream: str) -> None:
-        """Hook lineage: this task read ``stream`` (an input asset ``liftbridge://<first broker>/<stream>``)."""
-        get_hook_lineage_collector().add_input_asset(context=self, uri=self.stream_uri(stream))
+    def report_read(
+        self, stream: str, *, ranges: Iterable[OffsetRange] | None = None, cursor_id: str | None = None
+    ) -> None:
+        """Hook lineage: this task read ``stream`` (an input asset ``liftbridge://<first broker>/<stream>``).
+
+        With ``ranges`` (the half-open offsets ``[start, end)`` read per partition) and the cursor they
+        started from, the asset carries them, and OpenLineage gets them as the ``liftbridge_offsets``
+        dataset facet (``assets/offsets.py``). Report a stream once per task: the same stream with other
+        offsets is another input asset.
+        """
+        extra = None if ranges is None else offsets_extra(stream, ranges, cursor_id)
+        get_hook_lineage_collector().add_input_asset(context=self, uri=self.stream_uri(stream), asset_extra=extra)
 
     def report_written(self, stream: str) -> None:
         """Hook lineage: this task wrote to ``stream`` (an output asset)."""

@@ -70,6 +70,12 @@ class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
 
     Returns ``{"ranges": [...], "messages": n, "committed": {partition: offset}}``,
     plus ``"results"`` with ``return_results``.
+
+    Lineage: the stream is reported to Airflow's hook lineage as an input that
+    carries the offsets this try read, ``[first, last + 1)`` per partition
+    (OpenLineage: the ``liftbridge_offsets`` dataset facet), also when the
+    function failed part way: a retry that resumes after committed batches
+    reports only what it read itself.
     """
 
     template_fields = (*LiftbridgeOffsetRangesOperator.template_fields, "apply_function_args", "apply_function_kwargs")
@@ -147,27 +153,32 @@ class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
             member.close(last_processed=False)  # leaves the group; the cursor was committed by _consume
 
     def _consume(self, context: Any) -> dict[str, Any]:
-        document = RangesDocument.parse(super().execute(context))  # the run's frozen ranges
+        document = RangesDocument.parse(self._run_ranges(context))  # the run's frozen ranges
         function = self._function()
         results: list[Any] = []
         consumed = dropped = 0
         with self.client() as client:
-            self.hook.report_read(document.stream)
             resumed = {r.partition: self._resume(client, document, r) for r in document.ranges}
             cursors = {p: cursor for p, (_, cursor) in resumed.items()}
-            for offset_range in document.ranges:
-                partition, first = offset_range.partition, resumed[offset_range.partition][0]
-                for batch in self._batches(client, document.stream, OffsetRange(partition, first, offset_range.end)):
-                    returned = self._call(function, batch)
-                    consumed += len(batch)
-                    if self.return_results:
-                        kept = returned[: max(self.max_results - len(results), 0)]
-                        results.extend(kept)
-                        dropped += len(returned) - len(kept)
-                    if self.commit_cadence == "end_of_batch":
-                        cursors[partition] = self._commit(
-                            client, document.stream, partition, cursors[partition], batch[-1].offset
-                        )
+            read = {p: OffsetRange(p, first, first) for p, (first, _) in resumed.items()}  # grows as batches come
+            try:
+                for offset_range in document.ranges:
+                    partition, first = offset_range.partition, resumed[offset_range.partition][0]
+                    todo = OffsetRange(partition, first, offset_range.end)
+                    for batch in self._batches(client, document.stream, todo):
+                        read[partition] = OffsetRange(partition, first, batch[-1].offset + 1)
+                        returned = self._call(function, batch)
+                        consumed += len(batch)
+                        if self.return_results:
+                            kept = returned[: max(self.max_results - len(results), 0)]
+                            results.extend(kept)
+                            dropped += len(returned) - len(kept)
+                        if self.commit_cadence == "end_of_batch":
+                            cursors[partition] = self._commit(
+                                client, document.stream, partition, cursors[partition], batch[-1].offset
+                            )
+            finally:  # a function that failed still read what came before it
+                self.hook.report_read(document.stream, ranges=read.values(), cursor_id=self.cursor_id)
             if self.commit_cadence == "end_of_operator":
                 cursors = self._commit_all(client, document, cursors)
         if dropped:

@@ -93,6 +93,9 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         failOnDataLoss) or ``"skip"`` (start at the oldest retained offset, with a warning).
     :param delta_table: the Delta table (a local path) for ``start="delta"``; needs
         the ``deltalake`` package on the worker.
+
+    Lineage: the stream is reported to Airflow's hook lineage as an input that
+    carries the run's ranges (OpenLineage: the ``liftbridge_offsets`` dataset facet).
     """
 
     template_fields = (
@@ -158,6 +161,13 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         self.delta_table = delta_table
 
     def execute(self, context: Any) -> dict[str, Any]:
+        document = self._run_ranges(context)
+        parsed = RangesDocument.parse(document)
+        self.hook.report_read(parsed.stream, ranges=parsed.ranges, cursor_id=parsed.cursor_id)
+        return document
+
+    def _run_ranges(self, context: Any) -> dict[str, Any]:
+        """The ranges document of this DAG run: the one kept in the run's state, else frozen now."""
         with self.client() as client:
             store = run_state(context, client, self.stream)
             if (stored := self._stored_ranges(store.get(STATE_KEY))) is not None:
@@ -189,7 +199,6 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
 
     def _freeze(self) -> dict[str, Any]:
         with self.client() as client:
-            self.hook.report_read(self.stream)
             interval = self._interval()
             count = len(client.stream_info(self.stream).partitions)
             partitions = check_partitions(self.partitions, count, self.stream)
@@ -383,6 +392,11 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
     write wins. Keep one writer per cursor: run the DAG with
     ``max_active_runs=1`` and give each pipeline its own cursor id.
 
+    Lineage: once the cursors moved, the stream is reported to Airflow's hook
+    lineage as an input that carries the committed ranges (OpenLineage: the
+    ``liftbridge_offsets`` dataset facet), so the commit's event names the
+    offsets the cursor now covers.
+
     :param ranges: the ranges document (dict, JSON, or an upstream XCom via ``XComArg``).
     :param cursor_id: the cursor (default: the document's ``cursor_id``).
     """
@@ -425,6 +439,7 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
                 high_watermark = client.fetch_partition_metadata(document.stream, partition).high_watermark
                 lag = metrics.cursor_lag(high_watermark, positions[partition])
                 metrics.gauge(metrics.CURSOR_LAG, lag, stream=document.stream, partition=partition, cursor_id=cursor_id)
+        self.hook.report_read(document.stream, ranges=document.ranges, cursor_id=cursor_id)
         return {str(partition): offset for partition, offset in positions.items()}
 
     def _logged(self, move: CursorMove) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -18,6 +20,7 @@ from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.config import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+FACET = "liftbridge_offsets"  # the dataset facet with the offsets a task read
 
 
 def test_main_job_ingests_every_published_message_once(tmp_path: Path) -> None:
@@ -85,6 +88,31 @@ def assert_lineage(events_file: Path, lake: Path) -> None:
     assert ("file", str(lake)) in done["spark_ingest"][1], done["spark_ingest"]
     assert streams <= done["publish_events"][1], done["publish_events"]
     assert streams <= done["freeze_ranges"][0], done["freeze_ranges"]
+    assert_offsets_in_lineage(events)
+
+
+def assert_offsets_in_lineage(events: list[dict[str, Any]]) -> None:
+    """The freeze's, the Spark step's and the commit's completed events carry the run's frozen ranges as the
+    stream's ``liftbridge_offsets`` facet: in the demo's three runs they span 1000, 500 and 0 offsets, and each
+    run's ranges start where the previous run's ended, partition by partition. (`airflow dags test` runs a
+    DAG run's tasks in one process, whose hook lineage collector Airflow keeps, so a task's event also lists
+    the same ranges as reported by the tasks before it: every facet of one event is alike.)"""
+    per_task: dict[str, list[list[tuple[int, int, int]]]] = {}
+    for event in events:
+        if event.get("eventType") != "COMPLETE" or "." not in event["job"]["name"]:
+            continue
+        task = event["job"]["name"].split(".", 1)[1]
+        facets = [d["facets"][FACET] for d in event.get("inputs", []) if FACET in d.get("facets", {})]
+        if task in ("freeze_ranges", "spark_ingest", "commit_cursor"):
+            found = {tuple((r["partition"], r["start"], r["end"]) for r in f["ranges"]) for f in facets}
+            assert len(found) == 1, (task, facets)
+            assert {f["cursorId"] for f in facets} == {"spark-ingest"}, facets
+            per_task.setdefault(task, []).append(list(found.pop()))
+    assert per_task["freeze_ranges"] == per_task["spark_ingest"] == per_task["commit_cursor"], per_task
+    runs = per_task["freeze_ranges"]
+    assert [sum(end - start for _, start, end in run) for run in runs] == [1000, 500, 0], runs
+    for earlier, later in itertools.pairwise(runs):
+        assert [(p, end) for p, _, end in earlier] == [(p, start) for p, start, _ in later], runs
 
 
 def test_stream_admin_dag(liftbridge_server: DevServer, tmp_path: Path) -> None:
