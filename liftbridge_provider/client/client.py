@@ -260,10 +260,11 @@ class LiftbridgeClient:
         the server's size limit raises MessageTooLargeError naming its size.
 
         The message rides a PublishAsync stream per broker that every publish of
-        this client shares (as go-liftbridge's Publish; about half the time to an
-        ack of a unary call). With ack policy NONE, or with a TLS client
-        certificate (the server may then check authorization, and v1.9.0 stores a
-        message PublishAsync was denied), it is one unary Publish call instead.
+        this client shares (as go-liftbridge's Publish; no call is set up per
+        message, so the ack comes sooner than a unary call's). With ack policy
+        NONE, or with a TLS client certificate (the server may then check
+        authorization, and v1.9.0 stores a message PublishAsync was denied), it
+        is one unary Publish call instead.
 
         ``ack_inbox`` (a NATS subject) and ``correlation_id`` are go-liftbridge's
         ``AckInbox`` and ``CorrelationID``: the server publishes the ack to that

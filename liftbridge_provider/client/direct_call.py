@@ -2,13 +2,13 @@
 
 grpc's synchronous stream-stream call takes requests from an iterator on a
 thread of its own and hands each response to whoever iterates the call, woken
-by the channel's thread: a message and its ack cross three threads, about
-20 us each on the 2-CPU AMD EPYC machine. :class:`DirectCall` instead sends
-from the caller's thread and hands each response to a callback on the
-channel's thread, performing the same operations on the call's own state
-(grpc's ``_MultiThreadedRendezvous``) as grpc's request consumer and
-``_next`` do: a single ``publish``'s time to its ack fell from 0.31 to 0.25 ms
-(p50, old and new side by side in one process; docs/benchmarks.md).
+by the channel's thread: a message and its ack cross three threads, and each
+hand-off costs a thread wake-up. :class:`DirectCall` instead sends from the
+caller's thread and hands each response to a callback on the channel's thread,
+performing the same operations on the call's own state (grpc's
+``_MultiThreadedRendezvous``) as grpc's request consumer and ``_next`` do, so
+a single ``publish`` waits for its ack without those hand-offs (figures in
+docs/benchmarks.md).
 
 These are grpc's private parts: :func:`direct_call_available` checks that
 they are there, and :func:`open_direct_call` returns None for any other call,

@@ -86,7 +86,7 @@ def publish_envelope(request: api.PublishRequest, inbox: str) -> bytes:
 
     The fields the messages of a batch share (the inbox, the ack policy and, unless each message has its own,
     the expected offset) are serialized once and appended to each message's own (a protobuf parser merges
-    concatenated messages): 1.06 instead of 1.25 us a message (timeit).
+    concatenated messages), so only each message's own fields are serialized per message.
     """
     message = api.Message(key=request.key, value=request.value, correlationId=request.correlationId)
     if request.headers:  # (copying an empty map still costs a Python-level update)
@@ -205,7 +205,7 @@ class NatsBatchPublisher:
     def run(self) -> BatchResult:
         """Publish the batch (blocking) and return the result."""
         # Plain asyncio: with uvloop, nats-py's close after a lost connection fails on the closed transport and
-        # skips its cleanup; uvloop saved only ~5% CPU here (23.8 vs 22.5 us per message).
+        # skips its cleanup; uvloop saves little CPU on this path, not worth that.
         return run_in_private_loop(self._run(), name="liftbridge-publish-nats", use_uvloop=False)
 
     async def _run(self) -> BatchResult:

@@ -4,16 +4,16 @@
 ones of a call made without a deserializer to a callback (a column builder) without yielding.
 
 A subscription reads one message per protobuf ``Message``; iterating grpc's
-single-threaded call (``SingleThreadedUnaryStream``) costs about 6 us of CPU
-a message on the 2-CPU AMD EPYC machine, mostly Python bookkeeping around one
-receive operation: five lock round trips, the event handler, the
-deserializer wrapper. :func:`messages_of` performs the same receive and event
-steps on the call's own state (grpc's ``_SingleThreadedRendezvous``), taking
-the lock only where grpc's cancellation needs it, and hands any event other
-than a plain message (the initial metadata, the status, a failed receive, a
-message that does not deserialize) to grpc's own event handler, so an ending
-call ends and raises exactly as iterating it would. Measured: 4.2-4.7 against
-5.9-6.2 us of CPU a message (``bench/profile_paths.py read-range``).
+single-threaded call (``SingleThreadedUnaryStream``) spends most of its CPU per
+message on Python bookkeeping around one receive operation: five lock round
+trips, the event handler, the deserializer wrapper. :func:`messages_of`
+performs the same receive and event steps on the call's own state (grpc's
+``_SingleThreadedRendezvous``), taking the lock only where grpc's cancellation
+needs it, and hands any event other than a plain message (the initial
+metadata, the status, a failed receive, a message that does not deserialize)
+to grpc's own event handler, so an ending call ends and raises exactly as
+iterating it would. ``bench/profile_paths.py read-range`` measures the
+difference.
 
 These are grpc's private parts; :func:`fast_path_available` checks the call
 has them, and any other call is simply iterated. ``tests/integration/test_client.py``

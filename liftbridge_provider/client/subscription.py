@@ -135,7 +135,7 @@ class Subscription(Iterator[Message]):
 
     def _run(self) -> Generator[api.Message, None, None]:
         state = self._state
-        # The hot path, once per message: names bound locally (about half the cost of attribute lookups).
+        # The hot path, once per message: names bound locally (cheaper than attribute lookups).
         on_message, progressed = state.on_message, state.progressed
         skip, end, last = Verdict.SKIP, Verdict.END, Verdict.DELIVER_LAST
         while not self._cancelled.is_set():

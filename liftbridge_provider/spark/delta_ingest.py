@@ -49,7 +49,7 @@ def _open(table: str) -> DeltaTable:
     """The table, created empty first when missing.
 
     Never created together with the first files: delta-rs lets two crossing creates both succeed (the
-    second becomes version 1 with its files: 25 of 40 tries, measured), which would double the rows;
+    second becomes version 1 with its files), which would double the rows;
     an append is checked against the snapshot it read (a crossing commit of the same app ids fails).
     """
     try:

@@ -5,8 +5,8 @@ does), so the ledger, the manifests and the data land on the same
 filesystem. Two operations need more than Hadoop promises:
 
 - **create-if-absent**: Hadoop's ``create(path, overwrite=false)`` checks,
-  then creates, on the local filesystem (two racing creators both "win"; we
-  measured 70 of 500 races). On ``file:`` paths it is done with a hard link of
+  then creates, on the local filesystem (two racing creators can both
+  "win"). On ``file:`` paths it is done with a hard link of
   a complete temporary file (``link(2)`` fails with EEXIST atomically), so the
   file appears whole or not at all. Other schemes use Hadoop's create, atomic
   on HDFS; object stores (S3A, GCS, ABFS) do not promise it, see docs/spark.md.
