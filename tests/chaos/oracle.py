@@ -315,7 +315,7 @@ def check_high_watermarks(
     verdict: Verdict,
 ) -> dict[tuple[str, int], int]:
     """High watermarks that move backwards are noted, not failed: right after a failover the new leader's
-    high watermark lags the old one's (seen on RF 3 streams, issue 11), and the client waits for it to catch
+    high watermark lags the old one's (seen on RF 3 streams), and the client waits for it to catch
     up. What such a drop could hide is checked elsewhere: an offset reused by another message, and acked
     offsets still invisible at the final check. Returns ``{position: high watermark before}`` of those."""
     moved_back = {}

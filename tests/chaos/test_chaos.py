@@ -1,4 +1,4 @@
-"""The randomized fault harness of issue 11 against a real three-node cluster and real Spark.
+"""The randomized fault harness against a real three-node cluster and real Spark.
 
 Each seed starts a cluster with cursors on, creates a few streams of
 different shapes, and runs a plan of steps drawn from the seed: publishes,
@@ -21,7 +21,8 @@ from tests.chaos.runner import SeedSettings, replay_command, run_seed
 
 @pytest.mark.cluster
 def test_chaos_seed(chaos_seed: int, chaos_settings: SeedSettings, chaos_spark: SparkSession) -> None:
-    """Issue 11 (every defect the batch path can show): the oracle stays clean through the seed's faults."""
+    """Every fault the batch path can meet (lost leaders, frozen nodes, paused, readonly and compacted partitions,
+    failed commits, re-runs): the oracle stays clean through the seed's faults."""
     result = run_seed(chaos_seed, chaos_settings, chaos_spark)
     RESULTS.append(result)
     if not result.ok:

@@ -422,7 +422,7 @@ def test_spark_submit_operator_runs_the_ingest_job_between_freeze_and_commit(
     assert [client.fetch_cursor("lake", stream, p) for p in (0, 1)] == [24, 24]
 
 
-# -- issue 11: paused partitions, compacted streams, bad input -------------------------------------
+# -- paused partitions, compacted streams, bad input ----------------------------------------------
 
 
 def wait_until_paused(client: LiftbridgeClient, stream: str, partitions: list[int], timeout: float = 30) -> None:
@@ -440,7 +440,7 @@ def is_paused(client: LiftbridgeClient, stream: str, partition: int) -> bool:
 def test_freeze_and_poke_on_auto_paused_partitions(
     airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Defect 3 (issue 11): idle partitions auto-pause; freezing them must work, resuming only a non-empty range."""
+    """Idle partitions auto-pause; freezing them must work, resuming only a non-empty range."""
     stream = stream_name()
     client.create_stream(stream, stream, partitions=2, auto_pause_time=1)
     client.publish_batch(stream, [PublishMessage(b"m", partition=p) for p in (0, 1) * 4], ack_policy="all")
@@ -465,7 +465,7 @@ def test_freeze_and_poke_on_auto_paused_partitions(
 def test_deferred_sensor_waits_on_an_auto_paused_partition(
     airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
 ) -> None:
-    """Defect 3 (issue 11): the trigger polls a paused partition until a publish resumes it and reaches the target."""
+    """The trigger polls a paused partition until a publish resumes it and reaches the target."""
     stream = stream_name()
     client.create_stream(stream, stream, auto_pause_time=1)
     client.publish_batch(stream, [b"m"] * 3, partitioner=None, ack_policy="all")
@@ -499,7 +499,7 @@ def test_deferred_sensor_waits_on_an_auto_paused_partition(
 def test_freeze_on_a_compacted_stream_reports_no_loss(
     airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Defect 5 (issue 11): compaction removing a stream's head is not retention loss when compacted=True."""
+    """Compaction removing a stream's head is not retention loss when compacted=True."""
     stream = stream_name()
     client.create_stream(stream, stream, compact_enabled=True, segment_max_bytes=256, cleaner_interval=0.2)
     client.publish_batch(
@@ -525,7 +525,7 @@ def test_freeze_on_a_compacted_stream_reports_no_loss(
 def test_missing_streams_and_partitions_fail_without_retries(
     airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
 ) -> None:
-    """Issue 11 (bad input): a missing stream or partition fails every operator and the sensor without retries."""
+    """Bad input: a missing stream or partition fails every operator and the sensor without retries."""
     stream, missing, deleted = stream_name(), stream_name(), stream_name()
     client.create_stream(stream, stream)
     client.create_stream(deleted, deleted)
@@ -590,7 +590,7 @@ def _cursor_writes(client: LiftbridgeClient) -> int:
 def test_publish_refuses_records_that_are_not_bytes_str_or_mappings(
     airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Issue 11 (bad input): an int record was published as b"42"; refuse it, naming its index and type."""
+    """Bad input: an int record was published as b"42"; refuse it, naming its index and type."""
     stream = stream_name()
     client.create_stream(stream, stream)
     body = f"""
@@ -610,7 +610,7 @@ def test_publish_refuses_records_that_are_not_bytes_str_or_mappings(
 def test_commit_records_offsets_retention_removed_before_a_freeze(
     airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Chaos seed 65 (issue 11): retention removed every offset after the cursor; the freeze (skip) froze
+    """Found by the chaos harness (seed 65): retention removed every offset after the cursor; the freeze (skip) froze
     the empty range [10, 10) and the commit left the cursor at -1, so the lake kept rows of an earlier,
     uncommitted run above the cursor and every later run reported the same loss again. Committing an empty
     range that starts past the frozen cursor moves the cursor to start - 1 (compare-and-set as usual)."""

@@ -1,4 +1,4 @@
-"""LiftbridgeConsumeOperator (issue 14), run by `airflow dags test` against a real node.
+"""LiftbridgeConsumeOperator, run by `airflow dags test` against a real node.
 
 The functions write each offset they see to a file, so the tests count how
 often a message was handed over across tries.
@@ -138,7 +138,7 @@ def test_a_function_that_fails_leaves_the_cursor_before_it_and_the_retry_sees_it
 def test_consume_and_publish_report_the_stream_to_hook_lineage(
     airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient, functions: tuple[str, Path]
 ) -> None:
-    """Issue 14 (lineage): with the OpenLineage provider writing events to a file, the consume task's
+    """Lineage: with the OpenLineage provider writing events to a file, the consume task's
     event has the stream as its input and the publish task's as its output, named as documented."""
     module, tmp_path = functions
     stream = stream_name()

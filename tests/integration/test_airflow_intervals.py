@@ -1,4 +1,4 @@
-"""Interval-bounded ranges and cursor lag (issue 14), run by `airflow dags test` against a real node.
+"""Interval-bounded ranges and cursor lag, run by `airflow dags test` against a real node.
 
 The freeze operator's ``start_time``/``end_time`` turn times into offsets with the
 server's time index; the tests publish in three windows a second apart, read the

@@ -1,4 +1,4 @@
-"""LiftbridgeMessageSensor and LiftbridgeAwaitMessageTrigger (issue 14), by `airflow dags test` on a real node.
+"""LiftbridgeMessageSensor and LiftbridgeAwaitMessageTrigger, by `airflow dags test` on a real node.
 
 `airflow dags test` runs a deferred sensor's trigger inline, on the asyncio client, as the triggerer would.
 """

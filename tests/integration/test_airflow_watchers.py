@@ -338,7 +338,7 @@ def _covered(payloads: list[dict[str, Any]]) -> int:
 def test_batch_watcher_fires_for_auto_paused_partitions_without_resuming_them(
     home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
 ) -> None:
-    """Defect 3 (issue 11): a batch watcher polls high watermarks, so it must work on paused partitions."""
+    """A batch watcher polls high watermarks, so it must work on paused partitions."""
     env = _env(home, connection(liftbridge_server))
     with LiftbridgeClient(liftbridge_server.brokers) as client:
         stream = f"watch-{uuid.uuid4().hex[:8]}"
@@ -409,7 +409,7 @@ def register_refusing_watcher(home: Path, env: dict[str, str], server: DevServer
 def test_refused_message_goes_to_the_dead_letter_stream_and_lag_reaches_zero(
     home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
 ) -> None:
-    """Defect 5 and lag (issue 12), with the real triggerer: a message the apply_function refuses is
+    """Dead letters and lag, with the real triggerer: a message the apply_function refuses is
     dead-lettered with its origin, the watcher goes on, and the lag gauge and DLQ counter reach StatsD."""
     statsd = StatsdListener()
     env = _env(home, {**connection(liftbridge_server), **statsd.env})
@@ -442,8 +442,8 @@ def test_refused_message_goes_to_the_dead_letter_stream_and_lag_reaches_zero(
 def test_refused_message_without_a_dead_letter_stream_stops_the_watcher_loudly(
     home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
 ) -> None:
-    """Defect 5 (issue 12), with the real triggerer: without dlq_stream the watcher stops before the
-    refused message every time it is restarted, saying which offset and why; nothing passes it, and the lag
+    """A refused message without a dead-letter stream, with the real triggerer: without dlq_stream the watcher stops
+    before the refused message every time it is restarted, saying which offset and why; nothing passes it, and the lag
     shows it. Then the documented way to skip it (docs/events.md): set the cursor to the refused offset."""
     statsd = StatsdListener()
     env = _env(home, {**connection(liftbridge_server), **statsd.env})
@@ -477,10 +477,10 @@ def test_refused_message_without_a_dead_letter_stream_stops_the_watcher_loudly(
 def test_start_from_latest_survives_a_kill_before_the_first_message(
     home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
 ) -> None:
-    """Defect 4 (issue 12), with the real triggerer: messages published while a 'latest' watcher that
-    never saw a message was down are delivered after its restart. Partition 1 is empty at the first start:
-    its 'latest' position was the high watermark -1, stored as -1 ("never set"), so the restart took
-    'latest' again and skipped what arrived while it was down (the defect); partition 0 had messages."""
+    """A restarted 'latest' watcher misses nothing, with the real triggerer: messages published while a 'latest' watcher
+    that never saw a message was down are delivered after its restart. Partition 1 is empty at the first start: its
+    'latest' position was the high watermark -1, stored as -1 ("never set"), so the restart took 'latest' again and
+    skipped what arrived while it was down (the defect); partition 0 had messages."""
     env = _env(home, connection(liftbridge_server))
     with LiftbridgeClient(liftbridge_server.brokers) as client:
         stream = new_stream(client, partitions=2)
@@ -508,8 +508,8 @@ def test_start_from_latest_survives_a_kill_before_the_first_message(
 def test_batch_watcher_killed_at_each_step_sends_every_offset_once(
     home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer], step: str
 ) -> None:
-    """Issue 12: the triggerer SIGKILLed after a batch is planned, after Airflow stored it, and after it
-    was recorded: the next triggerer sends that batch again identical (or goes on after it), and the
+    """Batches survive a killed triggerer: the triggerer SIGKILLed after a batch is planned, after Airflow stored it,
+    and after it was recorded: the next triggerer sends that batch again identical (or goes on after it), and the
     batches cover every offset once."""
     env = _env(home, connection(liftbridge_server))
     with LiftbridgeClient(liftbridge_server.brokers) as client:
@@ -604,8 +604,9 @@ def assert_repeats_identical_and_bounded(payloads: list[dict[str, Any]], per_par
 def test_two_triggerers_a_frozen_owner_wakes_up_and_does_not_move_the_cursor_back(
     home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
 ) -> None:
-    """Defect 6 (issue 12), with two real triggerers: the one running the watcher is frozen (SIGSTOP) until
-    the other takes the watcher over and moves on; when it wakes, it must not write its stale position."""
+    """A stale triggerer never moves a cursor back, with two real triggerers: the one running the watcher is frozen
+    (SIGSTOP) until the other takes the watcher over and moves on; when it wakes, it must not write its stale
+    position."""
     env = _env(home, connection(liftbridge_server))
     with LiftbridgeClient(liftbridge_server.brokers) as client:
         stream = new_stream(client, partitions=1)
@@ -641,9 +642,9 @@ def test_two_triggerers_a_frozen_owner_wakes_up_and_does_not_move_the_cursor_bac
 def test_watcher_rides_out_a_killed_cursors_leader_and_a_frozen_partition_leader(
     home: Path, liftbridge_cluster: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
 ) -> None:
-    """Issue 12, with the real triggerer on three nodes: the `__cursors` leader SIGKILLed while the watcher
-    stores its position (SetCursor fails or fails over), then the stream's leader frozen (SIGSTOP).
-    Every message arrives, the cursor never moves back, and only events in flight come twice."""
+    """Watchers through cursor and stream leader failures, with the real triggerer on three nodes: the `__cursors`
+    leader SIGKILLed while the watcher stores its position (SetCursor fails or fails over), then the stream's leader
+    frozen (SIGSTOP). Every message arrives, the cursor never moves back, and only events in flight come twice."""
     env = _env(home, connection(liftbridge_cluster))
     with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=20) as client:
         stream = f"watch-{uuid.uuid4().hex[:8]}"
@@ -708,9 +709,9 @@ def _values(home: Path, asset: str) -> set[bytes]:
 def test_event_one_watcher_fails_to_store_in_time_is_delivered_again_not_skipped(
     home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
 ) -> None:
-    """Defect 1 (issue 12), with the real triggerer: of two watchers sharing a reader, one takes longer
-    than the ack timeout on offset 2 (Airflow force-fails it: the event counts as not stored). The cursor
-    must not pass offset 2 on the other watcher's word; after the restart both assets hold every offset."""
+    """A cursor waits for every watcher sharing its reader, with the real triggerer: of two watchers sharing a reader,
+    one takes longer than the ack timeout on offset 2 (Airflow force-fails it: the event counts as not stored). The
+    cursor must not pass offset 2 on the other watcher's word; after the restart both assets hold every offset."""
     env = _env(home, {**connection(liftbridge_server), "AIRFLOW__TRIGGERER__SHARED_STREAM_ACK_TIMEOUT": "2"})
     with LiftbridgeClient(liftbridge_server.brokers) as client:
         stream = new_stream(client, partitions=1)
@@ -765,8 +766,8 @@ def test_event_one_watcher_fails_to_store_in_time_is_delivered_again_not_skipped
 def test_an_activity_watcher_fires_for_the_changes_it_was_told_about(
     home: Path, liftbridge_server: DevServer, triggerer_factory: Callable[[dict[str, str]], Triggerer]
 ) -> None:
-    """Issue 16: a watcher on __activity with value_format='activity' fires an asset event per stream created
-    (activity_ops), not for the deletion, and the events carry the decoded change."""
+    """Cluster activity as asset events: a watcher on __activity with value_format='activity' fires an asset event per
+    stream created (activity_ops), not for the deletion, and the events carry the decoded change."""
     env = _env(home, connection(liftbridge_server))
     with LiftbridgeClient(liftbridge_server.brokers) as client:
         register_watcher(

@@ -1,13 +1,13 @@
-"""Bad input never reaches the real server (issue 11): refused by the client before anything is sent.
+"""Bad input never reaches the real server: refused by the client before anything is sent.
 
-- Defect 4: stream names, subjects and groups that crash the v1.9.0 server
+- Stream names, subjects and groups that crash the v1.9.0 server
   (each tried on a private server, never the shared one).
-- The issue's probe of bad client input: timeouts, batches, partitioner names,
+- Bad client input of every other kind: timeouts, batches, partitioner names,
   flags, cursors of missing streams or partitions. The probe table compares the
   server's state before and after each refused call: streams, high watermarks,
   paused and readonly flags, and the stored cursors read straight from the server.
-- Defect 9 (second half): an empty partition selection touches no partition.
-- Defect 12 (first item): cursors disabled on the server.
+- An empty partition selection touches no partition.
+- Cursors disabled on the server: the error says how to enable them.
 - Messages over the server's size limit are MessageTooLargeError naming the size.
 """
 
@@ -286,7 +286,7 @@ def test_bad_input_never_reaches_the_server(  # noqa: PLR0917 - fixtures and tab
     error: type[Exception],
     text: str,
 ) -> None:
-    """Issue 11, the probe's bad inputs: a typed error naming the value, and the server's state is unchanged."""
+    """Each bad input gets a typed error naming the value, and the server's state is unchanged."""
     before = server_state(liftbridge_server, client, stream)
     with pytest.raises(error) as raised:
         call(client, stream)
@@ -295,7 +295,7 @@ def test_bad_input_never_reaches_the_server(  # noqa: PLR0917 - fixtures and tab
 
 
 def test_empty_partition_selection_touches_no_partition(liftbridge_server: DevServer, client: LiftbridgeClient) -> None:
-    """Defect 9 (issue 11), second half: the server reads an empty list as "all"; the client sends nothing."""
+    """The server reads an empty partition list as "all"; the client sends nothing."""
     name = unique()
     client.create_stream(name.replace("-", "."), name, partitions=3)
     client.publish(name, b"x", ack_policy="all")
@@ -312,7 +312,7 @@ def test_empty_partition_selection_touches_no_partition(liftbridge_server: DevSe
 
 
 def test_partitioner_names_key_and_round_robin(client: LiftbridgeClient) -> None:
-    """Issue 11 probe: partitioner="key" raised "str is not callable"; the names are accepted like the callables."""
+    """partitioner="key" raised "str is not callable"; the names are accepted like the callables."""
     name = unique()
     client.create_stream(name.replace("-", "."), name, partitions=3)
     ack = client.publish(name, b"v", key=b"customer-7", partitioner="key")
@@ -327,7 +327,7 @@ def test_partitioner_names_key_and_round_robin(client: LiftbridgeClient) -> None
     assert counts == {0: 2, 1: 2, 2: 2}
 
 
-# -- Defect 4: inputs that crash the v1.9.0 server, each tried on a private server -------------------
+# -- Inputs that crash the v1.9.0 server, each tried on a private server ----------------------------
 
 CRASHERS: list[tuple[str, Callable[[LiftbridgeClient], object], str]] = [
     # (id, call, text of the refusal)
@@ -362,7 +362,7 @@ def assert_server_healthy(server: DevServer, client: LiftbridgeClient, streams_b
 def test_inputs_that_crash_the_server_are_refused_before_sending(
     call: Callable[[LiftbridgeClient], object], text: str
 ) -> None:
-    """Defect 4 (issue 11): each of these made the v1.9.0 server panic (or broke its NATS connection for good)."""
+    """Each of these made the v1.9.0 server panic (or broke its NATS connection for good)."""
     with start_single() as server, LiftbridgeClient(server.brokers, request_timeout=5) as client:
         before = frozenset(client.fetch_metadata().streams)
         with pytest.raises(InvalidArgumentError) as raised:
@@ -372,7 +372,7 @@ def test_inputs_that_crash_the_server_are_refused_before_sending(
 
 
 def test_the_create_stream_operator_refuses_them_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Defect 4 (issue 11) through the Airflow face: the task fails without retries and the server lives."""
+    """The server-crashing names through the Airflow face: the task fails without retries and the server lives."""
     from airflow.sdk.exceptions import AirflowFailException  # noqa: PLC0415 - Airflow reads its home on import
 
     from liftbridge_provider.operators.streams import LiftbridgeCreateStreamOperator  # noqa: PLC0415
@@ -394,11 +394,11 @@ def test_the_create_stream_operator_refuses_them_too(monkeypatch: pytest.MonkeyP
         assert_server_healthy(server, client, before)
 
 
-# -- Defect 12 (first item): cursors disabled on the server ------------------------------------------
+# -- Cursors disabled on the server -------------------------------------------------------------------
 
 
 def test_cursors_disabled_on_the_server_say_how_to_enable_them() -> None:
-    """Defect 12 (issue 11): "no stream named '__cursors'" becomes an error that names the setting."""
+    """With cursors disabled, "no stream named '__cursors'" becomes an error that names the setting."""
     disabled = "cursors are disabled on this server: set cursors.stream.partitions"
     with (
         start_single(extra_config={"cursors.stream.partitions": 0}) as server,
@@ -419,7 +419,7 @@ def test_cursors_disabled_on_the_server_say_how_to_enable_them() -> None:
 
 
 def test_a_message_over_the_nats_limit_is_message_too_large(client: LiftbridgeClient, stream: str) -> None:
-    """Issue 11 probe: a 1 MiB value raised the base LiftbridgeError ("maximum payload exceeded")."""
+    """A 1 MiB value (over NATS's payload limit) raised the base LiftbridgeError ("maximum payload exceeded")."""
     high_watermark = client.fetch_partition_metadata(stream, 0).high_watermark
     with pytest.raises(MessageTooLargeError) as raised:
         client.publish(stream, b"x" * ONE_MIB, ack_policy="all")
@@ -435,7 +435,7 @@ def test_a_message_over_the_nats_limit_is_message_too_large(client: LiftbridgeCl
 
 
 def test_a_message_over_the_replication_limit_is_message_too_large() -> None:
-    """Issue 11 probe: over clustering.replication.max.bytes the server answers TOO_LARGE; the size is named."""
+    """Over clustering.replication.max.bytes the server answers TOO_LARGE; the size is named."""
     with (
         start_single(extra_config={"clustering.replication.max.bytes": 65536}) as server,
         LiftbridgeClient(server.brokers, request_timeout=5) as client,

@@ -1,4 +1,4 @@
-"""broker_selection="workload" on a real cluster with an uneven spread (issue 16).
+"""broker_selection="workload" on a real cluster with an uneven spread.
 
 go-liftbridge's SetConnectToLowWorkloadServer sends calls that any broker can serve to the broker that
 holds and leads the fewest partitions, as the metadata counts them; this client's counterpart must pick

@@ -312,7 +312,7 @@ def test_publish_batch_100k_keeps_order_and_contiguous_offsets(client: Liftbridg
 
 
 def test_publish_batch_to_one_partition_like_publish(client: LiftbridgeClient) -> None:
-    """Issue 16: publish_batch(partition=N) sends every message there, as publish(partition=N) does."""
+    """publish_batch(partition=N) sends every message there, as publish(partition=N) does."""
     name = new_stream(client, partitions=2)
     result = client.publish_batch(name, [b"a", b"b", PublishMessage(b"c", key=b"k")], partition=1)
     assert [a.partition for a in result.acks if a is not None] == [1, 1, 1]
@@ -329,7 +329,7 @@ def test_publish_batch_to_one_partition_like_publish(client: LiftbridgeClient) -
 def test_an_ack_inbox_and_correlation_id_reach_whoever_listens_on_the_inbox(
     client: LiftbridgeClient, liftbridge_server: DevServer
 ) -> None:
-    """Issue 16 (go-liftbridge's AckInbox and CorrelationID): the server publishes the ack to the given NATS
+    """go-liftbridge's AckInbox and CorrelationID: the server publishes the ack to the given NATS
     inbox with the given id, and publish still returns it."""
     name = new_stream(client)
 
@@ -508,7 +508,7 @@ def test_the_fast_stream_reader_ends_and_fails_as_iterating_the_call(
 
 
 def test_offset_at_time_is_the_first_message_received_at_or_after_it(client: LiftbridgeClient) -> None:
-    """Issue 14 (interval-bounded ranges): the server's time index turns a time into the first offset at or
+    """For interval-bounded ranges, the server's time index turns a time into the first offset at or
     after it; past the last committed message it is the high watermark + 1; an empty partition gives 0."""
     name = new_stream(client, partitions=2)
     for i in range(6):
@@ -543,7 +543,7 @@ def test_offset_at_time_is_right_where_the_servers_time_index_is_wrong(client: L
 
 
 def test_the_activity_stream_tells_what_happened_to_streams(client: LiftbridgeClient) -> None:
-    """Issue 16: __activity as typed events, in the order the cluster applied them."""
+    """__activity as typed events, in the order the cluster applied them."""
     name = new_stream(client, partitions=2)
     client.pause_stream(name, partitions=[1])
     client.set_stream_readonly(name, partitions=[0])

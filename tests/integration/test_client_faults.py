@@ -1,6 +1,6 @@
-"""Faults in a real three-node cluster: frozen peers, lost leaders, deadlines (issue 11).
+"""Faults in a real three-node cluster: frozen peers, lost leaders, deadlines.
 
-Each test names the defect of issue 11 it guards. Nodes are frozen with
+Each test says what went wrong before the fix it guards. Nodes are frozen with
 SIGSTOP (a peer that vanished without a TCP reset) and always thawed again.
 """
 
@@ -104,7 +104,7 @@ class Collector:
 
 
 def test_subscription_notices_a_frozen_leader_and_follows_the_new_one(liftbridge_cluster: DevServer) -> None:
-    """Defect 6 (issue 11): no keepalive; a subscription whose leader vanished without a reset waited
+    """Without keepalive, a subscription whose leader vanished without a reset waited
     forever while a new leader took writes."""
     with LiftbridgeClient(
         liftbridge_cluster.brokers, request_timeout=5, resubscribe_wait=60, liveness_interval=3
@@ -125,7 +125,7 @@ def test_subscription_notices_a_frozen_leader_and_follows_the_new_one(liftbridge
 
 
 def test_unary_call_to_a_frozen_leader_moves_on_within_its_deadline(liftbridge_cluster: DevServer) -> None:
-    """Defect 6 (issue 11): a leader-directed call to a frozen leader must find the new leader, not wait."""
+    """A leader-directed call to a frozen leader must find the new leader, not wait."""
     with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=20) as client:
         leader = replicated_stream(client, "frozen-unary")
         client.publish_batch("frozen-unary", [b"a"] * 5, ack_policy="all")
@@ -143,7 +143,7 @@ def test_unary_call_to_a_frozen_leader_moves_on_within_its_deadline(liftbridge_c
 
 
 def test_one_deadline_bounds_a_call_even_when_its_metadata_refresh_hangs(liftbridge_cluster: DevServer) -> None:
-    """Defect 7 (issue 11): a metadata refresh inside a call got a fresh full request_timeout, so a call
+    """A metadata refresh inside a call got a fresh full request_timeout, so a call
     with timeout=1 ran for request_timeout more when the refresh hit a frozen broker."""
     with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=8) as client:
         leader = replicated_stream(client, "deadline")
@@ -162,7 +162,7 @@ def test_one_deadline_bounds_a_call_even_when_its_metadata_refresh_hangs(liftbri
 
 
 def test_second_failover_on_a_quiet_partition_resubscribes(liftbridge_cluster: DevServer) -> None:
-    """Defect 8 (issue 11): lost_since was reset only when a message arrived, so on a quiet partition the
+    """lost_since was reset only when a message arrived, so on a quiet partition the
     second failover, more than resubscribe_wait after the first, failed at once instead of resubscribing."""
     with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10, resubscribe_wait=8) as client:
         first = replicated_stream(client, "quiet")
@@ -187,7 +187,7 @@ def test_second_failover_on_a_quiet_partition_resubscribes(liftbridge_cluster: D
 
 
 def test_async_second_failover_on_a_quiet_partition_resubscribes(liftbridge_cluster: DevServer) -> None:
-    """Defect 8 (issue 11), asyncio side: the same lost_since drift in AsyncLiftbridgeClient.subscribe."""
+    """The asyncio side: the same lost_since drift on a quiet partition, in AsyncLiftbridgeClient.subscribe."""
     with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as client:
         first = replicated_stream(client, "aquiet")
         client.publish("aquiet", b"0", ack_policy="all")
@@ -223,7 +223,7 @@ def test_async_second_failover_on_a_quiet_partition_resubscribes(liftbridge_clus
 
 
 def test_refuse_after_failover_is_transient_not_bad_input(liftbridge_cluster: DevServer) -> None:
-    """Defect 12 (issue 11): right after failover a new leader's high watermark can lag the one a range was
+    """Right after failover a new leader's high watermark can lag the one a range was
     frozen at; read_range(refuse) raised InvalidArgumentError (a task fails without retries) instead of
     waiting for the new leader to catch up within the call's deadline."""
     with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as client:
@@ -288,7 +288,7 @@ def publishes_through_a_cluster_with_one_node_out(cluster: DevServer, timeout: f
 
 @pytest.mark.parametrize("fault", ["killed", "frozen"])
 def test_publish_skips_a_broker_that_is_down_within_its_deadline(liftbridge_cluster: DevServer, fault: str) -> None:
-    """Found by CI (issue 11, defect 7 follow-up): a publish waited its whole deadline for the connection to a
+    """Found by CI: a publish waited its whole deadline for the connection to a
     killed (or frozen) broker whenever the shuffled broker list put that broker first, then failed with
     UnavailableError ("could not connect"), though two brokers were up. A refused connection must move on at
     once and a silent one after a short try, all within the call's deadline."""
@@ -313,7 +313,7 @@ def test_publish_skips_a_broker_that_is_down_within_its_deadline(liftbridge_clus
 
 
 def test_acks_an_auto_pause_dropped_are_reported_as_may_be_stored(liftbridge_cluster: DevServer) -> None:
-    """Chaos seeds 5 and 92 (issue 11): with ack ALL, a partition that auto-pauses before its messages
+    """Found by the chaos harness (seeds 5 and 92): with ack ALL, a partition that auto-pauses before its messages
     commit drops their pending acks (server v1.9.0: pausing stops the leader, which discards its commit
     queue). Afterwards the messages commit without an ack (seed 92), or are truncated when the thawed
     follower is elected leader with an empty log, or wait with the ISR below min ISR (seed 5). Nothing the
@@ -417,7 +417,7 @@ def fetch_metadata(cluster: DevServer, client: LiftbridgeClient, name: str, fron
 
 @pytest.mark.parametrize("front_end", ["sync", "asyncio"])
 def test_paused_partition_commits_what_its_new_leader_holds(liftbridge_cluster: DevServer, front_end: str) -> None:
-    """Chaos seeds 29 and 35 (issue 11): a partition that auto-paused right after a failover kept a high
+    """Found by the chaos harness (seeds 29 and 35): a partition that auto-paused right after a failover kept a high
     watermark of -1 with 35 acked messages on its new leader (newest offset 34): the server advances a
     leader's high watermark only while the partition runs, so the freeze, the sensor, Spark and the watchers
     saw nothing until someone published again. Partition metadata must settle such a partition (paused,
@@ -458,7 +458,7 @@ def metadata_leader(cluster: DevServer) -> str:
 def test_metadata_request_while_the_metadata_leader_is_replaced_is_retried(
     liftbridge_cluster: DevServer, call: str
 ) -> None:
-    """Chaos seed 65 (issue 11): a request the server forwards to the metadata leader, sent while that
+    """Found by the chaos harness (seed 65): a request the server forwards to the metadata leader, sent while that
     leader had just died, failed with INTERNAL "nats: no responders available for request" and the
     client gave up; nothing had been applied, so it must back off and retry within its deadline."""
     with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as setup:

@@ -1,7 +1,7 @@
-"""The client keeps its promises on streams in the states real clusters have (issue 11), one node.
+"""The client keeps its promises on streams in the states real clusters have, one node.
 
-Each test names the defect of issue 11 it guards; each failed against the
-client before the fix (see the issue's closing note for the failures seen).
+Each test says what went wrong before the fix it guards, and failed against
+the client before that fix.
 """
 
 from __future__ import annotations
@@ -78,11 +78,11 @@ def paused(client: LiftbridgeClient, stream: str, partition: int = 0) -> bool:
     return client.fetch_metadata([stream]).partition(stream, partition).paused
 
 
-# -- defect 1: publish_batch ends by its timeout -------------------------------------------------------
+# -- publish_batch ends by its timeout ----------------------------------------------------------------
 
 
 def test_publish_batch_returns_by_its_timeout(client: LiftbridgeClient) -> None:
-    """Defect 1 (issue 11): publish_batch(..., timeout=0.5) of 200,000 messages ran for over 60 s."""
+    """publish_batch(..., timeout=0.5) of 200,000 messages ran for over 60 s."""
     name = new_stream(client)
     result, elapsed = bounded(
         lambda: client.publish_batch(name, [b"x" * 256] * 200_000, timeout=0.5, raise_on_error=False), 30
@@ -98,7 +98,7 @@ def test_publish_batch_returns_by_its_timeout(client: LiftbridgeClient) -> None:
 
 
 def test_publish_batch_ends_when_acks_never_come(tmp_path: Any) -> None:
-    """Defect 1 (issue 11): with ack policy ALL and the ISR below min ISR no ack ever comes; the batch
+    """With ack policy ALL and the ISR below min ISR no ack ever comes; the batch
     still ends, by ack_wait for each message and by the batch timeout."""
     with start_single(data_dir=tmp_path / "lb") as server, LiftbridgeClient(server.brokers) as one:
         name = new_stream(one, min_isr=2)  # one node: the ISR (1) stays below min ISR (2), nothing commits
@@ -120,7 +120,7 @@ def test_publish_batch_ends_when_acks_never_come(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize("timeout", [4.0, 0.5], ids=["deadline-while-sending", "deadline-while-checking"])
 def test_a_huge_batch_returns_by_its_timeout_whatever_is_left(client: LiftbridgeClient, timeout: float) -> None:
-    """Issue 11's "no call outlives its deadline by more than a second": a batch of 1,000,000 messages whose
+    """No call outlives its deadline by more than a second: a batch of 1,000,000 messages whose
     deadline falls while it is sent (4 s: most are still unsent) or while it is checked (0.5 s: none is sent)
     returned 1.35 s and 0.81 s late on a quiet machine, building one failure entry per message after the
     deadline (over 1 s under CI load). The result must come without per-message work."""
@@ -136,11 +136,11 @@ def test_a_huge_batch_returns_by_its_timeout_whatever_is_left(client: Liftbridge
     assert [f.index for f in result.failures[-3:]] == [len(batch) - 3, len(batch) - 2, len(batch) - 1]
 
 
-# -- defect 2: bounded reads end at their end on compacted streams ------------------------------------
+# -- bounded reads end at their end on compacted streams ---------------------------------------------
 
 
 def test_read_range_never_returns_offsets_past_its_end_on_a_compacted_stream(client: LiftbridgeClient) -> None:
-    """Defect 2 (issue 11): read_range(s, 0, 0, 296) returned offset 595 once compaction removed 295."""
+    """read_range(s, 0, 0, 296) returned offset 595 once compaction removed 295."""
     name = new_stream(client, compact_enabled=True, segment_max_bytes=1024, cleaner_interval=0.5)
     messages = [PublishMessage(b"v%d-" % i + b"x" * 40, key=b"k%d" % (i % 3)) for i in range(600)]
     client.publish_batch(name, messages, ack_policy="all")
@@ -160,11 +160,11 @@ def test_read_range_never_returns_offsets_past_its_end_on_a_compacted_stream(cli
     assert halves == survivors
 
 
-# -- defect 3: paused partitions ----------------------------------------------------------------------
+# -- paused partitions -------------------------------------------------------------------------------
 
 
 def test_paused_partition_answers_metadata_without_resuming(client: LiftbridgeClient) -> None:
-    """Defect 3 (issue 11): fetch_partition_metadata raised PartitionPausedError on an auto-paused partition."""
+    """fetch_partition_metadata raised PartitionPausedError on an auto-paused partition."""
     name = new_stream(client, partitions=2, auto_pause_time=0.5)
     client.publish_batch(name, [PublishMessage(b"a", partition=0)] * 3 + [PublishMessage(b"b", partition=1)])
     wait_until(lambda: paused(client, name, 0) and paused(client, name, 1), 15, "auto pause")
@@ -186,7 +186,7 @@ def test_paused_partition_answers_metadata_without_resuming(client: LiftbridgeCl
 
 
 def test_manually_paused_partition_answers_metadata(client: LiftbridgeClient) -> None:
-    """Defect 3 (issue 11): a paused partition has a known high watermark; asking for it must not resume it."""
+    """A paused partition has a known high watermark; asking for it must not resume it."""
     name = new_stream(client)
     client.publish_batch(name, [b"x"] * 5, ack_policy="all")
     client.pause_stream(name)
@@ -197,11 +197,11 @@ def test_manually_paused_partition_answers_metadata(client: LiftbridgeClient) ->
         client.earliest_offset(name, 0)  # still paused: metadata did not resume it
 
 
-# -- defect 5: the earliest-offset probe never guesses -------------------------------------------------
+# -- the earliest-offset probe never guesses --------------------------------------------------------
 
 
 def test_earliest_offset_is_sure_when_retention_removed_everything(client: LiftbridgeClient) -> None:
-    """Defect 5 (issue 11), the other side: when retention really removed every message the probe still
+    """The earliest-offset probe, the other side: when retention really removed every message the probe still
     answers high watermark + 1 (on evidence: the log's only segment is empty), not a timeout."""
     name = new_stream(client, segment_max_age=1, retention_max_age=2, cleaner_interval=0.5)
     client.publish_batch(name, [b"x"] * 20, ack_policy="all")
@@ -216,7 +216,7 @@ def test_earliest_offset_is_sure_when_retention_removed_everything(client: Liftb
 
 
 def test_earliest_offset_of_a_silent_leader_is_a_timeout_not_a_guess(tmp_path: Any) -> None:
-    """Defect 5 (issue 11): a probe that saw nothing within 2 s answered high watermark + 1, so
+    """An earliest-offset probe that saw nothing within 2 s answered high watermark + 1, so
     on_data_loss='skip' skipped a whole range; a leader that stops answering must be a timeout."""
     with start_single(data_dir=tmp_path / "lb") as server, LiftbridgeClient(server.brokers) as one:
         name = new_stream(one)
@@ -238,7 +238,7 @@ def test_earliest_offset_of_a_silent_leader_is_a_timeout_not_a_guess(tmp_path: A
             os.kill(pid, signal.SIGCONT)
 
 
-# -- defect 9: create and delete are not blindly retried -----------------------------------------------
+# -- create and delete are not blindly retried ------------------------------------------------------
 
 
 def proxied_client(server: DevServer, proxy: FaultProxy) -> LiftbridgeClient:
@@ -247,7 +247,7 @@ def proxied_client(server: DevServer, proxy: FaultProxy) -> LiftbridgeClient:
 
 
 def test_create_stream_whose_answer_was_lost_is_not_reported_as_existing(liftbridge_server: DevServer) -> None:
-    """Defect 9 (issue 11): CreateStream applied by the server but answered over a dropped connection was
+    """CreateStream applied by the server but answered over a dropped connection was
     retried and then failed with StreamExistsError (and if_exists='fail' failed a task that created it)."""
     with FaultProxy(liftbridge_server.brokers[0]) as proxy, proxied_client(liftbridge_server, proxy) as via:
         via.fetch_metadata()
@@ -261,7 +261,7 @@ def test_create_stream_whose_answer_was_lost_is_not_reported_as_existing(liftbri
 
 
 def test_delete_stream_whose_answer_was_lost_is_not_reported_missing(liftbridge_server: DevServer) -> None:
-    """Defect 9 (issue 11): DeleteStream applied but answered over a dropped connection was retried and
+    """DeleteStream applied but answered over a dropped connection was retried and
     then failed with NoSuchStreamError."""
     with FaultProxy(liftbridge_server.brokers[0]) as proxy, proxied_client(liftbridge_server, proxy) as via:
         name = f"r-{uuid.uuid4().hex[:10]}"
@@ -276,7 +276,7 @@ def test_delete_stream_whose_answer_was_lost_is_not_reported_missing(liftbridge_
 def test_create_stream_with_another_shape_after_a_lost_answer_is_still_refused(
     liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Defect 9 (issue 11): after a lost answer, an existing stream of another shape is not ours."""
+    """After a lost answer to CreateStream, an existing stream of another shape is not ours."""
     name = new_stream(client, partitions=1)
     with FaultProxy(liftbridge_server.brokers[0]) as proxy, proxied_client(liftbridge_server, proxy) as via:
         via.fetch_metadata()
@@ -285,11 +285,11 @@ def test_create_stream_with_another_shape_after_a_lost_answer_is_still_refused(
             via.create_stream(name.replace("-", "."), name, partitions=3)
 
 
-# -- defect 8 (asyncio): a failing metadata fetch does not escape resubscribe_wait -------------------
+# -- asyncio: a failing metadata fetch does not escape resubscribe_wait ----------------------------
 
 
 def test_async_subscription_survives_a_restart_within_resubscribe_wait(tmp_path: Any) -> None:
-    """Defect 7 (issue 11): the async subscribe's failing metadata fetch escaped resubscribe_wait: it
+    """The async subscribe's failing metadata fetch escaped resubscribe_wait: it
     raised as soon as the node was down instead of waiting for it to come back."""
     with start_single(data_dir=tmp_path / "lb") as server:
         with LiftbridgeClient(server.brokers) as sync:
@@ -324,7 +324,7 @@ def test_a_missing_stream_is_not_retried(client: LiftbridgeClient) -> None:
 
 
 def test_a_restarted_broker_is_reachable_again_within_seconds(tmp_path: Any) -> None:
-    """Defect 7 (issue 11), found by the chaos harness: after a broker was down a while, gRPC waited up to
+    """Found by the chaos harness: after a broker was down a while, gRPC waited up to
     2 minutes between reconnects (failing every call to it at once meanwhile), so a restarted leader stayed
     unreachable long after it was back; calls gave up although the cluster was healthy."""
     with start_single(data_dir=tmp_path / "lb") as server, LiftbridgeClient(server.brokers, request_timeout=2) as one:
@@ -346,7 +346,7 @@ def test_a_restarted_broker_is_reachable_again_within_seconds(tmp_path: Any) -> 
 
 
 def test_compacted_log_that_starts_past_the_high_watermark_reads_as_removed(tmp_path: Any) -> None:
-    """Chaos seed 79 (issue 11): a compacted single-replica partition restarted with the high watermark of
+    """Found by the chaos harness (seed 79): a compacted single-replica partition restarted with the high watermark of
     its last checkpoint (20) below offsets it held (up to 70); its cleaner then kept only the newest value
     per key (66-70), above the high watermark. Every read up to the high watermark was refused with
     INVALID_ARGUMENT "Stop offset is before start offset", which earliest_offset and read_range raised as

@@ -1,4 +1,4 @@
-"""Consumer groups (issue 16): members share a stream's partitions, follow rebalances, resume from checkpoints.
+"""Consumer groups: members share a stream's partitions, follow rebalances, resume from checkpoints.
 
 One node with a 3 s consumer timeout, so that a member that stops heartbeating is dropped quickly.
 """
@@ -263,7 +263,7 @@ def test_members_joining_a_new_group_at_the_same_moment_all_join(server: DevServ
 def test_consume_tasks_in_one_group_share_the_partitions_and_each_message_is_handled_once(
     server: DevServer, client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 16 (consumer groups in Airflow): two LiftbridgeConsumeOperator tasks with one group_id, run at
+    """Consumer groups in Airflow: two LiftbridgeConsumeOperator tasks with one group_id, run at
     the same time (as two workers would), split the stream's partitions; every message is handled once and
     the group's cursors end at the last offsets. Run in this process with a minimal task context."""
     from liftbridge_provider.operators.consume import LiftbridgeConsumeOperator  # noqa: PLC0415 - needs Airflow
@@ -303,7 +303,7 @@ def test_consume_tasks_in_one_group_share_the_partitions_and_each_message_is_han
 def test_asyncio_members_share_partitions_with_a_sync_member_and_resume_from_the_checkpoint(
     server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Issue 16 (consumer groups in the asyncio client): two AsyncConsumer members and one sync member of
+    """Consumer groups in the asyncio client: two AsyncConsumer members and one sync member of
     one group split a six-partition stream 2 + 2 + 2 with none doubled; the async members close (checkpoint
     and leave), the sync member takes their partitions and goes on from their checkpoints."""
     stream, group = new_stream(client, partitions=6), f"g-{uuid.uuid4().hex[:6]}"
@@ -394,7 +394,7 @@ class GoMember:
 def test_a_go_liftbridge_member_and_a_python_member_share_a_group(
     server: DevServer, client: LiftbridgeClient, golbbench: Path
 ) -> None:
-    """Issue 16 (interop): go-liftbridge v2.4.0 and this client in one group split the partitions (2 + 2,
+    """Interop: go-liftbridge v2.4.0 and this client in one group split the partitions (2 + 2,
     none read twice); the Go member checkpoints and leaves, and the Python member goes on from its
     checkpoints with nothing lost or repeated."""
     stream, group = new_stream(client), f"g-{uuid.uuid4().hex[:6]}"
@@ -422,7 +422,7 @@ def test_a_go_liftbridge_member_and_a_python_member_share_a_group(
 def test_a_killed_member_hands_over_from_its_last_checkpoint_and_only_the_rest_repeats(
     server: DevServer, client: LiftbridgeClient, golbbench: Path
 ) -> None:
-    """Issue 16: a member killed with SIGKILL (a go-liftbridge process: no checkpoint, no leave) loses its
+    """A member killed with SIGKILL (a go-liftbridge process: no checkpoint, no leave) loses its
     partitions once the group's consumer timeout (3 s here) passes; the Python member reads them on
     from the group's committed offsets. Nothing is lost, and exactly the messages the dead member
     handled after its last checkpoint are read again."""
@@ -464,7 +464,7 @@ def group_coordinator(client: LiftbridgeClient, group: str) -> str:
 
 
 def test_members_report_a_killed_coordinator_and_go_on_under_the_new_one() -> None:
-    """Issue 16 (an unresponsive coordinator, as go-liftbridge reports it): the group's coordinator node is
+    """An unresponsive coordinator, as go-liftbridge reports it: the group's coordinator node is
     SIGKILLed; its members find it silent for the coordinator timeout (3 s), report it, the metadata
     leader names another, and the members go on: everything published before and after is read, and
     nothing checkpointed before the kill is read again."""
@@ -502,7 +502,7 @@ def test_members_report_a_killed_coordinator_and_go_on_under_the_new_one() -> No
 
 
 def test_members_that_join_on_a_cluster_get_their_partitions() -> None:
-    """Defect guarded (issue 16): on a cluster, a member's first assignment fetch often reaches its
+    """On a cluster, a member's first assignment fetch often reaches its
     coordinator before that node applied the new group (measured: 36 of 60 joins on three nodes got
     NOT_FOUND "consumer group does not exist"). The member then rejoined, the server answered "already
     a member", and the member stayed out of its group for good (no coordinator; every later fetch failed).

@@ -1,4 +1,4 @@
-"""Issue 15: ``ingest.py --format delta`` lands every offset exactly once in a Delta table.
+"""``ingest.py --format delta`` lands every offset exactly once in a Delta table.
 
 Real Spark (``local[2]`` in this process, and ``spark-submit`` for a killed driver), a real Liftbridge
 server, the real local filesystem, and delta-rs reading the table back. Each test tries to break the
@@ -291,7 +291,7 @@ def test_an_object_store_table_is_refused_before_spark_starts(tmp_path: Path) ->
 def test_an_existing_table_of_another_shape_is_refused_before_spark_starts(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Review of issue 15: a table made by something else (other columns or partitioning) failed only at the
+    """A table made by something else (other columns or partitioning) failed only at the
     commit, after Spark had read and written everything, with delta-rs's own schema error."""
     import pyarrow as pa  # noqa: PLC0415
     from deltalake import write_deltalake  # noqa: PLC0415

@@ -1,4 +1,4 @@
-"""Exactly-once on the Airflow side, for real: retries, clears and overlapping runs (defect 10 of issue 11).
+"""Exactly-once on the Airflow side, for real: retries, clears and overlapping runs.
 
 DAGs run with `airflow dags test` (SQLite metadata DB) against a real Liftbridge
 node. A clear is Airflow's own `airflow tasks clear`, and the cleared tasks of
@@ -52,7 +52,7 @@ def cursors(client: LiftbridgeClient, cursor_id: str, stream: str, partitions: i
 def test_a_retried_freeze_returns_the_ranges_of_its_first_try(
     airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Defect 10 (issue 11): a retry after new data arrived must not freeze a bigger range."""
+    """A retry after new data arrived must not freeze a bigger range."""
     stream = stream_name()
     client.create_stream(stream, stream)
     client.publish_batch(stream, [b"before"] * 10, partitioner=None)
@@ -81,7 +81,7 @@ def test_a_retried_freeze_returns_the_ranges_of_its_first_try(
 def test_a_cleared_run_after_a_failed_commit_ingests_the_same_ranges_once(
     airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
 ) -> None:
-    """Defect 10 (issue 11): clearing a run whose commit failed re-ingests the same frozen ranges, not bigger ones.
+    """Clearing a run whose commit failed re-ingests the same frozen ranges, not bigger ones.
 
     The ingest task writes one folder per range, overwritten on a rerun (as spark_jobs/ingest.py does);
     a re-frozen bigger range would add a second folder holding the same offsets again.
@@ -153,7 +153,7 @@ def test_a_cleared_run_after_a_failed_commit_ingests_the_same_ranges_once(
 def test_a_commit_after_someone_else_moved_the_cursor_fails_loudly(
     airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Defect 10 (issue 11): the commit is a compare-and-set; another writer's cursor move fails it, without retries."""
+    """The commit is a compare-and-set; another writer's cursor move fails it, without retries."""
     stream = stream_name()
     client.create_stream(stream, stream)
     client.publish_batch(stream, [b"m"] * 12, partitioner=None)
@@ -182,7 +182,7 @@ def test_a_commit_after_someone_else_moved_the_cursor_fails_loudly(
 def test_a_repeated_commit_is_a_no_op(
     airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Defect 10 (issue 11): committing the same ranges again succeeds and changes nothing."""
+    """Committing the same ranges again succeeds and changes nothing."""
     stream = stream_name()
     client.create_stream(stream, stream, partitions=2)
     client.publish_batch(stream, [PublishMessage(b"m", partition=0)] * 5)
@@ -202,7 +202,7 @@ def test_a_repeated_commit_is_a_no_op(
 def test_overlapping_runs_cannot_move_the_cursor_backwards_or_past_unwritten_data(
     airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Defect 10 (issue 11): two runs froze overlapping ranges from the same cursor; only the first commit wins.
+    """Two runs froze overlapping ranges from the same cursor; only the first commit wins.
 
     Each freeze/commit pair stands for one run's tasks, interleaved as two concurrent runs (or a
     re-run after a failed commit) would be: run A froze [0, 10), then run B froze [0, 15).
@@ -240,7 +240,7 @@ def test_overlapping_runs_cannot_move_the_cursor_backwards_or_past_unwritten_dat
 def test_example_dag_runs_one_at_a_time_and_hands_spark_the_whole_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Defects 10 and 12 (issue 11): max_active_runs=1, and the Spark job gets the port and TLS settings too.
+    """One run at a time (max_active_runs=1), and the Spark job gets the port and TLS settings too.
 
     `{{ conn.liftbridge_default.host }}` dropped the connection's port field and its extras. The DAG file
     is parsed by Airflow's DagBag and the spark task's env_vars rendered with the DAG's template

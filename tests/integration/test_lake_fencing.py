@@ -1,4 +1,4 @@
-"""Defect 10 (issue 11), the lake side: every offset lands in the lake once, whatever ranges overlap.
+"""Exactly-once, the lake side: every offset lands in the lake once, whatever ranges overlap.
 
 Real Spark (``local[2]`` and ``spark-submit``), a real Liftbridge server, the
 real local filesystem. Two ingests of overlapping ranges of one stream, one
@@ -122,7 +122,7 @@ def range_folders(output: Path, stream: str) -> list[str]:
 def test_overlapping_ranges_one_after_the_other_write_each_offset_once(
     spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
 ) -> None:
-    """Defect 10 (issue 11): range=0-100 then range=0-150 (a re-freeze after a failed commit) used to leave
+    """range=0-100 then range=0-150 (a re-freeze after a failed commit) used to leave
     rows 0-99 twice in the lake. Now the second run writes only 100-149; reruns add nothing."""
     output = tmp_path / "lake"
     for start, end in ((0, 100), (0, 150)):
@@ -145,7 +145,7 @@ def test_overlapping_ranges_one_after_the_other_write_each_offset_once(
 def test_overlapping_ranges_at_the_same_time_write_each_offset_once(
     spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
 ) -> None:
-    """Defect 10 (issue 11): three concurrent runs (two DAG runs and a re-freeze) read the empty ledger at once,
+    """Three concurrent runs (two DAG runs and a re-freeze) read the empty ledger at once,
     then race for the same claim; each offset of 0-199 must still land once."""
     output = tmp_path / "lake"
     ranges = [(0, 100), (0, 150), (50, 200)]
@@ -198,7 +198,7 @@ def check_repaired(spark: SparkSession, brokers: list[str], output: Path, stream
 def test_a_rerun_after_the_driver_is_killed_after_claiming_leaves_each_offset_once(
     spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
 ) -> None:
-    """Defect 10 (issue 11): spark-submit's driver dies (os._exit, as a kill) between claim and data write;
+    """spark-submit's driver dies (os._exit, as a kill) between claim and data write;
     the rerun (an Airflow retry, here of a bigger range) writes the open piece, once."""
     output = tmp_path / "lake"
     crashed = run_submit(
@@ -213,7 +213,7 @@ def test_a_rerun_after_the_driver_is_killed_after_claiming_leaves_each_offset_on
 def test_a_rerun_after_a_crash_before_publishing_leaves_each_offset_once(
     spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path, point: str
 ) -> None:
-    """Defect 10 (issue 11): the job stops after staging the rows (not committed: the rerun writes the piece
+    """The job stops after staging the rows (not committed: the rerun writes the piece
     again) or after committing but before the rename (the rerun finishes the rename)."""
     output = tmp_path / "lake"
     with pytest.raises(SimulatedCrash):
@@ -225,7 +225,7 @@ def test_a_rerun_after_a_crash_before_publishing_leaves_each_offset_once(
 def test_the_hadoop_create_path_fences_too(
     spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
 ) -> None:
-    """Defect 10 (issue 11): the code path of non-local schemes (Hadoop create(overwrite=false) and rename),
+    """The code path of non-local schemes (Hadoop create(overwrite=false) and rename),
     run one writer after the other on file: paths, trims and publishes the same way."""
     output = tmp_path / "lake"
     store = HadoopStore(spark, f"file://{output}", atomic_local=False)
@@ -243,7 +243,7 @@ def _race(path: str, tag: str, start_at: float) -> bool:
 
 
 def test_exclusive_create_has_one_winner_across_processes(tmp_path: Path) -> None:
-    """Defect 10 (issue 11): the local create-if-absent that claims rely on: 4 processes race for each of 100
+    """The local create-if-absent that claims rely on: 4 processes race for each of 100
     files; exactly one wins each, and the file holds the winner's whole content. (Hadoop's own
     create(overwrite=false) on file: paths let both of two threads win 70 of 500 such races.)"""
     context = multiprocessing.get_context("spawn")

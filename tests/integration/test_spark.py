@@ -142,8 +142,8 @@ def test_splitting_returns_the_same_rows(
 def test_timestamp_options_read_the_messages_received_in_between(
     spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Issue 14: startingTimestamp/endingTimestamp (and the per-partition JSON forms) as in Spark's Kafka source,
-    in milliseconds: exactly the messages the server received in [start, end)."""
+    """Time-bounded reads: startingTimestamp/endingTimestamp (and the per-partition JSON forms) as in Spark's Kafka
+    source, in milliseconds: exactly the messages the server received in [start, end)."""
     name = f"spark-{uuid.uuid4().hex[:8]}"
     client.create_stream(name, name, partitions=2)
     for window in range(3):
@@ -387,10 +387,10 @@ def test_ingest_job_on_a_standalone_master_and_worker(
 def test_the_packed_environment_is_the_only_way_the_code_reaches_executors_with_another_python(
     spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str, tmp_path: Path
 ) -> None:
-    """Issue 15 (a real cluster): the worker's Python is the bare interpreter this venv was made from (no
-    grpc, no pyarrow, no liftbridge_provider). Without the archive the job stops at once and says why (Spark
-    alone would report 'Failed to find the data source: liftbridge'); with `make dist`'s archive shipped by
-    --archives it ingests every offset. The job is submitted by the installed module's path."""
+    """Shipping the packed environment to a real cluster: the worker's Python is the bare interpreter this venv was made
+    from (no grpc, no pyarrow, no liftbridge_provider). Without the archive the job stops at once and says why (Spark
+    alone would report 'Failed to find the data source: liftbridge'); with `make dist`'s archive shipped by --archives
+    it ingests every offset. The job is submitted by the installed module's path."""
     packed = subprocess.run(
         [str(ROOT / "tools" / "pack-env.sh")], capture_output=True, text=True, timeout=900, check=False
     )
@@ -474,7 +474,7 @@ def wait_until_paused(client: LiftbridgeClient, stream: str, partitions: range, 
 def test_paused_partitions_are_planned_without_resuming_and_read_with_resume(
     spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, how: str
 ) -> None:
-    """Defect 3 (issue 11), Spark side: idle partitions pause (auto_pause_time) or are paused; reading one must
+    """Paused partitions, Spark side: idle partitions pause (auto_pause_time) or are paused; reading one must
     work. A partition whose range is empty is planned from metadata and stays paused; a non-empty range's
     read resumes its partition."""
     name = f"spark-pause-{uuid.uuid4().hex[:6]}"
@@ -496,7 +496,7 @@ def test_paused_partitions_are_planned_without_resuming_and_read_with_resume(
 def test_compacted_option_reads_a_compacted_head_without_reporting_loss(
     spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Defect 5 (issue 11), Spark side: compaction removed a range's first offsets; with compacted=true that is
+    """Compacted streams, Spark side: compaction removed a range's first offsets; with compacted=true that is
     normal (failOnDataLoss stays true and does not fire); without it, it reads as retention loss."""
     name = f"spark-cmp-{uuid.uuid4().hex[:6]}"
     client.create_stream(name, name, compact_enabled=True, segment_max_bytes=256, cleaner_interval=0.2)
@@ -519,7 +519,7 @@ def read_options(brokers: list[str], **options: str) -> ReadOptions:
 def test_read_timeout_bounds_silence_not_a_long_read_that_keeps_progressing(
     liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Defect 11 (issue 11): readTimeout bounded a whole task, so a big backlog failed every retry. A slice read
+    """readTimeout bounded a whole task, so a big backlog failed every retry. A slice read
     for well over readTimeout (1 s here: 10 batches, the consumer taking 0.4 s over each) that receives
     messages all along must succeed."""
     name = f"spark-slow-{uuid.uuid4().hex[:6]}"
@@ -537,8 +537,8 @@ def test_read_timeout_bounds_silence_not_a_long_read_that_keeps_progressing(
 def test_large_messages_are_batched_by_bytes(
     spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Defect 11 (issue 11): 12 messages of 600 KiB (7 MiB in one slice) under batchBytes=1.5 MiB come as
-    batches of 2 messages; the same option through Spark returns every row."""
+    """Batches bounded by bytes, not only rows: 12 messages of 600 KiB (7 MiB in one slice) under batchBytes=1.5 MiB
+    come as batches of 2 messages; the same option through Spark returns every row."""
     name = f"spark-big-{uuid.uuid4().hex[:6]}"
     client.create_stream(name, name)
     values = [bytes([i]) * (600 * 1024) for i in range(12)]
@@ -557,7 +557,7 @@ def test_large_messages_are_batched_by_bytes(
 def test_manifest_lands_beside_the_data_for_a_uri_output(
     spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str, tmp_path: Path
 ) -> None:
-    """Defect 12 (issue 11): write_manifest used pathlib, so a URI output (file://, s3a://) put the manifest
+    """write_manifest used pathlib, so a URI output (file://, s3a://) put the manifest
     on the driver's disk under a folder named after the URI. It must land beside the data."""
     hw = high_watermarks(client, three)
     document = RangesDocument(three, tuple(OffsetRange(p, 0, hw[p] + 1) for p in range(3)))
@@ -578,7 +578,7 @@ def test_manifest_lands_beside_the_data_for_a_uri_output(
 def test_ingest_job_takes_the_whole_connection_from_json(
     spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str, tmp_path: Path
 ) -> None:
-    """Defect 12 (issue 11): the job got only --brokers (the DAG passed the connection's host, dropping its port
+    """The job got only --brokers (the DAG passed the connection's host, dropping its port
     and TLS fields). With LIFTBRIDGE_CONN_JSON (Airflow's JSON form, port in its own field, extra as a
     string) and no --brokers, it reads the stream."""
     host, port = liftbridge_server.brokers[0].rsplit(":", 1)

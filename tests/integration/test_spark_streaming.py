@@ -1,4 +1,4 @@
-"""spark.readStream and df.write with format("liftbridge") (issue 15), against a real server and real Spark."""
+"""spark.readStream and df.write with format("liftbridge"), against a real server and real Spark."""
 
 from __future__ import annotations
 

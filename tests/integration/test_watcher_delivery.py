@@ -1,4 +1,4 @@
-"""Watcher delivery under the failures Airflow's shared streams report (issue 12), against a real server.
+"""Watcher delivery under the failures Airflow's shared streams report, against a real server.
 
 These tests drive Airflow's own ``SharedStreamManager`` (the triggerer's shared-stream
 core: ack mode, persist confirmations, ack timeouts, rejects) in this process, the way
@@ -140,7 +140,7 @@ async def cursor(server: DevServer, cursor_id: str, stream: str, partition: int 
 
 
 def test_start_from_latest_keeps_its_start_across_a_restart_before_the_first_message(server: DevServer) -> None:
-    """Defect 4 (issue 12): an empty partition's "latest" start was stored as -1 ("never set"), so a
+    """An empty partition's "latest" start was stored as -1 ("never set"), so a
     watcher restarted before its first message recomputed "latest" and skipped what arrived meanwhile."""
     with LiftbridgeClient(server.brokers) as client:
         stream = new_stream(client)
@@ -203,7 +203,7 @@ def test_an_auto_paused_partition_is_a_quiet_partition_not_a_failure(server: Dev
 def test_poison_message_without_a_dead_letter_stream_fails_loudly_and_is_not_passed(
     server: DevServer, functions: str
 ) -> None:
-    """Defect 5 (issue 12): a message the apply_function refuses must neither be skipped silently
+    """A message the apply_function refuses must neither be skipped silently
     (the cursor moved past it when the failed trigger unsubscribed) nor pass without a word."""
     with LiftbridgeClient(server.brokers) as client:
         stream = new_stream(client)
@@ -237,7 +237,7 @@ def test_poison_message_without_a_dead_letter_stream_fails_loudly_and_is_not_pas
 def test_poison_message_goes_to_the_dead_letter_stream_with_its_origin(
     server: DevServer, functions: str, function: str
 ) -> None:
-    """Defect 5 (issue 12): with ``dlq_stream``, a refused message is published there (created if
+    """With ``dlq_stream``, a refused message is published there (created if
     missing) with headers naming its origin and the error, before the cursor passes it."""
     with LiftbridgeClient(server.brokers) as client:
         stream = new_stream(client, partitions=2)
@@ -276,7 +276,7 @@ def test_poison_message_goes_to_the_dead_letter_stream_with_its_origin(
 
 
 def test_event_airflow_could_not_store_is_never_committed_past(server: DevServer) -> None:
-    """Defect 1 (issue 12): of two watchers sharing a reader, one fails to store offset 2 (its ack
+    """Of two watchers sharing a reader, one fails to store offset 2 (its ack
     times out) while the other stores everything: the cursor must stay below 2 and a restarted
     watcher gets offset 2 again."""
     with LiftbridgeClient(server.brokers) as client:
@@ -307,7 +307,7 @@ def test_event_airflow_could_not_store_is_never_committed_past(server: DevServer
 
 
 def test_a_stale_triggerer_does_not_move_the_cursor_back(server: DevServer) -> None:
-    """Defect 6 (issue 12): a triggerer that was frozen while another took over its watchers must not
+    """A triggerer that was frozen while another took over its watchers must not
     overwrite the cursor the other one moved on; it stops and says so."""
     with LiftbridgeClient(server.brokers) as client:
         stream = new_stream(client)
@@ -339,7 +339,7 @@ def batch_trigger(stream: str, **options: Any) -> LiftbridgeMessageTrigger:
 
 
 def test_a_stale_batch_triggerer_does_not_record_over_the_new_owner(server: DevServer) -> None:
-    """Defect 6 (issue 12), batch mode: a frozen triggerer that wakes up after another took over must
+    """The same in batch mode: a frozen triggerer that wakes up after another took over must
     not move ``batch-recorded`` back (nor write batch slots) under the new owner."""
     names = CursorNames("batches")
     with LiftbridgeClient(server.brokers) as client:
@@ -367,7 +367,7 @@ def test_a_stale_batch_triggerer_does_not_record_over_the_new_owner(server: DevS
 
 
 def test_batch_airflow_could_not_store_is_sent_again_identical(server: DevServer) -> None:
-    """Defect 3 (issue 12): a batch whose event Airflow failed to store must end the reader (not leave
+    """A batch whose event Airflow failed to store must end the reader (not leave
     it waiting for a record that never comes) and come again, identical, when the watcher restarts."""
     names = CursorNames("batches")
     with LiftbridgeClient(server.brokers) as client:
@@ -395,7 +395,7 @@ def test_batch_airflow_could_not_store_is_sent_again_identical(server: DevServer
 def test_a_cursor_write_that_fails_ends_the_group_and_repeats_only_the_event_in_flight(
     server: DevServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Defect 2 (issue 12): a SetCursor that fails (here: the server frozen past the request timeout)
+    """A SetCursor that fails (here: the server frozen past the request timeout)
     must not stall the partition; the group ends and restarts from the cursor, repeating at most
     ``max_in_flight`` events."""
     connection = {"conn_type": "liftbridge", "host": ",".join(server.brokers), "extra": {"request_timeout": 2}}
@@ -434,7 +434,7 @@ def test_a_cursor_write_that_fails_ends_the_group_and_repeats_only_the_event_in_
 def test_watcher_follows_a_new_leader_while_the_old_one_is_frozen(
     liftbridge_cluster: DevServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Defect 7 (issue 12): a leader that vanished without a reset (SIGSTOP) must not leave the watcher
+    """A leader that vanished without a reset (SIGSTOP) must not leave the watcher
     waiting forever while a new leader takes writes."""
     connection = {"conn_type": "liftbridge", "host": ",".join(liftbridge_cluster.brokers)}
     monkeypatch.setenv("AIRFLOW_CONN_LIFTBRIDGE_DEFAULT", json.dumps(connection))

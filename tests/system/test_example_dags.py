@@ -25,7 +25,7 @@ FACET = "liftbridge_offsets"  # the dataset facet with the offsets a task read
 
 def test_main_job_ingests_every_published_message_once(tmp_path: Path) -> None:
     """The main job, with the OpenLineage provider writing its events to a file: the stream and the lake
-    show up as the Spark step's input and output (issue 14, lineage)."""
+    show up as the Spark step's input and output (lineage)."""
     lineage = tmp_path / "openlineage.jsonl"
     env = {
         **os.environ,

@@ -248,7 +248,7 @@ def test_partition_offsets_accepts_json_keys() -> None:
 def test_check_retention_tells_retention_loss_from_compaction_gaps(
     earliest: int | None, compacted: bool, readable: tuple[int, int], lost: tuple[int, int] | None
 ) -> None:
-    """Defect 5 (issue 11): a compacted stream's first retained offset past the start is no loss."""
+    """A compacted stream's first retained offset past the start is no loss."""
     check = check_retention(OffsetRange(3, 10, 20), earliest, compacted=compacted)
     assert (check.readable.start, check.readable.end) == readable
     assert check.readable.partition == 3

@@ -1,4 +1,4 @@
-"""Bad input to the Airflow faces is refused before anything is sent (issue 11, the probe's Airflow cases)."""
+"""Bad input to the Airflow faces is refused before anything is sent."""
 
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger
     ],
 )
 def test_offset_trigger_refuses_negative_targets_and_intervals(kwargs: dict[str, Any], message: str) -> None:
-    """Issue 11 (bad input): LiftbridgeOffsetTrigger accepted negative targets and poll intervals."""
+    """LiftbridgeOffsetTrigger accepted negative targets and poll intervals."""
     with pytest.raises(InvalidArgumentError, match=message):
         LiftbridgeOffsetTrigger(stream="s", **kwargs)
 
 
 @pytest.mark.parametrize("record", [42, 4.5, True, None, [1, 2], object()])
 def test_records_that_are_not_bytes_str_or_mappings_are_refused(record: Any) -> None:
-    """Issue 11 (bad input): an int record was published as b"42"."""
+    """An int record was published as b"42"."""
     refused = f"record must be bytes, str or a mapping, got {type(record).__name__}"
     with pytest.raises(InvalidArgumentError, match=refused):
         record_to_message(record)

@@ -311,7 +311,7 @@ def test_a_reopened_call_starts_after_the_last_offset() -> None:
 
 
 def test_a_call_to_another_broker_than_the_last_confirmed_one_names_where_it_moved_from() -> None:
-    """Issue 12: a leader that froze is left for a new one; the move is worth a log line (moved_from)."""
+    """A leader that froze is left for a new one; the move is worth a log line (moved_from)."""
     clock = Clock()
     reading = state(clock)
     assert reading.open(snapshot()).moved_from is None, "the first call moves from nowhere"
@@ -337,7 +337,7 @@ def test_a_call_that_was_never_confirmed_counts_as_lost() -> None:
 
 
 def test_loss_is_counted_from_the_first_loss_since_the_last_confirmed_call() -> None:
-    """Defect 8 (issue 11): a confirmed call resets the loss clock, even without messages."""
+    """A confirmed call resets the loss clock, even without messages."""
     clock = Clock()
     reading = state(clock, resubscribe_wait=10)
     reading.open(snapshot())
@@ -445,7 +445,7 @@ def test_unsettled_means_paused_with_offsets_above_the_high_watermark(
 
 
 def test_brokers_are_tried_in_the_order_the_selection_picks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 16: go-liftbridge's low-workload and low-latency server selection."""
+    """go-liftbridge's low-workload and low-latency server selection."""
     brokers = {
         "a": BrokerInfo("a", "a.example", 9292, partition_count=9, leader_count=3),
         "b": BrokerInfo("b", "b.example", 9292, partition_count=2, leader_count=1),

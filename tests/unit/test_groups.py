@@ -73,7 +73,7 @@ def test_failed_fetches_relearn_report_once_rejoin_or_retry() -> None:
 
 
 def test_a_rejoin_told_already_a_member_learns_the_group_instead_and_other_failures_retry() -> None:
-    """Issue 16 defect: a NOT_FOUND fetch from a node that had not applied the new group, then "already a
+    """A NOT_FOUND fetch from a node that had not applied the new group, then "already a
     member" on the rejoin, left the member out of its group for good."""
     member = joined()
     assert (

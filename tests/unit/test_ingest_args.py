@@ -1,8 +1,8 @@
 """The ingest job's arguments and the Spark source's options, without Spark running (pure).
 
-Defect 12 (issue 11): the job gets the whole ``liftbridge`` connection (JSON,
-as Airflow writes it), not only ``--brokers``. Defect 11: ``--read-timeout``,
-``--batch-size``, ``--batch-bytes``. Defect 5: ``--compacted``.
+The job gets the whole ``liftbridge`` connection (JSON, as Airflow writes it),
+not only ``--brokers``; reads are bounded by ``--read-timeout``, ``--batch-size``
+and ``--batch-bytes``; ``--compacted`` marks a compacted stream.
 """
 
 from __future__ import annotations

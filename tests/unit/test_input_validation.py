@@ -1,9 +1,9 @@
-"""Pure validators: every bad input of issue 11 is refused before anything is sent.
+"""Pure validators: every bad input is refused before anything is sent.
 
-Defect 4 (issue 11): stream names, subjects and groups that crash the v1.9.0
-server. The issue's probe of bad client input: broker lists, client options,
-partitioner names, timeouts, batches, cursors on missing streams, messages over
-the server's size limit. Defect 12 (first item): cursors disabled on the server.
+Stream names, subjects and groups that crash the v1.9.0 server. Bad client
+input of every other kind: broker lists, client options, partitioner names,
+timeouts, batches, cursors on missing streams, messages over the server's size
+limit. Cursors disabled on the server.
 The rules and their sources in the server code are listed in docs/client.md.
 """
 
@@ -34,7 +34,7 @@ from liftbridge_provider.client import errors as errs
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.metadata import Metadata, StreamInfo
 
-# -- Defect 4: stream names, subjects, groups ----------------------------------------------------
+# -- stream names, subjects, groups that crash the v1.9.0 server ---------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """The lake's claim ledger (liftbridge_provider/lake.py): decisions, parsing, and the claim protocol under races.
 
-Defect 10 (issue 11): an overlapping range must not add rows the lake already
+An overlapping range must not add rows the lake already
 holds. The store here is an in-memory fake with an atomic create-if-absent;
 the real filesystem and Spark are in tests/integration/test_lake_fencing.py.
 """
@@ -58,7 +58,7 @@ def test_a_fresh_partition_claims_the_whole_range() -> None:
 
 
 def test_an_overlapping_range_is_trimmed_to_what_no_claim_covers() -> None:
-    """Defect 10 (issue 11): range=0-150 after range=0-100 adds only 100-149."""
+    """range=0-150 after range=0-100 adds only 100-149."""
     plan = plan_write([claim(0, 0, 100, done=True)], r(0, 150))
     assert plan.claim == (r(100, 150),)
     assert plan.held == (claim(0, 0, 100, done=True),)
@@ -170,7 +170,7 @@ class MemoryStore:
 
 
 def test_a_writer_that_loses_the_race_for_a_claim_number_decides_again() -> None:
-    """Defect 10 (issue 11): two writers of 0-100 and 0-150 read the empty ledger at once; 0-100 creates claim 0
+    """Two writers of 0-100 and 0-150 read the empty ledger at once; 0-100 creates claim 0
     first. The 0-150 writer then writes the open claim 0 too and claims only 100-149."""
     store = MemoryStore()
     small = Ledger(store, "lake/stream=s", 0, "small")

@@ -127,8 +127,8 @@ def test_fail_unsent_spares_refused_ones_and_no_ack_policy_resolves_on_send() ->
 
 
 def test_failures_of_a_huge_unsent_tail_are_one_range_read_like_a_list() -> None:
-    """A deadline that leaves millions unsent costs no work per message (issue 11: no call outlives its
-    deadline by more than a second); the failures still read as a list in index order."""
+    """A deadline that leaves millions unsent costs no work per message (no call outlives its deadline
+    by more than a second); the failures still read as a list in index order."""
     window = PublishWindow(5_000_000, window=4, ack_wait=1.0, expects_ack=True)
     for _ in range(3):
         window.take(0.0)

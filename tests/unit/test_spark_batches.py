@@ -1,6 +1,6 @@
 """Arrow batches budgeted by rows and by bytes (liftbridge_provider/spark/batches.py).
 
-Defect 11 (issue 11): ``batchSize`` counted rows only, so large messages made
+``batchSize`` counted rows only, so large messages made
 batches of gigabytes (Arrow's binary columns hold 2 GiB). Messages here are
 plain objects with a received message's fields: pure logic, no server.
 """
@@ -44,7 +44,7 @@ def _columns(batch: pa.RecordBatch) -> tuple[list[bytes], list[bytes], list[list
 
 
 def test_messages_of_several_mib_make_several_batches_under_batch_bytes() -> None:
-    """Defect 11 (issue 11): 12 messages of 3 MiB under an 8 MiB budget: batches of 2, none above the budget."""
+    """Batches bounded by bytes: 12 messages of 3 MiB under an 8 MiB budget come in batches of 2, none above it."""
     messages = [Raw(i, bytes([i]) * 3 * MIB, headers={"h": b"x" * 10}) for i in range(12)]
     batches = build(messages, max_rows=10_000, max_bytes=8 * MIB)
     assert [b.num_rows for b in batches] == [2] * 6
