@@ -26,7 +26,7 @@ from liftbridge_provider.client import LiftbridgeClient, partition_by_key
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.config import free_port
 from tests.integration.statsd import StatsdListener
-from tests.system.test_example_dags import _kill_left_behind, _migrate
+from tests.system.airflow_standalone import kill_left_behind, migrate
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 WAIT = 300.0  # seconds a DAG run may take to be scheduled, run and reported under `airflow standalone`
@@ -107,7 +107,7 @@ def test_under_the_scheduler_a_runs_events_arrive_in_order_and_an_outage_only_dr
     (home / "dags" / "event_dags.py").write_text(DAGS)
     env = standalone_env(home, node, stream, statsd)
     log = tmp_path / "standalone.log"
-    _migrate(env)
+    migrate(env)
     with LiftbridgeClient(node.brokers) as client:
         client.create_stream(stream, stream, partitions=3)
         standalone = subprocess.Popen(
@@ -123,7 +123,7 @@ def test_under_the_scheduler_a_runs_events_arrive_in_order_and_an_outage_only_dr
                 standalone.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(standalone.pid, signal.SIGKILL)
-            _kill_left_behind(env["AIRFLOW_HOME"])
+            kill_left_behind(env["AIRFLOW_HOME"])
             statsd.close()
             node.stop(timeout=5)
 

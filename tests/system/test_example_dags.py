@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from liftbridge_provider.client import LiftbridgeClient, partition_by_round_robin
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.config import free_port
+from tests.system.airflow_standalone import kill_left_behind, migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 FACET = "liftbridge_offsets"  # the dataset facet with the offsets a task read
@@ -138,7 +139,7 @@ def test_event_driven_example_ingests_every_published_message(liftbridge_server:
     """dags/liftbridge_event_ingest.py under `airflow standalone`: watcher -> asset events -> Spark -> Parquet."""
     stream, lake = f"events-{uuid.uuid4().hex[:8]}", tmp_path / "lake"
     env = _standalone_env(tmp_path / "airflow", liftbridge_server, stream, lake)
-    _migrate(env)
+    migrate(env)
     with LiftbridgeClient(liftbridge_server.brokers) as client:
         client.create_stream(stream, stream, partitions=3)
         standalone = subprocess.Popen(
@@ -159,24 +160,10 @@ def test_event_driven_example_ingests_every_published_message(liftbridge_server:
                 standalone.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(standalone.pid, signal.SIGKILL)
-            _kill_left_behind(env["AIRFLOW_HOME"])
+            kill_left_behind(env["AIRFLOW_HOME"])
     assert len(rows) == 1200
     assert len(set(rows)) == 1200, "a message was ingested twice"
     assert {partition for partition, _ in rows} == {0, 1, 2}
-
-
-def _kill_left_behind(airflow_home: str) -> None:
-    """SIGKILL what this Airflow left running: task processes run in their own sessions, so a task still
-    running when `airflow standalone` stops (a later batch's spark-submit and its Python driver) outlives it."""
-    marker = f"AIRFLOW_HOME={airflow_home}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
 
 
 def _standalone_env(home: Path, server: DevServer, stream: str, lake: Path) -> dict[str, str]:
@@ -196,13 +183,6 @@ def _standalone_env(home: Path, server: DevServer, stream: str, lake: Path) -> d
         "LIFTBRIDGE_EVENTS_STREAM": stream,
         "LIFTBRIDGE_EVENTS_OUTPUT": str(lake),
     }
-
-
-def _migrate(env: dict[str, str]) -> None:
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    command = [airflow, "db", "migrate"]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
 
 
 def _wait_for_rows(folder: Path, expected: int, log: Path, timeout: float = 600) -> list[tuple[int, int]]:

@@ -33,19 +33,9 @@ from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.reading import NoLeaderYet, Reopen, SubscriptionState, Verdict
 from liftbridge_provider.client.requests import CURSORS_STREAM
 from liftbridge_provider.client.retry import Deadline
+from tests.unit.plan_driving import Rpc, drive
 
 CONFIG = ClientConfig(brokers=("10.0.0.1:9292",), liveness_interval=30)
-
-
-class Rpc(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode, details: str = "") -> None:
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
 
 
 @pytest.fixture(autouse=True)
@@ -61,24 +51,6 @@ def snapshot(leader: str | None = "a", paused: bool = False, streams: tuple[str,
     info = PartitionInfo("s", 0, leader, ("a", "b"), ("a", "b"), 9, 9, paused, False)
     stream = StreamInfo("s", "s", MappingProxyType({0: info}), 0)
     return Metadata(MappingProxyType(brokers), MappingProxyType({n: stream for n in streams}), 0.0)
-
-
-def drive(plan: plans.Plan[Any], answer: Callable[[plans.PlanAction], Any]) -> tuple[Any, list[plans.PlanAction]]:
-    """Carry a plan out the way the front ends do, with ``answer`` standing in for I/O."""
-    seen: list[plans.PlanAction] = []
-    outcome: Any = None
-    failure: BaseException | None = None
-    while True:
-        try:
-            action = plan.throw(failure) if failure is not None else plan.send(outcome)
-        except StopIteration as done:
-            return done.value, seen
-        seen.append(action)
-        outcome, failure = None, None
-        try:
-            outcome = answer(action)
-        except (grpc.RpcError, LiftbridgeError) as exc:
-            failure = exc
 
 
 def no_sleep(action: plans.PlanAction) -> None:

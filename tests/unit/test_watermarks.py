@@ -28,7 +28,7 @@ from liftbridge_provider.client.watermarks import (
     why_not_committed,
     worth_waiting,
 )
-from tests.unit.test_call_cores import Rpc, drive
+from tests.unit.plan_driving import Rpc, drive
 
 CONFIG = ClientConfig(brokers=("10.0.0.1:9292",))
 

@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import columns
-from tests.unit.test_wire_columns import BUILDERS, columns_of, rows
+from tests.unit.column_builders import BUILDERS, columns_of, rows
 from tests.unit.wire_cases import entry, field, group, tag, varint
 
 pytestmark = pytest.mark.skipif(
