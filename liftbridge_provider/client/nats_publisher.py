@@ -86,7 +86,7 @@ def publish_envelope(request: api.PublishRequest, inbox: str) -> bytes:
 
     The fields the messages of a batch share (the inbox, the ack policy and, unless each message has its own,
     the expected offset) are serialized once and appended to each message's own (a protobuf parser merges
-    concatenated messages), so only each message's own fields are serialized per message.
+    concatenated messages), so each message serializes only its own fields.
     """
     message = api.Message(key=request.key, value=request.value, correlationId=request.correlationId)
     if request.headers:  # (copying an empty map still costs a Python-level update)
