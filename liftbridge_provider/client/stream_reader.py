@@ -16,7 +16,7 @@ call ends and raises exactly as iterating it would. Measured: 4.2-4.7 against
 5.9-6.2 us of CPU a message (``bench/profile_paths.py read-range``).
 
 These are grpc's private parts; :func:`fast_path_available` checks the call
-has them, and any other call is simply iterated. ``tests/integration/test_client.py``
+has them, and any other call is simply iterated. ``tests/server/test_client.py``
 checks that the fast path is the one taken with the pinned grpcio.
 """
 

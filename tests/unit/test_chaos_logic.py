@@ -546,7 +546,7 @@ def test_acks_an_auto_pause_dropped_are_excused_only_on_a_stream_that_auto_pause
     """Seed 5 (8fa8221): 7 s after a restart, past the settle time, a publish_batch with ack ALL to the
     auto-pausing stream got no ack at all (the partition paused 2 s after the batch with the acks pending;
     the server drops pending acks when a partition pauses and commits the messages later without one:
-    tests/integration/test_client_faults.py::test_acks_an_auto_pause_dropped_are_reported_as_may_be_stored).
+    tests/server/test_client_faults.py::test_acks_an_auto_pause_dropped_are_reported_as_may_be_stored).
     The harness reported a failure on a healthy cluster. Ack timeouts after the stream's auto-pause time are
     the server's; any other failure, or the same on a stream that never pauses, stays a finding."""
     from types import SimpleNamespace  # noqa: PLC0415

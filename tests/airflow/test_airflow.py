@@ -25,7 +25,7 @@ import pytest
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage, partition_by_key
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
-from tests.integration.tls_certs import write_ca, write_server_cert
+from tests.tls_certs import write_ca, write_server_cert
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 IMPORTS = """

@@ -18,8 +18,8 @@ import pytest
 
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
-from tests.integration.statsd import StatsdListener
-from tests.integration.test_airflow import connection_env, run_dag, stream_name
+from tests.airflow.statsd import StatsdListener
+from tests.airflow.test_airflow import connection_env, run_dag, stream_name
 
 
 @pytest.fixture
