@@ -19,7 +19,7 @@ SPARK_BENCH_ARGS ?=
 CONSTRAINTS ?= constraints/newest.txt
 COMPAT_TARGETS ?= airflow-3.1 airflow-3.2 pyspark-4.0 pyspark-4.2
 
-.PHONY: setup venv tools golbbench browser proto native lint test chaos bench demo dist wheel compat fuzz clean
+.PHONY: setup venv tools golbbench browser proto native lint test test-fast test-tier chaos bench demo dist wheel compat fuzz clean
 
 setup: venv tools proto native
 
@@ -83,6 +83,15 @@ lint: setup
 
 test: setup browser lint
 	$(VENV)/bin/pytest -rs $(PYTEST_ARGS)
+
+# The unit tier alone (tests/unit: pure logic, no servers, no subprocesses): seconds. Each tier has its folder
+# and marker (tests/conftest.py): `make test-tier TIER=server` (or unit, airflow, spark, system, chaos) runs one.
+test-fast: venv proto native
+	$(VENV)/bin/pytest -q -m unit tests/unit $(PYTEST_ARGS)
+
+TIER ?= server
+test-tier: setup browser
+	$(VENV)/bin/pytest -rs -m $(TIER) tests/$(TIER) $(PYTEST_ARGS)
 
 # The randomized fault harness (tests/chaos, docs/reliability.md). `make test` runs its bounded CI part
 # (2 seeds of 24 steps, at most 60 s of steps each); this runs SEEDS seeds from BASE with WALL seconds of steps

@@ -2,7 +2,7 @@
 
     python bench/_spark_memory_worker.py --brokers 127.0.0.1:PORT --stream S --partition 0 --start 0 --end N
 
-Runs ``liftbridge_provider.spark.source.read_slice`` (what a Spark task of the
+Runs ``liftbridge_provider.spark.reader.read_slice`` (what a Spark task of the
 ``liftbridge`` source runs) over ``[start, end)`` of one partition, consuming
 and discarding the Arrow record batches. Reports ``ru_maxrss`` (peak resident
 set, MiB) right after the imports and the Arrow schema (``baseline``) and
@@ -44,7 +44,7 @@ def measure() -> None:
     # Imported here, in the forked child, so that they count towards its memory (see the module doc).
     from liftbridge_provider.spark.options import parse_options  # noqa: PLC0415
     from liftbridge_provider.spark.planning import Slice  # noqa: PLC0415
-    from liftbridge_provider.spark.source import arrow_schema, read_slice  # noqa: PLC0415
+    from liftbridge_provider.spark.reader import arrow_schema, read_slice  # noqa: PLC0415
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--brokers", required=True)

@@ -80,7 +80,7 @@ from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark import ingest
 from liftbridge_provider.spark.options import parse_options
 from liftbridge_provider.spark.planning import Slice
-from liftbridge_provider.spark.source import arrow_schema, read_slice
+from liftbridge_provider.spark.reader import arrow_schema, read_slice
 
 WORKER = Path(__file__).with_name("_spark_memory_worker.py")
 STANDALONE_RUN = Path(__file__).with_name("_standalone_run.py")

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from liftbridge_provider.client import LiftbridgeClient, partition_by_round_robin  # noqa: E402
 from liftbridge_provider.devserver import start_single  # noqa: E402
-from tests.integration.test_airflow_watchers import (  # noqa: E402
+from tests.airflow.test_airflow_watchers import (  # noqa: E402
     AIRFLOW,
     Triggerer,
     _env,

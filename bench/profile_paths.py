@@ -43,7 +43,7 @@ from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.spark.batches import arrow_batch, record_batches
 from liftbridge_provider.spark.options import parse_options
 from liftbridge_provider.spark.planning import Slice
-from liftbridge_provider.spark.source import arrow_schema, read_slice
+from liftbridge_provider.spark.reader import arrow_schema, read_slice
 
 VALUE = os.urandom(256)
 

@@ -1,5 +1,13 @@
 """Shared fixtures: real Liftbridge servers from liftbridge_provider.devserver, and an Airflow home.
 
+The tests are laid out by cost, one folder per tier, and each test carries its
+tier's marker (``-m unit`` and so on): ``unit/`` (pure logic: no servers, no
+subprocesses, seconds in all; ``make test-fast``), ``server/`` (a real
+Liftbridge node or cluster), ``airflow/`` (real Airflow: in process, the CLI,
+the triggerer, the UI in a browser), ``spark/`` (real Spark: the data source,
+the ingest job, Delta and Iceberg), ``system/`` (the example DAGs and the
+plugin end to end) and ``chaos/`` (the seeded fault harness).
+
 Airflow reads its configuration when first imported, so its home (with a SQLite
 metadata DB) is set here, before any test module imports it: a fresh temporary
 folder per test session unless AIRFLOW_HOME is already set. The run's summary
@@ -9,12 +17,15 @@ names the artifacts (screenshots, logs) that tests kept under artifacts/.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+
+from liftbridge_provider.client.health import HEALTH
 
 if "AIRFLOW_HOME" not in os.environ:
     os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="lbtest-airflow-")
@@ -30,6 +41,9 @@ pytest_plugins = ["liftbridge_provider.devserver.pytest_plugin"]
 pytest.register_assert_rewrite("tests.unit.column_builders", "tests.system.airflow_standalone")
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "server", "airflow", "spark", "system", "chaos")
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 STARTED = time.time()
 
 
@@ -40,3 +54,28 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("artifacts kept")
         for path in kept:
             terminalreporter.write_line(str(path))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its tier: the folder under tests/ it lives in."""
+    for item in items:
+        tier = item.path.relative_to(TESTS).parts[0]
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(scope="session")
+def airflow_home() -> Path:
+    """The session's Airflow home (set above), its SQLite metadata DB migrated, with a dags folder."""
+    home = Path(os.environ["AIRFLOW_HOME"])
+    result = subprocess.run([AIRFLOW, "db", "migrate"], capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (home / "dags").mkdir(exist_ok=True)
+    return home
+
+
+@pytest.fixture(autouse=True)
+def no_hung_brokers() -> None:
+    """Each test starts with no broker suspected: the health model is process-wide, and the cluster fixture's
+    addresses are shared, so a broker frozen by one test would otherwise go last in the next."""
+    HEALTH.clear()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install headless Chromium and chromedriver, Debian's packages, for the Airflow UI test
-# (tests/integration/test_airflow_ui.py). Fast and silent when /usr/bin/chromium and
+# (tests/airflow/test_airflow_ui.py). Fast and silent when /usr/bin/chromium and
 # /usr/bin/chromedriver exist. Browser downloads of their own (Selenium Manager,
 # `playwright install`) are never used.
 set -euo pipefail

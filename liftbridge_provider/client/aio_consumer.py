@@ -18,11 +18,11 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from liftbridge_provider.client import group_requests as ask
 from liftbridge_provider.client.aio_timeout import within
 from liftbridge_provider.client.errors import CursorMovedError, LiftbridgeError
+from liftbridge_provider.client.group_ports import AsyncGroupClient
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.groups import (
     JOIN_ATTEMPTS,
@@ -37,9 +37,6 @@ from liftbridge_provider.client.groups import (
 )
 from liftbridge_provider.client.messages import Message
 from liftbridge_provider.client.options import check_seconds, check_timeout
-
-if TYPE_CHECKING:
-    from liftbridge_provider.client.aio import AsyncLiftbridgeClient
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +54,7 @@ class AsyncConsumer:
 
     def __init__(
         self,
-        client: AsyncLiftbridgeClient,
+        client: AsyncGroupClient,
         group_id: str,
         consumer_id: str | None = None,
         *,

@@ -27,10 +27,10 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from liftbridge_provider.client import group_requests as ask
 from liftbridge_provider.client.errors import CursorMovedError, LiftbridgeError
+from liftbridge_provider.client.group_ports import GroupClient
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.groups import (
     JOIN_ATTEMPTS,
@@ -48,10 +48,7 @@ from liftbridge_provider.client.groups import (
 )
 from liftbridge_provider.client.messages import Message, StartPosition
 from liftbridge_provider.client.options import check_seconds, check_timeout
-
-if TYPE_CHECKING:
-    from liftbridge_provider.client.client import LiftbridgeClient
-    from liftbridge_provider.client.subscription import Subscription
+from liftbridge_provider.client.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +70,7 @@ class Consumer:
 
     def __init__(
         self,
-        client: LiftbridgeClient,
+        client: GroupClient,
         group_id: str,
         consumer_id: str | None = None,
         *,

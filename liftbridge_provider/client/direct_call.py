@@ -13,7 +13,7 @@ docs/benchmarks.md).
 These are grpc's private parts: :func:`direct_call_available` checks that
 they are there, and :func:`open_direct_call` returns None for any other call,
 whose owner then uses grpc's public iterator API.
-``tests/integration/test_publish_stream.py`` checks that the pinned grpcio
+``tests/server/test_publish_stream.py`` checks that the pinned grpcio
 takes this path.
 """
 

@@ -16,7 +16,7 @@ iterating it would. ``bench/profile_paths.py read-range`` measures the
 difference.
 
 These are grpc's private parts; :func:`fast_path_available` checks the call
-has them, and any other call is simply iterated. ``tests/integration/test_client.py``
+has them, and any other call is simply iterated. ``tests/server/test_client.py``
 checks that the fast path is the one taken with the pinned grpcio.
 """
 

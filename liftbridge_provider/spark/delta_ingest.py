@@ -36,7 +36,7 @@ from liftbridge_provider import fault_points
 from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.delta_plan import TXN_RETENTION_PROPERTY, plan_versions
 from liftbridge_provider.delta_table import PARTITION_COLUMN, holdings, table_path
-from liftbridge_provider.spark.source import arrow_schema
+from liftbridge_provider.spark.reader import arrow_schema
 from liftbridge_provider.spark.table_ingest import CommitConflict, Written, footer_stats, micros_timestamps
 from liftbridge_provider.table_plan import Interval, TablePlan
 

@@ -42,7 +42,7 @@ from liftbridge_provider.iceberg_plan import (
 )
 from liftbridge_provider.lake import LakeError
 from liftbridge_provider.spark.lake_store import HadoopStore
-from liftbridge_provider.spark.source import arrow_schema
+from liftbridge_provider.spark.reader import arrow_schema
 from liftbridge_provider.spark.table_ingest import CommitConflict, FileStats, Written, footer_stats
 from liftbridge_provider.table_plan import Interval, LedgerError, TablePlan
 

@@ -35,7 +35,7 @@ from liftbridge_provider.client import CursorMovedError, LiftbridgeClient
 from liftbridge_provider.ranges import OffsetRange, check_partitions, partition_offsets
 from liftbridge_provider.spark.options import ReadOptions
 from liftbridge_provider.spark.planning import plan_slices, rate_limit
-from liftbridge_provider.spark.source import (
+from liftbridge_provider.spark.reader import (
     LiftbridgeInputPartition,
     arrow_schema,
     check_range,

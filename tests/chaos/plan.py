@@ -145,4 +145,7 @@ def _draw(rng: random.Random, shapes: tuple[StreamShape, ...], model: _Model) ->
         return Step("concurrent", shape.name, run=first)
     if kind == "run" and (model.runs[shape.name] == 0 or rng.random() < 0.2):
         model.runs[shape.name] += 1  # a new scheduled run (the previous one may be unfinished)
-    return Step(kind, shape.name, run=max(1, model.runs[shape.name]))
+    # A fail_commit or clear on a stream with no run yet starts run 1: count it, so that a later
+    # concurrent step takes two runs no step has started (seed 54 ran an already frozen run 1 beside a new one).
+    model.runs[shape.name] = max(1, model.runs[shape.name])
+    return Step(kind, shape.name, run=model.runs[shape.name])

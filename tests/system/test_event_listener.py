@@ -25,7 +25,7 @@ import pytest
 from liftbridge_provider.client import LiftbridgeClient, partition_by_key
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.config import free_port
-from tests.integration.statsd import StatsdListener
+from tests.airflow.statsd import StatsdListener
 from tests.system.airflow_standalone import kill_left_behind, migrate
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))

@@ -1,7 +1,7 @@
 """The sans-I/O cores shared by the sync and asyncio clients: call plans and the subscription state.
 
 Pure logic, driven here by scripted outcomes (no server): the same decisions
-the real front ends carry out against Liftbridge in tests/integration.
+the real front ends carry out against Liftbridge in tests/server.
 """
 
 from __future__ import annotations

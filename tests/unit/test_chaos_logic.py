@@ -80,6 +80,22 @@ def test_every_kill_is_restarted_every_freeze_thawed_and_one_node_at_a_time(seed
             down = None
 
 
+@pytest.mark.parametrize("seed", [54, *range(30)])
+def test_concurrent_runs_are_two_runs_no_earlier_step_started(seed: int) -> None:
+    """A concurrent step stands for two new DAG runs freezing at the same time. A run that a fail_commit or
+    clear step started earlier has frozen already, so running it "concurrently" with a new one makes two
+    runs of different ranges from one cursor, which the commit refuses by design (one writer per cursor):
+    seed 54 drew fail_commit on run 1 and then "concurrent runs 1,2"."""
+    started: dict[str, set[int]] = {}
+    for index, step in enumerate(make_plan(seed, 60).steps):
+        runs = started.setdefault(step.stream, set())
+        if step.kind == "concurrent":
+            assert not {step.run, step.run + 1} & runs, f"seed {seed} step {index}: {step} after runs {runs}"
+            runs.update((step.run, step.run + 1))
+        elif step.kind in ("run", "fail_commit", "clear"):
+            runs.add(step.run)
+
+
 def test_plans_cover_every_step_kind_and_stream_shape() -> None:
     plans = [make_plan(seed, 40) for seed in range(40)]
     seen_kinds = {s.kind for p in plans for s in p.steps}
@@ -530,7 +546,7 @@ def test_acks_an_auto_pause_dropped_are_excused_only_on_a_stream_that_auto_pause
     """Seed 5 (8fa8221): 7 s after a restart, past the settle time, a publish_batch with ack ALL to the
     auto-pausing stream got no ack at all (the partition paused 2 s after the batch with the acks pending;
     the server drops pending acks when a partition pauses and commits the messages later without one:
-    tests/integration/test_client_faults.py::test_acks_an_auto_pause_dropped_are_reported_as_may_be_stored).
+    tests/server/test_client_faults.py::test_acks_an_auto_pause_dropped_are_reported_as_may_be_stored).
     The harness reported a failure on a healthy cluster. Ack timeouts after the stream's auto-pause time are
     the server's; any other failure, or the same on a stream that never pauses, stays a finding."""
     from types import SimpleNamespace  # noqa: PLC0415

@@ -2,7 +2,7 @@
 
 An overlapping range must not add rows the lake already
 holds. The store here is an in-memory fake with an atomic create-if-absent;
-the real filesystem and Spark are in tests/integration/test_lake_fencing.py.
+the real filesystem and Spark are in tests/spark/test_lake_fencing.py.
 """
 
 from __future__ import annotations

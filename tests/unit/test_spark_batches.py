@@ -15,7 +15,7 @@ import pytest
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import columns
 from liftbridge_provider.spark.batches import arrow_batch, message_bytes, record_batches
-from liftbridge_provider.spark.source import arrow_schema
+from liftbridge_provider.spark.reader import arrow_schema
 
 MIB = 1024 * 1024
 

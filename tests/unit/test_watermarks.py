@@ -1,6 +1,6 @@
 """When a bounded read waits for the high watermark: the pure decision and the plan that polls by it.
 
-Driven by scripted leader answers (no server); tests/integration covers the
+Driven by scripted leader answers (no server); tests/server covers the
 same decision against Liftbridge (a range nothing will fill is refused at
 once, a range the leader holds uncommitted is waited for).
 """

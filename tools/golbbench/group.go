@@ -15,7 +15,7 @@ import (
 )
 
 // group runs one member of a consumer group (go-liftbridge's CreateConsumer), for the interop tests of
-// tests/integration/test_consumer_groups.py. It prints "subscribed" once it joined, then
+// tests/server/test_consumer_groups.py. It prints "subscribed" once it joined, then
 // "message <partition> <offset>" for every message its handler got, until SIGTERM or --timeout;
 // then it checkpoints and closes (leaves the group). SIGKILL stops it without either. SIGUSR1
 // checkpoints at once (then prints "checkpointed"); --checkpoint 0 turns automatic checkpoints off.

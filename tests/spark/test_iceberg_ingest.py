@@ -175,7 +175,7 @@ def test_a_table_that_retries_lost_commits_is_refused_before_spark_starts(tmp_pa
         "liftbridge", type="sql", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}"
     )
     catalog.create_namespace("liftbridge")
-    from liftbridge_provider.spark.source import arrow_schema  # noqa: PLC0415
+    from liftbridge_provider.spark.reader import arrow_schema  # noqa: PLC0415
 
     catalog.create_table("liftbridge.orders", schema=arrow_schema())
     code = ingest.main(

@@ -4,7 +4,7 @@ Airflow's home (from tests/conftest.py) holds a SQLite metadata DB, migrated onc
 per session by the ``airflow_home`` fixture (conftest.py); each test writes its
 DAG file into the home's dags folder, runs the real CLI, then reads the XComs
 from the metadata DB and the stream's real state (``run_dag`` and the other
-helpers the Airflow tests share are in tests/integration/airflow_runs.py).
+helpers the Airflow tests share are in tests/airflow/airflow_runs.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pytest
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage, partition_by_key
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
-from tests.integration.airflow_runs import AIRFLOW, connection_env, run_dag, stream_name
-from tests.integration.tls_certs import write_ca, write_server_cert
+from tests.airflow.airflow_runs import AIRFLOW, connection_env, run_dag, stream_name
+from tests.tls_certs import write_ca, write_server_cert
 
 
 @pytest.fixture

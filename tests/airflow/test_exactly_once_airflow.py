@@ -18,7 +18,7 @@ import pytest
 
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.devserver import DevServer
-from tests.integration.airflow_runs import AIRFLOW, DagRun, connection_env, run_dag, stream_name
+from tests.airflow.airflow_runs import AIRFLOW, DagRun, connection_env, run_dag, stream_name
 
 RETRY = "retries=2, retry_delay=timedelta(0)"
 

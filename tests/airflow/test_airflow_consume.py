@@ -15,7 +15,7 @@ import pytest
 
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
-from tests.integration.airflow_runs import connection_env, run_dag, stream_name
+from tests.airflow.airflow_runs import connection_env, run_dag, stream_name
 
 FUNCTIONS = '''
 import json, pathlib

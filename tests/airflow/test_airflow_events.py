@@ -21,8 +21,8 @@ import pytest
 
 from liftbridge_provider.client import LiftbridgeClient, partition_by_key
 from liftbridge_provider.devserver import DevServer, start_single
-from tests.integration.airflow_runs import AIRFLOW, DagRun, run_dag
-from tests.integration.statsd import StatsdListener
+from tests.airflow.airflow_runs import AIRFLOW, DagRun, run_dag
+from tests.airflow.statsd import StatsdListener
 
 FLAKY = '''
 import pathlib

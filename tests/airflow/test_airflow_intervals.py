@@ -18,8 +18,8 @@ import pytest
 
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
-from tests.integration.airflow_runs import connection_env, run_dag, stream_name
-from tests.integration.statsd import StatsdListener
+from tests.airflow.airflow_runs import connection_env, run_dag, stream_name
+from tests.airflow.statsd import StatsdListener
 
 
 @pytest.fixture

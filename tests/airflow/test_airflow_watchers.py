@@ -33,7 +33,7 @@ from liftbridge_provider import fault_points
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.watching import CursorNames
-from tests.integration.statsd import StatsdListener
+from tests.airflow.statsd import StatsdListener
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 WAIT = 120.0  # seconds any wait below may take before the test fails

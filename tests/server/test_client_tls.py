@@ -43,7 +43,7 @@ from liftbridge_provider.client import (
     UnavailableError,
 )
 from liftbridge_provider.devserver import DevServer, start_single
-from tests.integration.tls_certs import Issued, write_ca, write_client_cert, write_server_cert
+from tests.tls_certs import Issued, write_ca, write_client_cert, write_server_cert
 
 E = TypeVar("E", bound=LiftbridgeError)
 

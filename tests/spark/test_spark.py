@@ -32,7 +32,7 @@ from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark.options import ReadOptions, parse_options
 from liftbridge_provider.spark.planning import Slice
-from liftbridge_provider.spark.source import arrow_schema, check_range, read_slice
+from liftbridge_provider.spark.reader import arrow_schema, check_range, read_slice
 from tests.spark_session import local_spark
 
 ROOT = Path(__file__).resolve().parents[2]

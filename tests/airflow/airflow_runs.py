@@ -1,7 +1,7 @@
 """Run DAGs with the real Airflow CLI and read back what they left: the helpers the Airflow integration tests share.
 
 ``run_dag`` writes a DAG file into Airflow's home (its ``dags`` folder; the home and its
-SQLite metadata DB come from the ``airflow_home`` fixture of tests/integration/conftest.py),
+SQLite metadata DB come from the ``airflow_home`` fixture of tests/conftest.py),
 runs `airflow dags test` on it and returns a :class:`DagRun` with the CLI's output and the
 run's XComs, task states and try numbers from the metadata DB.
 """

@@ -15,7 +15,7 @@ import pytest
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.triggers.await_message import LiftbridgeAwaitMessageTrigger
-from tests.integration.airflow_runs import connection_env, run_dag, stream_name
+from tests.airflow.airflow_runs import connection_env, run_dag, stream_name
 
 FUNCTIONS = '''
 import json

@@ -110,7 +110,7 @@ def test_a_query_killed_mid_way_restarts_from_its_checkpoint_with_no_duplicate_a
     stream = new_stream(client)
     publish(client, stream, 3000)
     output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    argv = [sys.executable, str(ROOT / "tests" / "integration" / "spark_scripts" / "stream_to_parquet.py")]
+    argv = [sys.executable, str(ROOT / "tests" / "spark" / "spark_scripts" / "stream_to_parquet.py")]
     argv += [",".join(liftbridge_server.brokers), stream, str(output), str(checkpoint), "150"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     first = subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
