@@ -14,7 +14,7 @@ from typing import Any, Literal
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import cursor_advance, plans, watermarks
+from liftbridge_provider.client import cursor_advance, offset_lookup, plans, watermarks
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.connections import ConnectionPool
@@ -25,7 +25,6 @@ from liftbridge_provider.client.errors import (
     BeyondHighWatermarkError,
     InvalidArgumentError,
     LiftbridgeError,
-    LiftbridgeTimeoutError,
     MessageTooLargeError,
     ReadonlyPartitionError,
     UnavailableError,
@@ -43,7 +42,6 @@ from liftbridge_provider.client.reading import SubscriptionState
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.subscription import Subscription
-from liftbridge_provider.client.time_search import first_offset_at_or_after
 
 log = logging.getLogger(__name__)
 
@@ -788,34 +786,9 @@ class LiftbridgeClient:
         """
         check_timeout("timeout", timeout)
         check_seconds("probe", probe)
-        deadline = self._router.deadline(timeout)
-        high_watermark = self.fetch_partition_metadata(stream, partition, timeout=deadline.remaining()).high_watermark
-        if high_watermark < 0:
-            return None
-        up_to_committed = StopPosition.at_offset(high_watermark)
-        first = self._first_retained(stream, partition, up_to_committed, min(probe, deadline.remaining()), resume)
-        if first == _ENDED_EMPTY:  # the server's own answer: its log starts past the high watermark
-            log.info("%s/%d: nothing retained up to the high watermark %d", stream, partition, high_watermark)
-            return high_watermark + 1
-        if first is not None:
-            return first
-        try:
-            first = self._first_retained(stream, partition, _TO_THE_END, deadline.remaining(), resume)
-        except LiftbridgeError as exc:
-            if not _log_is_empty(exc):
-                raise
-            first = self._first_retained(stream, partition, up_to_committed, min(probe, deadline.remaining()), resume)
-            if first is not None and first != _ENDED_EMPTY:
-                return first
-            log.info("%s/%d: retention removed every message up to offset %d", stream, partition, high_watermark)
-            return high_watermark + 1
-        if first is None:
-            raise LiftbridgeTimeoutError(
-                f"the leader delivered no retained message within {deadline.timeout:g}s",
-                stream=stream,
-                partition=partition,
-            )
-        return first
+        return offset_lookup.earliest_offset(
+            self, stream, partition, self._router.deadline(timeout), resume=resume, probe=probe
+        )
 
     def offset_at_time(self, stream: str, partition: int, when: datetime | int, *, timeout: float | None = None) -> int:
         """The offset from which every committed message was received at or after ``when`` (an aware datetime
@@ -833,82 +806,7 @@ class LiftbridgeClient:
         """
         nanoseconds = StartPosition.at_time(when).timestamp
         check_timeout("timeout", timeout)
-        deadline = self._router.deadline(timeout)
-        high_watermark = self._committed_newest(stream, partition, deadline)
-        earliest = self.earliest_offset(stream, partition, timeout=deadline.remaining(), resume=True)
-        if earliest is None:
-            return 0
-        if earliest > high_watermark:
-            return earliest  # nothing retained
-        up_to_committed = StopPosition.at_offset(high_watermark)
-
-        def read(offset: int) -> tuple[int, int] | None:
-            message = self._first_message(stream, partition, StartPosition.at_offset(offset), up_to_committed, deadline)
-            return None if message is None else (message.offset, message.timestamp)
-
-        hint = self._first_message(stream, partition, StartPosition.at_time(nanoseconds), up_to_committed, deadline)
-        return first_offset_at_or_after(
-            nanoseconds,
-            earliest=earliest,
-            high_watermark=high_watermark,
-            hint=high_watermark + 1 if hint is None else hint.offset,
-            read=read,
-        )
-
-    def _committed_newest(self, stream: str, partition: int, deadline: Deadline) -> int:
-        """The high watermark once it covers the newest offset the leader held when asked."""
-        info = self.fetch_partition_metadata(stream, partition, timeout=deadline.remaining())
-        if info.newest_offset <= info.high_watermark:
-            return info.high_watermark
-        newest = info.newest_offset
-        info = self.wait_for_commit(stream, partition, newest, timeout=max(deadline.remaining(), 0.001))
-        if info.high_watermark < newest:
-            raise BeyondHighWatermarkError(
-                f"offsets {info.high_watermark + 1}-{newest} are not committed yet and may be older "
-                "than the time asked for; retry later",
-                stream=stream,
-                partition=partition,
-            )
-        return info.high_watermark
-
-    def _first_message(
-        self, stream: str, partition: int, start: StartPosition, stop: StopPosition, deadline: Deadline
-    ) -> Message | None:
-        """The first message from ``start`` up to ``stop``, None when there is none; a silent leader is a timeout."""
-        subscription = self.subscribe(
-            stream,
-            partition=partition,
-            start=start,
-            stop=stop,
-            timeout=deadline.remaining(),
-            resume=True,
-            resubscribe_wait=deadline.remaining(),
-        )
-        with subscription:
-            return next(subscription, None)
-
-    def _first_retained(
-        self, stream: str, partition: int, stop: StopPosition, seconds: float, resume: bool
-    ) -> int | None:
-        """The offset of the first message from the earliest position, None if none came within ``seconds``,
-        or :data:`_ENDED_EMPTY` if the subscription ended before any (nothing retained up to ``stop``)."""
-        if seconds <= 0:
-            return None
-        subscription = self.subscribe(
-            stream,
-            partition=partition,
-            start=StartPosition.earliest(),
-            stop=stop,
-            timeout=seconds,
-            resume=resume,
-            resubscribe_wait=seconds,
-        )
-        try:
-            with subscription:
-                first = next(subscription, None)
-        except LiftbridgeTimeoutError:
-            return None
-        return _ENDED_EMPTY if first is None else first.offset
+        return offset_lookup.offset_at_time(self, stream, partition, nanoseconds, self._router.deadline(timeout))
 
     # -- cursors ---------------------------------------------------------------
 
@@ -1052,17 +950,6 @@ class LiftbridgeClient:
             return getattr(stub, method)(request, timeout=remaining)
 
         return self._router.call_any(call, timeout=timeout, stream=stream)
-
-
-_TO_THE_END = StopPosition.at_time(2**62)
-"""A stop far in the future: the server looks it up in the log's time index, which fails at once when
-the log's segment is empty (this is how an empty log is told apart from a silent leader)."""
-_ENDED_EMPTY = -2  # _first_retained: the subscription ended before any message (nothing up to its stop)
-
-
-def _log_is_empty(exc: LiftbridgeError) -> bool:
-    """The server could not look a time up in the log: its (only) segment holds no message."""
-    return exc.code == grpc.StatusCode.INTERNAL and "failed to find log segment for timestamp" in exc.message.lower()
 
 
 def _to_partition(partition: int) -> Partitioner:
