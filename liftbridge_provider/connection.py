@@ -1,14 +1,12 @@
 """A ``liftbridge`` connection turned into a ClientConfig, without Airflow.
 
-The Airflow hook and the Spark ingest job read the same connection fields:
-``host`` lists the brokers (``a:9292,b:9292`` or ``a,b``), ``port`` is the
-default port (9292), and the extras are ``tls_ca_cert``, ``tls_client_cert``,
-``tls_private_key``, ``tls_server_name``, ``request_timeout``,
-``max_conns_per_broker``, ``keep_alive_time``, ``resubscribe_wait``,
-``read_isr_replica``, and for publishing straight to NATS ``nats_servers``,
-``nats_user``, ``nats_password``, ``nats_token``, ``nats_credentials`` and
-``nats_tls_ca_cert``. :func:`config_from_connection_json` reads the JSON form of
-an Airflow connection (``{"conn_type": "liftbridge", "host": ..., "port": ...,
+The Airflow hook and the Spark ingest job read the same connection: ``host``
+lists the brokers (``a:9292,b:9292`` or ``a,b``), ``port`` is the default port
+(9292), and the extras are the fields of
+:mod:`~liftbridge_provider.connection_fields` (TLS, timeouts and pool sizes,
+replica reads, and NATS for publishing straight to it).
+:func:`config_from_connection_json` reads the JSON form of an Airflow
+connection (``{"conn_type": "liftbridge", "host": ..., "port": ...,
 "extra": {...}}``), as ``AIRFLOW_CONN_*`` variables and ``airflow connections
 export --format json`` write it, so a job outside Airflow gets the whole
 connection, not only its host.
@@ -22,18 +20,15 @@ from typing import Any
 
 from liftbridge_provider.client import ClientConfig, InvalidArgumentError, NatsConfig, TLSConfig
 from liftbridge_provider.client.options import DEFAULT_PORT, format_address, parse_broker, split_nats_servers
+from liftbridge_provider.connection_fields import BY_NAME, names
 
-# Connection extras: field -> (ClientConfig field, type). Shown as form fields (see get_provider_info).
-NUMBER_FIELDS: dict[str, type] = {
-    "request_timeout": float,
-    "max_conns_per_broker": int,
-    "keep_alive_time": float,
-    "resubscribe_wait": float,
-}
-TLS_FIELDS = ("tls_ca_cert", "tls_client_cert", "tls_private_key", "tls_server_name")
-# NATS, for publish_batch's fast path: nats_servers turns it on; the others authenticate.
-NATS_FIELDS = ("nats_servers", "nats_user", "nats_password", "nats_token", "nats_credentials", "nats_tls_ca_cert")
-KNOWN_EXTRAS = {*NUMBER_FIELDS, *TLS_FIELDS, *NATS_FIELDS, "read_isr_replica"}
+# Connection extras by how they are read (connection_fields.py defines them): ClientConfig numbers with their
+# type, TLSConfig parts, NatsConfig parts (nats_servers turns NATS on; the others authenticate), flags.
+NUMBER_FIELDS: dict[str, type] = {name: BY_NAME[name].kind for name in names("number")}
+TLS_FIELDS = names("tls")
+NATS_FIELDS = names("nats")
+FLAG_FIELDS = names("flag")
+KNOWN_EXTRAS = {*BY_NAME}
 # Keys of an Airflow connection in JSON form; login, password, schema and description are not used.
 CONNECTION_KEYS = {"conn_type", "host", "port", "extra", "login", "password", "schema", "description"}
 
@@ -64,13 +59,14 @@ def config_from_connection(host: str | None, port: int | None, extra: Mapping[st
                 options[name] = kind(value)
             except (TypeError, ValueError):
                 raise InvalidArgumentError(f"connection extra {name} must be a number, got {value!r}") from None
-    flag = extra.get("read_isr_replica")
-    if flag not in (None, ""):
-        if isinstance(flag, str) and flag.lower() in {"true", "false"}:
-            flag = flag.lower() == "true"
-        if not isinstance(flag, bool):
-            raise InvalidArgumentError(f"connection extra read_isr_replica must be true or false, got {flag!r}")
-        options["read_isr_replica"] = flag
+    for name in FLAG_FIELDS:
+        flag = extra.get(name)
+        if flag not in (None, ""):
+            if isinstance(flag, str) and flag.lower() in {"true", "false"}:
+                flag = flag.lower() == "true"
+            if not isinstance(flag, bool):
+                raise InvalidArgumentError(f"connection extra {name} must be true or false, got {flag!r}")
+            options[name] = flag
     tls = {name: extra.get(name) or None for name in TLS_FIELDS}
     if any(tls.values()):
         options["tls"] = TLSConfig(

@@ -79,13 +79,10 @@ class LiftbridgeHook(BaseHook):
     """Talks to Liftbridge through the ``liftbridge`` connection ``liftbridge_conn_id``.
 
     The connection's host lists the brokers (``host:port``, comma separated;
-    the port field is the default port, 9292). Extras, each its own form field:
-    ``tls_ca_cert``, ``tls_client_cert``, ``tls_private_key`` (paths or PEM; the
-    key is secret), ``tls_server_name``, ``request_timeout`` (s, default 10),
-    ``max_conns_per_broker`` (default 2), ``keep_alive_time`` (s, default 30),
-    ``resubscribe_wait`` (s, default 30), ``read_isr_replica`` (default false),
-    and ``nats_servers`` (with ``nats_user``/``nats_password``, ``nats_token``,
-    ``nats_credentials``, ``nats_tls_ca_cert``) to publish batches straight to NATS.
+    the port field is the default port, 9292). Its extras, each its own form
+    field, are those of :mod:`~liftbridge_provider.connection_fields` (TLS,
+    timeouts and pool sizes, replica reads, NATS to publish batches straight to
+    it); ``docs/airflow.md`` shows them in a table.
 
     :param liftbridge_conn_id: the connection id (default ``liftbridge_default``).
     """
