@@ -44,6 +44,7 @@ from liftbridge_provider.client.options import ClientConfig, NatsConfig, TLSConf
 from liftbridge_provider.client.partitioners import Partitioner, partition_by_key, partition_by_round_robin
 from liftbridge_provider.client.publish_window import BatchPublishError, BatchResult, PublishFailure
 from liftbridge_provider.client.requests import ALL_BROKERS
+from liftbridge_provider.client.stream_options import StreamOptions
 from liftbridge_provider.client.subscription import Subscription
 
 __all__ = [
@@ -93,6 +94,7 @@ __all__ = [
     "StopPosition",
     "StreamExistsError",
     "StreamInfo",
+    "StreamOptions",
     "Subscription",
     "TLSConfig",
     "UnavailableError",

@@ -147,7 +147,8 @@ class LiftbridgeClient:
         ``retention_max_age``, ``cleaner_interval``, ``segment_max_bytes``,
         ``segment_max_age``, ``compact_enabled``, ``compact_max_goroutines``,
         ``auto_pause_time``, ``auto_pause_disable_if_subscribers``, ``min_isr``,
-        ``optimistic_concurrency_control``, ``encryption``. Durations are
+        ``optimistic_concurrency_control``, ``encryption`` (as keyword arguments,
+        or together as ``options=StreamOptions(...)``). Durations are
         ``timedelta`` or seconds. Raises StreamExistsError if the name is taken.
         If the answer is lost after sending, the create is sent again; an
         AlreadyExists then counts as success only if the stream has this

@@ -7,16 +7,15 @@ is allowed. Nothing is sent from here.
 
 from __future__ import annotations
 
-import math
 import re
 import zlib
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.errors import CursorsDisabledError, InvalidArgumentError, NoSuchStreamError
 from liftbridge_provider.client.messages import AckPolicy, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata
+from liftbridge_provider.client.stream_options import StreamOptions, whole
 
 ALL_BROKERS = -1
 """``replication_factor`` meaning "a replica on every broker"."""
@@ -40,7 +39,6 @@ _WHITE_SPACE = re.compile(r"\s")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _WILDCARD = re.compile(r"[*>]")
 
-Duration = timedelta | int | float
 """A duration: a timedelta, or a number of seconds."""
 
 
@@ -229,96 +227,36 @@ def check_headers(headers: Mapping[str, bytes] | None) -> dict[str, bytes]:
     return checked
 
 
-def to_millis(value: Duration, name: str) -> int:
-    """Milliseconds from a timedelta or seconds; refuses negative values."""
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise InvalidArgumentError(f"{name} must be a timedelta or a number of seconds, got {value!r}")
-    if seconds < 0 or math.isnan(seconds):
-        raise InvalidArgumentError(f"{name} must not be negative, got {value!r}")
-    return round(seconds * 1000)
-
-
-def _positive(value: int, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidArgumentError(f"{name} must be a whole number >= 1, got {value!r}")
-    return value
-
-
 def create_stream_request(
     subject: str,
     name: str,
     *,
-    group: str | None = None,
     partitions: int = 1,
     replication_factor: int = 1,
-    retention_max_bytes: int | None = None,
-    retention_max_messages: int | None = None,
-    retention_max_age: Duration | None = None,
-    cleaner_interval: Duration | None = None,
-    segment_max_bytes: int | None = None,
-    segment_max_age: Duration | None = None,
-    compact_enabled: bool | None = None,
-    compact_max_goroutines: int | None = None,
-    auto_pause_time: Duration | None = None,
-    auto_pause_disable_if_subscribers: bool | None = None,
-    min_isr: int | None = None,
-    optimistic_concurrency_control: bool | None = None,
-    encryption: bool | None = None,
+    options: StreamOptions | None = None,
+    **settings: object,
 ) -> api.CreateStreamRequest:
-    """A CreateStreamRequest; options left as None keep the server's defaults.
+    """A CreateStreamRequest; settings (:class:`StreamOptions`, or its fields as keyword arguments) left as
+    None keep the server's defaults.
 
     The server subscribes to ``subject`` (partition 0) and ``subject.N`` (partition N) in
     queue group ``group``, so the highest partition's subject and the group must fit one
     NATS protocol line (see :func:`check_subject`).
     """
+    chosen = StreamOptions.of({**(options.given() if options is not None else {}), **settings})
     check_stream_name(name)
     if name in RESERVED_STREAMS:
         raise InvalidArgumentError(f"stream name {name!r} is reserved by Liftbridge", stream=name)
-    _positive(partitions, "partitions")
-    checked_group = check_group(group)
+    whole(partitions, "partitions", minimum=1)
+    checked_group = check_group(chosen.group)
     check_subject(subject, suffix=f".{partitions - 1}" if partitions > 1 else "", group=checked_group)
     if replication_factor != ALL_BROKERS:
-        _positive(replication_factor, "replication_factor (or -1 for every broker)")
+        whole(replication_factor, "replication_factor (or -1 for every broker)", minimum=1)
     request = api.CreateStreamRequest(
         subject=subject, name=name, group=checked_group, partitions=partitions, replicationFactor=replication_factor
     )
-    for field, count in (
-        ("retentionMaxBytes", retention_max_bytes),
-        ("retentionMaxMessages", retention_max_messages),
-        ("segmentMaxBytes", segment_max_bytes),
-    ):
-        if count is not None:
-            getattr(request, field).value = check_offset(count, _snake(field))
-    for field, duration in (
-        ("retentionMaxAge", retention_max_age),
-        ("cleanerInterval", cleaner_interval),
-        ("segmentMaxAge", segment_max_age),
-        ("autoPauseTime", auto_pause_time),
-    ):
-        if duration is not None:
-            getattr(request, field).value = to_millis(duration, _snake(field))
-    for field, count in (("compactMaxGoroutines", compact_max_goroutines), ("minIsr", min_isr)):
-        if count is not None:
-            getattr(request, field).value = _positive(count, _snake(field))
-    for field, flag in (
-        ("compactEnabled", compact_enabled),
-        ("autoPauseDisableIfSubscribers", auto_pause_disable_if_subscribers),
-        ("optimisticConcurrencyControl", optimistic_concurrency_control),
-        ("encryption", encryption),
-    ):
-        if flag is not None:
-            if not isinstance(flag, bool):
-                raise InvalidArgumentError(f"{_snake(field)} must be True or False, got {flag!r}")
-            getattr(request, field).value = flag
+    chosen.apply(request)
     return request
-
-
-def _snake(camel: str) -> str:
-    return re.sub(r"(?<!^)([A-Z])", r"_\1", camel).lower()
 
 
 def publish_request(

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any, Literal
 
 from airflow.providers.common.compat.sdk import AirflowFailException
 
 from liftbridge_provider.client import NoSuchStreamError, StreamExistsError
 from liftbridge_provider.client.metadata import StreamInfo
+from liftbridge_provider.client.stream_options import Duration, StreamOptions
 from liftbridge_provider.operators._base import LiftbridgeBaseOperator
-
-Duration = timedelta | float | int
 
 
 def stream_summary(info: StreamInfo) -> dict[str, Any]:
@@ -50,7 +48,7 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
     :param min_isr: in-sync replicas needed to commit.
     :param optimistic_concurrency_control: check expected offsets on publish.
     :param encryption: encrypt data at rest (the server needs a key).
-    Options left as None keep the server's defaults.
+    Options left as None keep the server's defaults (:class:`~liftbridge_provider.client.StreamOptions`).
     """
 
     template_fields = (*LiftbridgeBaseOperator.template_fields, "stream", "subject", "partitions")
@@ -87,23 +85,22 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
         self.partitions = partitions
         self.replication_factor = replication_factor
         self.if_exists = if_exists
-        options = {
-            "group": group,
-            "retention_max_bytes": retention_max_bytes,
-            "retention_max_messages": retention_max_messages,
-            "retention_max_age": retention_max_age,
-            "cleaner_interval": cleaner_interval,
-            "segment_max_bytes": segment_max_bytes,
-            "segment_max_age": segment_max_age,
-            "compact_enabled": compact_enabled,
-            "compact_max_goroutines": compact_max_goroutines,
-            "auto_pause_time": auto_pause_time,
-            "auto_pause_disable_if_subscribers": auto_pause_disable_if_subscribers,
-            "min_isr": min_isr,
-            "optimistic_concurrency_control": optimistic_concurrency_control,
-            "encryption": encryption,
-        }
-        self.stream_options: dict[str, Any] = {name: value for name, value in options.items() if value is not None}
+        self.stream_options = StreamOptions(
+            group=group,
+            retention_max_bytes=retention_max_bytes,
+            retention_max_messages=retention_max_messages,
+            retention_max_age=retention_max_age,
+            cleaner_interval=cleaner_interval,
+            segment_max_bytes=segment_max_bytes,
+            segment_max_age=segment_max_age,
+            compact_enabled=compact_enabled,
+            compact_max_goroutines=compact_max_goroutines,
+            auto_pause_time=auto_pause_time,
+            auto_pause_disable_if_subscribers=auto_pause_disable_if_subscribers,
+            min_isr=min_isr,
+            optimistic_concurrency_control=optimistic_concurrency_control,
+            encryption=encryption,
+        )
 
     def execute(self, context: Any) -> dict[str, Any]:
         try:
@@ -117,7 +114,7 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
                     self.stream,
                     partitions=partitions,
                     replication_factor=self.replication_factor,
-                    **self.stream_options,
+                    options=self.stream_options,
                 )
                 self.log.info("created stream %r with %d partition(s)", self.stream, partitions)
             except StreamExistsError:

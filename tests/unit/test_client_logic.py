@@ -17,6 +17,7 @@ from liftbridge_provider.client import (
     NoSuchStreamError,
     StartPosition,
     StopPosition,
+    StreamOptions,
     TLSConfig,
     partition_by_key,
     partition_by_round_robin,
@@ -145,6 +146,22 @@ def test_create_stream_request_refuses_bad_input(kwargs: dict[str, Any], message
         build.create_stream_request(**kwargs)
     assert message in str(raised.value)
     assert isinstance(raised.value, ValueError)
+
+
+def test_stream_options_are_one_value_given_whole_or_as_keywords() -> None:
+    """StreamOptions and keyword arguments make the same request; keywords override the value's fields."""
+    options = StreamOptions(group="g", retention_max_age=timedelta(hours=1), min_isr=2)
+    whole = build.create_stream_request("s", "s", options=options)
+    keywords = build.create_stream_request("s", "s", group="g", retention_max_age=3600, min_isr=2)
+    assert whole == keywords
+    assert build.create_stream_request("s", "s", options=options, min_isr=3).minIsr.value == 3
+    assert options.given() == {"group": "g", "retention_max_age": timedelta(hours=1), "min_isr": 2}
+
+
+def test_an_unknown_stream_option_is_refused_naming_it_and_the_allowed_ones() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"unknown stream options \['retention_max_byte'\]; allowed: "):
+        build.create_stream_request("s", "s", retention_max_byte=5)
+    assert "retention_max_bytes" in StreamOptions.names()
 
 
 def test_publish_request_defaults_expected_offset_to_next() -> None:

@@ -1,0 +1,128 @@
+"""A stream's settings at creation, defined once: the client, ``create_stream`` and the operator take them.
+
+:class:`StreamOptions` holds every optional setting of CreateStream (the
+load-balance group and the fourteen retention, segment, compaction, pause,
+ISR, concurrency-control and encryption settings); None keeps the server's
+default. :meth:`StreamOptions.apply` checks each given value and writes it
+into the request, so a bad one is refused (InvalidArgumentError naming it)
+before anything is sent. The subject, name, partition count and replication
+factor are the request's own (``requests.create_stream_request``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from datetime import timedelta
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client.errors import InvalidArgumentError
+
+Duration = timedelta | int | float
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamOptions:
+    """Optional settings of a new stream; None keeps the server's default.
+
+    Sizes and counts are whole numbers, durations a ``timedelta`` or seconds.
+    ``group``: load-balance group; ``retention_max_bytes``,
+    ``retention_max_messages``, ``retention_max_age``: what each partition
+    keeps; ``cleaner_interval``: how often retention runs;
+    ``segment_max_bytes``, ``segment_max_age``: when a log segment rolls;
+    ``compact_enabled``: keep only the newest message per key, with
+    ``compact_max_goroutines`` at once; ``auto_pause_time``: pause a partition
+    idle this long, unless ``auto_pause_disable_if_subscribers`` and it has
+    subscribers; ``min_isr``: in-sync replicas needed to commit;
+    ``optimistic_concurrency_control``: check expected offsets on publish;
+    ``encryption``: encrypt data at rest (the server needs a key).
+    """
+
+    group: str | None = None
+    retention_max_bytes: int | None = None
+    retention_max_messages: int | None = None
+    retention_max_age: Duration | None = None
+    cleaner_interval: Duration | None = None
+    segment_max_bytes: int | None = None
+    segment_max_age: Duration | None = None
+    compact_enabled: bool | None = None
+    compact_max_goroutines: int | None = None
+    auto_pause_time: Duration | None = None
+    auto_pause_disable_if_subscribers: bool | None = None
+    min_isr: int | None = None
+    optimistic_concurrency_control: bool | None = None
+    encryption: bool | None = None
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """Every setting's name, in declaration order."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def of(cls, settings: Mapping[str, object]) -> StreamOptions:
+        """Options from keyword arguments; an unknown name is refused, naming it and the allowed ones."""
+        unknown = sorted(set(settings) - set(cls.names()))
+        if unknown:
+            raise InvalidArgumentError(f"unknown stream options {unknown}; allowed: {list(cls.names())}")
+        return cls(**settings)  # type: ignore[arg-type]
+
+    def given(self) -> dict[str, object]:
+        """The settings that are not None, by name."""
+        return {name: value for name, value in asdict(self).items() if value is not None}
+
+    def apply(self, request: api.CreateStreamRequest) -> None:
+        """Check every given setting except ``group`` (the request's own) and write it into ``request``."""
+        for field, count in (
+            ("retentionMaxBytes", self.retention_max_bytes),
+            ("retentionMaxMessages", self.retention_max_messages),
+            ("segmentMaxBytes", self.segment_max_bytes),
+        ):
+            if count is not None:
+                getattr(request, field).value = whole(count, _snake(field), minimum=0)
+        for field, duration in (
+            ("retentionMaxAge", self.retention_max_age),
+            ("cleanerInterval", self.cleaner_interval),
+            ("segmentMaxAge", self.segment_max_age),
+            ("autoPauseTime", self.auto_pause_time),
+        ):
+            if duration is not None:
+                getattr(request, field).value = to_millis(duration, _snake(field))
+        for field, count in (("compactMaxGoroutines", self.compact_max_goroutines), ("minIsr", self.min_isr)):
+            if count is not None:
+                getattr(request, field).value = whole(count, _snake(field), minimum=1)
+        for field, flag in (
+            ("compactEnabled", self.compact_enabled),
+            ("autoPauseDisableIfSubscribers", self.auto_pause_disable_if_subscribers),
+            ("optimisticConcurrencyControl", self.optimistic_concurrency_control),
+            ("encryption", self.encryption),
+        ):
+            if flag is not None:
+                if not isinstance(flag, bool):
+                    raise InvalidArgumentError(f"{_snake(field)} must be True or False, got {flag!r}")
+                getattr(request, field).value = flag
+
+
+def to_millis(value: Duration, name: str) -> int:
+    """Milliseconds from a timedelta or seconds; refuses negative values."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidArgumentError(f"{name} must be a timedelta or a number of seconds, got {value!r}")
+    if seconds < 0 or math.isnan(seconds):
+        raise InvalidArgumentError(f"{name} must not be negative, got {value!r}")
+    return round(seconds * 1000)
+
+
+def whole(value: object, name: str, *, minimum: int) -> int:
+    """``value`` when it is a whole number (not a bool) of at least ``minimum``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidArgumentError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", camel).lower()
