@@ -36,11 +36,11 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Param
 
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook, liftbridge_connection_json
-from liftbridge_provider.lineage import report_ingest
 from liftbridge_provider.operators.publish import LiftbridgePublishOperator
 from liftbridge_provider.operators.ranges import LiftbridgeCommitCursorOperator, LiftbridgeOffsetRangesOperator
 from liftbridge_provider.operators.streams import LiftbridgeCreateStreamOperator
 from liftbridge_provider.sensors.offset import LiftbridgePartitionOffsetSensor
+from liftbridge_provider.telemetry import report_ingest
 
 PROJECT = Path(__file__).resolve().parents[1]
 EVENT_TYPES = ("page_view", "add_to_cart", "purchase", "search")

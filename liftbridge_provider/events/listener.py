@@ -20,7 +20,7 @@ from typing import Any
 
 import pluggy
 
-from liftbridge_provider import metrics
+from liftbridge_provider import telemetry
 from liftbridge_provider.events.payloads import dag_run_event, encode, event_key, task_instance_event
 from liftbridge_provider.events.publisher import EventPublisher, Sender
 from liftbridge_provider.events.settings import EventSettings
@@ -44,7 +44,7 @@ class LiftbridgeEventListener:
             queue_size=settings.queue_size,
             publish_timeout=settings.publish_timeout,
             retry_interval=settings.retry_interval,
-            on_drop=lambda reason, count: metrics.count_by_reason(metrics.EVENTS_DROPPED, count, reason=reason),
+            on_drop=lambda reason, count: telemetry.count_by_reason(telemetry.EVENTS_DROPPED, count, reason=reason),
         )
         atexit.register(self.publisher.close, settings.flush_timeout)
 

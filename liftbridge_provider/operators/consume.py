@@ -9,7 +9,7 @@ from typing import Any, Literal
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk.module_loading import import_string  # type: ignore[attr-defined]
 
-from liftbridge_provider import metrics
+from liftbridge_provider import telemetry
 from liftbridge_provider.client import CursorMovedError, LiftbridgeClient, Message
 from liftbridge_provider.client.groups import group_cursor
 from liftbridge_provider.operators._base import failing_without_retries
@@ -284,5 +284,5 @@ class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
     def _gauge_lag(self, client: LiftbridgeClient, stream: str, partition: int, cursor: int) -> None:
         assert self.cursor_id is not None
         high_watermark = client.fetch_partition_metadata(stream, partition).high_watermark
-        lag = metrics.cursor_lag(high_watermark, cursor)
-        metrics.gauge(metrics.CURSOR_LAG, lag, stream=stream, partition=partition, cursor_id=self.cursor_id)
+        lag = telemetry.cursor_lag(high_watermark, cursor)
+        telemetry.gauge(telemetry.CURSOR_LAG, lag, stream=stream, partition=partition, cursor_id=self.cursor_id)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
-from liftbridge_provider import metrics
+from liftbridge_provider import telemetry
 from liftbridge_provider.client import (
     CursorMove,
     CursorMovedError,
@@ -237,8 +237,10 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         assert self.cursor_id is not None
         lags = {}
         for partition, cursor in cursors.items():
-            lag = metrics.cursor_lag(infos[partition].high_watermark, cursor)
-            metrics.gauge(metrics.CURSOR_LAG, lag, stream=self.stream, partition=partition, cursor_id=self.cursor_id)
+            lag = telemetry.cursor_lag(infos[partition].high_watermark, cursor)
+            telemetry.gauge(
+                telemetry.CURSOR_LAG, lag, stream=self.stream, partition=partition, cursor_id=self.cursor_id
+            )
             lags[str(partition)] = lag
         return lags
 
@@ -437,8 +439,10 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
                 else:
                     positions[partition] = self._empty_range(client, document, cursor_id, offset_range, recorded)
                 high_watermark = client.fetch_partition_metadata(document.stream, partition).high_watermark
-                lag = metrics.cursor_lag(high_watermark, positions[partition])
-                metrics.gauge(metrics.CURSOR_LAG, lag, stream=document.stream, partition=partition, cursor_id=cursor_id)
+                lag = telemetry.cursor_lag(high_watermark, positions[partition])
+                telemetry.gauge(
+                    telemetry.CURSOR_LAG, lag, stream=document.stream, partition=partition, cursor_id=cursor_id
+                )
         self.hook.report_read(document.stream, ranges=document.ranges, cursor_id=cursor_id)
         return {str(partition): offset for partition, offset in positions.items()}
 

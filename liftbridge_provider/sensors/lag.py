@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from liftbridge_provider import metrics
+from liftbridge_provider import telemetry
 from liftbridge_provider.client import InvalidArgumentError
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.operators._base import failing_without_retries
@@ -64,9 +64,9 @@ class LiftbridgeCursorLagSensor(BaseSensorOperator):
             for partition in check_partitions(self.partitions, count, self.stream):
                 cursor = client.fetch_cursor(self.cursor_id, self.stream, partition)
                 high_watermark = client.fetch_partition_metadata(self.stream, partition).high_watermark
-                lag = metrics.cursor_lag(high_watermark, cursor)
-                metrics.gauge(
-                    metrics.CURSOR_LAG, lag, stream=self.stream, partition=partition, cursor_id=self.cursor_id
+                lag = telemetry.cursor_lag(high_watermark, cursor)
+                telemetry.gauge(
+                    telemetry.CURSOR_LAG, lag, stream=self.stream, partition=partition, cursor_id=self.cursor_id
                 )
                 lags[str(partition)] = lag
         behind = {p: lag for p, lag in lags.items() if lag > max_lag}

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSensorTimeout, conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from liftbridge_provider import metrics
+from liftbridge_provider import telemetry
 from liftbridge_provider.client import CursorMovedError, CursorStep, LiftbridgeClient, Message
 from liftbridge_provider.functions import import_function
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
@@ -167,8 +167,8 @@ class LiftbridgeMessageSensor(BaseSensorOperator):
     def _gauge_lag(self, client: LiftbridgeClient, partition: int, cursor: int) -> None:
         assert self.cursor_id is not None
         high_watermark = client.fetch_partition_metadata(self.stream, partition).high_watermark
-        lag = metrics.cursor_lag(high_watermark, cursor)
-        metrics.gauge(metrics.CURSOR_LAG, lag, stream=self.stream, partition=partition, cursor_id=self.cursor_id)
+        lag = telemetry.cursor_lag(high_watermark, cursor)
+        telemetry.gauge(telemetry.CURSOR_LAG, lag, stream=self.stream, partition=partition, cursor_id=self.cursor_id)
 
     def execute(self, context: Any) -> Any:
         if not self.deferrable:

@@ -15,7 +15,7 @@ import logging
 
 from liftbridge_provider.client import ClientConfig, LiftbridgeClient, LiftbridgeError, Message
 from liftbridge_provider.client.errors import StreamExistsError
-from liftbridge_provider.triggers.watcher_metrics import count_dead_letter
+from liftbridge_provider.telemetry import count_dead_letter
 from liftbridge_provider.watching import WatchSettings, dead_letter_headers
 
 log = logging.getLogger(__name__)

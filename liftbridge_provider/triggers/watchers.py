@@ -37,10 +37,9 @@ from liftbridge_provider.client import (
 )
 from liftbridge_provider.client.cursor_advance import CursorMove, CursorStep, decide
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
-from liftbridge_provider.metrics import cursor_lag
 from liftbridge_provider.ranges import OffsetRange, check_partitions
+from liftbridge_provider.telemetry import cursor_lag, report_watcher_lag
 from liftbridge_provider.triggers.dead_letters import DeadLetters
-from liftbridge_provider.triggers.watcher_metrics import report_lag
 from liftbridge_provider.version_compat import AdvanceItem, SharedStreamProducer
 from liftbridge_provider.watching import (
     CursorNames,
@@ -184,7 +183,7 @@ class _Reader(SharedStreamProducer):
                     log.info("Liftbridge watcher could not read the lag of %s/%d: %s", stream, partition, exc)
                     continue
                 lag = cursor_lag(info.high_watermark, self._committed.get(partition, -1))
-                report_lag(self.settings, partition, lag)
+                report_watcher_lag(self.settings, partition, lag)
                 changed = reported.get(partition) != lag
                 reported[partition] = lag
                 log.log(

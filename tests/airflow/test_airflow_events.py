@@ -230,3 +230,15 @@ def test_airflow_config_list_shows_the_options_with_defaults_and_descriptions(ai
                  "retry_interval = 10.0", "flush_timeout = 5.0", "dag_run_end_delay = 2.0"):  # fmt: skip
         assert line in shown, result.stdout
     assert "# Events each process holds while they wait to be published." in " ".join(shown)
+
+
+def test_loading_the_listener_loads_neither_the_client_nor_grpc() -> None:
+    """The plugin's listener is imported by every Airflow process (scheduler, workers, API server): it and
+    the telemetry it counts drops with must not load the client or grpc until it publishes."""
+    probe = (
+        "import sys, liftbridge_provider.events.listener, liftbridge_provider.telemetry; "
+        "print(sorted(m for m in ('grpc', 'liftbridge_provider.client') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "[]", result.stdout

@@ -20,7 +20,6 @@ from liftbridge_provider.client import (
 )
 from liftbridge_provider.get_provider_info import get_provider_info
 from liftbridge_provider.hooks.liftbridge import brokers_from, config_from_connection, thin_cursors_warning
-from liftbridge_provider.metrics import cursor_lag
 from liftbridge_provider.operators.publish import record_to_message
 from liftbridge_provider.ranges import (
     OffsetRange,
@@ -32,6 +31,7 @@ from liftbridge_provider.ranges import (
     partition_offsets,
     ranges_from_offsets,
 )
+from liftbridge_provider.telemetry import cursor_lag
 from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger, unmet_targets, waiting_note
 
 
@@ -354,7 +354,7 @@ def test_a_total_cap_is_shared_evenly_across_partitions(
 
 
 def test_lake_outputs_become_asset_uris() -> None:
-    from liftbridge_provider.lineage import lake_uri  # noqa: PLC0415
+    from liftbridge_provider.telemetry import lake_uri  # noqa: PLC0415
 
     assert lake_uri("/data/lake") == "file:///data/lake"
     assert lake_uri("s3a://bucket/lake") == "s3://bucket/lake"
