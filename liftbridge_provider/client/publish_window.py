@@ -274,6 +274,17 @@ class PublishWindow:
         self.lose_in_flight(errors.deadline_in_flight(timeout))
         self.fail_unsent(errors.deadline_unsent(timeout))
 
+    def untake(self, index: int) -> int:
+        """Messages ``index`` and after, taken but never written in full, were not sent after all: they go
+        back to be taken again (those that already failed, e.g. timed out, stay failed); how many."""
+        if not 0 <= index <= self._next:
+            raise ValueError(f"message #{index} was not taken")
+        returned = self._next - index
+        for taken in range(index, self._next):
+            self._in_flight.pop(taken, None)
+        self._next = index
+        return returned
+
     def refuse(self, index: int, error: LiftbridgeError) -> None:
         """Fail message ``index`` before it is sent (e.g. its partition is readonly); it is skipped by :meth:`take`."""
         if index < self._next:
