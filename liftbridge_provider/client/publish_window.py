@@ -216,6 +216,23 @@ class PublishWindow:
             self._in_flight[index] = now
         return index
 
+    def take_many(self, now: float, most: int) -> range:
+        """Up to ``most`` next messages to send, marked as sent at ``now``: :meth:`take` as often as the window
+        allows, without refused messages (the range stops before the next refused one)."""
+        self._skip_refused()
+        room = self.size - self._next
+        if self._expects_ack:
+            room = min(room, self._window - len(self._in_flight))
+        end = self._next + max(min(room, most), 0)
+        failures = self._failures
+        if failures:
+            end = next((index for index in range(self._next, end) if index in failures), end)
+        taken = range(self._next, end)
+        self._next = end
+        if self._expects_ack:
+            self._in_flight.update(dict.fromkeys(taken, now))
+        return taken
+
     def on_ack(self, index: int, ack: Ack) -> bool:
         """Message ``index`` was acked; False when the ack is not counted (unknown index, or after an error)."""
         if not 0 <= index < self._next:

@@ -52,6 +52,7 @@ PROGRESS_EVERY = 10.0  # seconds between progress log lines
 POLL = 0.05  # seconds between checks for expired acks while waiting
 CONNECT_TIMEOUT = 5.0  # seconds to connect to a broker before trying the next
 WRITE_BYTES = 256 * 1024  # requests queued on the stream at most before more wait for it to drain, bytes
+WRITE_MESSAGES = 256  # requests handed to the stream at a time
 PUBLISH_ASYNC = "/proto.API/PublishAsync"
 MAX_STREAM_ATTEMPTS = 10  # broken streams in a row, with no ack in between, before giving up
 # A stream that breaks with these is reopened to another broker for the messages not yet sent.
@@ -222,7 +223,7 @@ class BatchPublisher:
             if not self._answered:  # the broker answers: whatever the health model held against it is over
                 HEALTH.answered(self._address)
                 self._answered = True
-            parse = api.PublishResponse.FromString
+            parse, requests, window, size = api.PublishResponse.FromString, self._requests, self._window, len(self)
             for data in responses:
                 try:
                     response = parse(data)
@@ -230,10 +231,20 @@ class BatchPublisher:
                     if self._call is not None:
                         self._call.abort(grpc.StatusCode.INTERNAL, "a PublishAsync response did not parse")
                     return
-                self._on_response(response)
-            if self._window.done and self._finished is not None:
+                ack = response.ack
+                correlation_id = ack.correlationId  # empty in an error response (its id is outside the ack)
+                if correlation_id.isdigit() and (index := int(correlation_id)) < size:
+                    partition = requests[index].partition
+                    if window.on_ack(index, Ack(ack, partition)) and window.acked % 1024 == 0:
+                        self._log_progress()
+                else:
+                    self._on_response(response)
+            if window.done and self._finished is not None:
                 self._finished.set()
         self._pump()
+
+    def __len__(self) -> int:
+        return len(self._requests)
 
     def _pump(self) -> None:
         """Hand the stream every message the window allows, in writes of up to ``WRITE_BYTES``, while its
@@ -243,16 +254,11 @@ class BatchPublisher:
             return
         requests, handed, now = self._requests, self._handed, time.monotonic()
         while not call.paused and call.state.queued_bytes < WRITE_BYTES:
-            batch: list[bytes] = []
-            size = 0
-            while size < WRITE_BYTES and (index := window.take(now)) is not None:
-                data = requests[index].SerializeToString()
-                batch.append(data)
-                handed.append(index)
-                size += len(data)
-            if not batch:
+            taken = window.take_many(now, WRITE_MESSAGES)
+            if not taken:  # the window is full, or every message is sent
                 break
-            call.send(batch)
+            call.send([requests[index].SerializeToString() for index in taken])
+            handed.extend(taken)
         if not self._expects_ack and window.all_sent:
             call.close_sending()  # the server then ends the stream (no acks to wait for)
 
