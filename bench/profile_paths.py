@@ -1,12 +1,15 @@
 """cProfile of one hot path at a time, against a real single-node server (the profiles in docs/benchmarks.md).
 
-    .venv/bin/python bench/profile_paths.py batch-builder|nats-publish|read-range|read-slice|sync-publish|sync-steps \
-        [--messages N] [--top K]
+    .venv/bin/python bench/profile_paths.py PATH [--messages N] [--top K]
+
+PATH is one of batch-builder, nats-publish, grpc-publish, read-range, read-slice, sync-publish, sync-steps:
 
 - ``batch-builder``: the Spark source's record_batches over N received messages (256-byte values, the
   server's two headers), no server needed; prints microseconds per row unprofiled, next to the cost of
   only reading every field of each message once (the floor of any Python builder), then the profile.
 - ``nats-publish``: NatsBatchPublisher over N prepared requests, run on this thread so the profile sees it.
+- ``grpc-publish``: BatchPublisher (publish_batch without NATS: the PublishAsync stream on its own HTTP/2
+  connection) over N prepared requests, on this thread; prints the cost of building the requests apart.
 - ``read-range``: ``read_range`` over N messages of one partition.
 - ``read-slice``: the Spark task's ``read_slice`` over the same (record batches of the source's schema).
 - ``sync-publish``: N ``publish`` calls in a loop (the shared PublishAsync stream).
@@ -35,6 +38,7 @@ from liftbridge_provider.client.direct_call import DirectCall
 from liftbridge_provider.client.messages import AckPolicy
 from liftbridge_provider.client.nats_publisher import NatsBatchPublisher
 from liftbridge_provider.client.publish_stream import Answer
+from liftbridge_provider.client.publisher import BatchPublisher
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.spark.batches import record_batches
 from liftbridge_provider.spark.options import parse_options
@@ -117,6 +121,26 @@ def nats_publish(server: DevServer, client: LiftbridgeClient, count: int, top: i
     profile("NATS publish_batch messages (stream creation included)", publish_all, count, top)
 
 
+def grpc_publish(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
+    names = iter(range(3))
+
+    def publish_all() -> None:
+        name = with_stream(server, client, f"grpc-{next(names)}")
+        started = time.process_time()
+        requests = client._batch_requests(name, [VALUE] * count, None, AckPolicy.LEADER, None)
+        built = time.process_time() - started
+        publisher = BatchPublisher(client._router, requests, window=1024, ack_wait=5, deadline=None)
+        loop = asyncio.new_event_loop()  # on this thread (see nats_publish), plain asyncio
+        try:
+            result = loop.run_until_complete(publisher._run())
+        finally:
+            loop.close()
+        assert result.ok, result.failures[:3]
+        print(f"  building the requests: {built / count * 1e6:.2f} us of CPU a message")
+
+    profile("gRPC publish_batch messages (stream creation included)", publish_all, count, top)
+
+
 def read_range(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
     name = with_stream(server, client, "reads")
     client.publish_batch(name, [VALUE] * count)
@@ -188,7 +212,16 @@ def sync_steps(server: DevServer, client: LiftbridgeClient, count: int, top: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "path", choices=["batch-builder", "nats-publish", "read-range", "read-slice", "sync-publish", "sync-steps"]
+        "path",
+        choices=[
+            "batch-builder",
+            "nats-publish",
+            "grpc-publish",
+            "read-range",
+            "read-slice",
+            "sync-publish",
+            "sync-steps",
+        ],
     )
     parser.add_argument("--messages", type=int, default=None, help="messages (100000; 3000 for sync-publish)")
     parser.add_argument("--top", type=int, default=20, help="functions shown (20)")
@@ -199,6 +232,7 @@ def main() -> None:
         return
     runs = {
         "nats-publish": nats_publish,
+        "grpc-publish": grpc_publish,
         "read-range": read_range,
         "read-slice": read_slice_path,
         "sync-publish": sync_publish,
