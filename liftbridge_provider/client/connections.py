@@ -133,6 +133,20 @@ class ConnectionPool:
                 pooled.in_use -= 1
                 pooled.last_used = time.monotonic()
 
+    def direct_tls(self) -> tuple[ssl.SSLContext | None, str | None]:
+        """The TLS context (ALPN ``h2``) and server name of the client's own HTTP/2 connections; (None, None)
+        for plaintext. Made at first use."""
+        tls = self._config.tls
+        if tls is None:
+            return None, None
+        if self._ssl is None:
+            self._ssl = tls.ssl_context(alpn=("h2",))
+        return self._ssl, tls.server_name
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self._config.max_message_bytes
+
     @contextlib.asynccontextmanager
     async def direct_call(
         self, address: str, path: str, on_input: OnInput, timeout: float
@@ -141,15 +155,13 @@ class ConnectionPool:
         of its own opened within ``timeout`` seconds (else NotConnected) and closed after the ``async with``."""
         if self._closed.is_set():
             raise ClientClosedError("the Liftbridge client is closed")
-        tls = self._config.tls
-        if tls is not None and self._ssl is None:
-            self._ssl = tls.ssl_context(alpn=("h2",))
+        context, server_name = self.direct_tls()
         opening = open_call(
             address,
             path=path,
             on_input=on_input,
-            tls=self._ssl,
-            server_name=tls.server_name if tls is not None else None,
+            tls=context,
+            server_name=server_name,
             max_response_bytes=self._config.max_message_bytes,
         )
         try:

@@ -89,6 +89,7 @@ class CallState:
         self._ends: deque[int] = deque()  # where each queued request ends, as a count of DATA bytes since the start
         self._queued_total = 0  # DATA bytes queued since the start
         self._written_total = 0  # DATA bytes written since the start
+        self._written_end = 0  # where the last request written in full ends, as a count of DATA bytes
         self.written_messages = 0  # requests written out in full
         self._closing = False  # the sending side is to be closed after the pending requests
         self._closed_sending = False
@@ -129,6 +130,19 @@ class CallState:
             ends.append(total)
         self._queued_total = total
 
+    def withdraw(self) -> bool:
+        """Take back the last queued request if none of its bytes were written yet (True); else False."""
+        ends = self._ends
+        if not ends:
+            return False
+        start = ends[-2] if len(ends) >= 2 else self._written_end
+        if self._written_total > start:
+            return False
+        size = ends.pop() - start
+        del self._pending[len(self._pending) - size :]
+        self._queued_total -= size
+        return True
+
     def close_sending(self) -> None:
         """Half-close the call once every queued request is written (END_STREAM)."""
         self._closing = True
@@ -158,7 +172,7 @@ class CallState:
             self._written_total += allowed
             ends, written, count = self._ends, self._written_total, 0
             while ends and ends[0] <= written:
-                ends.popleft()
+                self._written_end = ends.popleft()
                 count += 1
             self.written_messages += count
         if self._closing and not pending and not self._closed_sending:
