@@ -236,3 +236,19 @@ def test_take_many_stops_at_the_window_and_before_a_refused_message() -> None:
     assert list(window.take_many(0.0, 10)) == [0]
     assert list(window.take_many(0.0, 10)) == [2, 3]  # the refused one is skipped; the window holds 3
     assert list(window.take_many(0.0, 10)) == []
+
+
+def test_a_request_none_of_which_was_written_can_be_taken_back() -> None:
+    call = new_call()
+    call.outgoing()
+    call.queue([b"a" * 70_000])  # over the default window: only part of it goes out
+    call.outgoing()
+    call.queue([b"second"])
+    assert call.withdraw()  # nothing of the second was written
+    assert not call.withdraw()  # the first was partly written
+    assert call.queued_bytes == 70_005 - wire.DEFAULT_WINDOW
+    call.receive(wire.window_update(0, 10_000) + wire.window_update(STREAM, 10_000))
+    call.outgoing()
+    assert call.written_messages == 1
+    assert call.queued_bytes == 0
+    assert not call.withdraw()
