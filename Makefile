@@ -2,6 +2,7 @@
 #   make demo   - install what is missing, then run the main job
 #   make test   - install what is missing (also a headless browser), then lint and run the whole test suite
 #   make bench  - install what is missing (also the go-liftbridge reference), then run the benchmarks
+#   make compat - the compatibility tier: the built wheel in a fresh environment per target (README, "Versions")
 # Both are idempotent; the pieces below are reused by them.
 
 SHELL := /bin/bash
@@ -9,26 +10,31 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TOOLS_BIN := .tools/bin
-EXTRAS ?= dev,airflow,spark
+EXTRAS ?= dev,airflow,spark,iceberg
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SPARK_BENCH_ARGS ?=
 
-.PHONY: setup venv tools golbbench browser proto lint test chaos bench demo dist clean
+CONSTRAINTS ?= constraints/newest.txt
+COMPAT_TARGETS ?= airflow-3.1 airflow-3.2 pyspark-4.0 pyspark-4.2
 
-setup: venv tools proto
+.PHONY: setup venv tools golbbench browser proto native lint test chaos bench demo dist wheel compat clean
+
+setup: venv tools proto native
 
 # The virtual environment, with the project installed in editable mode. "compat" mode puts the
 # project folder on sys.path (a .pth line) instead of an import hook, so Spark's data source
 # discovery (pkgutil.iter_modules) finds pyspark_liftbridge from any working directory.
+# The exact versions come from $(CONSTRAINTS) (constraints/newest.txt; pyproject.toml only has ranges).
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml setup.py
+$(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is required, found " + sys.version)'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]' --config-settings editable_mode=compat
-	@# apache-airflow-providers-apache-spark pulls pyspark-client, whose Python files overwrite
-	@# pyspark's with another version: reinstall pyspark's own files last, at the resolved version.
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]' -c $(CONSTRAINTS) --config-settings editable_mode=compat
+	@# apache-airflow-providers-apache-spark pulls pyspark-client (4.2.0), whose Python files overwrite
+	@# pyspark's. The provider works either way (the compat tier installs without this); the full suite
+	@# runs on PySpark 4.3's own files, so reinstall them last (docs/troubleshooting.md).
 	$(PY) -m pip install --quiet --force-reinstall --no-deps "pyspark==$$($(PY) -c 'import importlib.metadata as m; print(m.version("pyspark"))')"
 	touch $@
 
@@ -44,6 +50,14 @@ golbbench:
 # Headless Chromium and chromedriver (Debian packages) for the Airflow UI test.
 browser:
 	@tools/install-browser.sh
+
+# The compiled decoder of the Subscribe stream (liftbridge_provider/client/_wire_columns.c), built in place
+# again when its source changes (the editable install builds it once; a wheel always carries it).
+NATIVE_SRC := liftbridge_provider/client/_wire_columns.c
+native: $(VENV)/.native
+$(VENV)/.native: $(VENV)/.installed $(NATIVE_SRC)
+	$(PY) setup.py --quiet build_ext --inplace
+	touch $@
 
 # Python modules generated from proto/ (also done by the package build).
 proto: $(VENV)/.installed
@@ -76,13 +90,28 @@ bench: setup golbbench
 	$(PY) bench/bench_client.py --chart docs/benchmarks-client.png $(BENCH_ARGS)
 	$(PY) bench/bench_spark.py $(SPARK_BENCH_ARGS)
 
+# FORMAT=parquet (default), delta or iceberg: the lake the example DAG ingests into.
+FORMAT ?= parquet
 demo: setup
-	$(PY) tools/demo.py
+	$(PY) tools/demo.py --format $(FORMAT)
 
 # What Spark executors need (this package, grpcio, protobuf, pyarrow, nats-py), packed with venv-pack into
 # dist/liftbridge-spark-env.tar.gz for spark-submit --archives (docs/spark.md, "On a cluster").
 dist:
 	@tools/pack-env.sh
 
+# The package as users install it: dist/airflow_provider_liftbridge-<version>-py3-none-any.whl.
+wheel: $(VENV)/.installed
+	rm -f dist/airflow_provider_liftbridge-*.whl
+	$(PY) -m pip wheel --quiet --no-deps . -w dist
+
+# The compatibility tier: for each of COMPAT_TARGETS, tools/compat.sh makes .compat/<target> anew, installs the
+# wheel with its extras and constraints/<target>.txt, and runs tests/compat against real servers (one pytest
+# session per target). Every target runs; the exit status says whether any failed.
+compat: tools wheel
+	@failed=""; for target in $(COMPAT_TARGETS); do tools/compat.sh $$target || failed="$$failed $$target"; done; \
+	if [ -n "$$failed" ]; then echo "compat tier failed:$$failed"; exit 1; fi
+
 clean:
-	rm -rf $(VENV) .tools .devserver liftbridge_provider/_proto build dist *.egg-info
+	rm -rf $(VENV) .tools .devserver .compat liftbridge_provider/_proto build dist *.egg-info
+	rm -f liftbridge_provider/client/_wire_columns.*.so

@@ -96,7 +96,7 @@ def task_spans(event_log_folder: Path) -> list[TaskSpan]:
     """Every finished task of the application whose event log is in the folder."""
     stage_jobs: dict[int, int] = {}
     spans = []
-    for path in sorted(event_log_folder.iterdir()):
+    for path in sorted(p for p in event_log_folder.rglob("*") if p.is_file() and not p.name.startswith(".")):
         for line in path.read_text().splitlines():
             event = json.loads(line)
             kind = event.get("Event")

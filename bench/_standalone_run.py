@@ -37,6 +37,8 @@ def main() -> int:
         .config("spark.ui.enabled", "false")
         .config("spark.eventLog.enabled", "true")
         .config("spark.eventLog.dir", events.as_uri())
+        .config("spark.eventLog.compress", "false")  # plain JSON lines, read by _standalone.task_spans
+        .config("spark.eventLog.rolling.enabled", "false")
         .config("spark.executor.cores", "1")
         .getOrCreate()
     )

@@ -6,12 +6,15 @@ PATH is one of batch-builder, nats-publish, grpc-publish, read-range, read-slice
 
 - ``batch-builder``: the Spark source's record_batches over N received messages (256-byte values, the
   server's two headers), no server needed; prints microseconds per row unprofiled, next to the cost of
-  only reading every field of each message once (the floor of any Python builder), then the profile.
+  only reading every field of each message once (the floor of any Python builder) and of the column
+  builders (compiled and pure-Python) decoding the same messages from their serialized bytes into Arrow
+  batches (the Spark task's path), then the profile of record_batches.
 - ``nats-publish``: NatsBatchPublisher over N prepared requests, run on this thread so the profile sees it.
 - ``grpc-publish``: BatchPublisher (publish_batch without NATS: the PublishAsync stream on its own HTTP/2
   connection) over N prepared requests, on this thread; prints the cost of building the requests apart.
 - ``read-range``: ``read_range`` over N messages of one partition.
-- ``read-slice``: the Spark task's ``read_slice`` over the same (record batches of the source's schema).
+- ``read-slice``: the Spark task's ``read_slice`` over the same (record batches of the source's schema, decoded
+  by the column builder this process uses; ``LIFTBRIDGE_PURE_PYTHON=1`` for the pure-Python one).
 - ``sync-publish``: N ``publish`` calls in a loop (the shared PublishAsync stream).
 - ``sync-steps``: N ``publish`` calls, each timed at its steps (the client's code, the write, the wait until
   the ack is read and parsed, the way back to the caller); p50 of each, no profiler.
@@ -30,16 +33,17 @@ import statistics
 import time
 import timeit
 from collections.abc import Callable
+from functools import partial
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import LiftbridgeClient, NatsConfig
+from liftbridge_provider.client import LiftbridgeClient, NatsConfig, columns
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.direct_stream import DirectBrokerStream
 from liftbridge_provider.client.messages import AckPolicy
 from liftbridge_provider.client.nats_publisher import NatsBatchPublisher
 from liftbridge_provider.client.publisher import BatchPublisher
 from liftbridge_provider.devserver import DevServer, start_single
-from liftbridge_provider.spark.batches import record_batches
+from liftbridge_provider.spark.batches import arrow_batch, record_batches
 from liftbridge_provider.spark.options import parse_options
 from liftbridge_provider.spark.planning import Slice
 from liftbridge_provider.spark.source import arrow_schema, read_slice
@@ -87,7 +91,23 @@ def batch_builder(count: int, top: int) -> None:
 
     floor = min(timeit.repeat(read_fields, number=1, repeat=5))
     print(f"reading every field of a message once: {floor / count * 1e6:.2f} us a row (the floor of a builder)")
+    serialized = [message.SerializeToString() for message in messages]
+    for name, kind in (("compiled", columns.COMPILED_BUILDER), ("pure-Python", columns.PYTHON_BUILDER)):
+        if kind is None:
+            continue
+        seconds = min(timeit.repeat(partial(decode_columns, kind, serialized), number=1, repeat=5))
+        print(f"{name} column builder + arrow_batch from serialized messages: {seconds / count * 1e6:.2f} us a row")
     profile("record_batches rows", build_all, count, top)
+
+
+def decode_columns(kind: type[columns.ColumnBuilder], serialized: list[bytes]) -> None:
+    """The Spark task's decoding without the network: serialized responses -> column builder -> Arrow."""
+    builder, schema = kind(max_rows=10_000, max_bytes=64 << 20), arrow_schema()
+    for data in serialized:
+        if builder.add(data) == columns.FULL:
+            arrow_batch(columns.finish(builder), schema, "orders", 0)
+            builder.add(data)
+    arrow_batch(columns.finish(builder), schema, "orders", 0)
 
 
 def with_stream(server: DevServer, client: LiftbridgeClient, name: str) -> str:

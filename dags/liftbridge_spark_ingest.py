@@ -2,15 +2,17 @@
 
 create stream -> publish a batch -> freeze offset ranges (cursor .. high watermark)
 -> wait until every range is committed (deferrable) -> spark-submit spark_jobs/ingest.py
-on exactly those ranges -> commit the cursor to the ranges' ends.
+on exactly those ranges (into Parquet, Delta or Iceberg: ``lake_format``) -> commit the
+cursor to the ranges' ends.
 
 Connections: ``liftbridge_default`` (the brokers) and ``spark_default`` (a Spark
 master, e.g. ``local[*]``). Parameters: stream, partitions, batch_size (0
-publishes nothing), output_path.
+publishes nothing), output_path, lake_format (parquet, delta or iceberg).
 
 Exactly once: one run at a time (``max_active_runs=1``); a retry or clear of
-a run reuses the ranges it froze (task state store) and rewrites the same
-folders; the commit moves the cursor only from where the freeze found it.
+a run reuses the ranges it froze (task state store; before Airflow 3.3 the
+stream's cursors) and rewrites the same folders; the commit moves the cursor
+only from where the freeze found it.
 The next run ingests only what arrived since. The Spark job gets the whole
 ``liftbridge_default`` connection (brokers, port, TLS, timeouts) as JSON in
 the environment variable ``LIFTBRIDGE_CONN_JSON``.
@@ -79,6 +81,9 @@ with DAG(
         "partitions": Param(3, type="integer", minimum=1),
         "batch_size": Param(1000, type="integer", minimum=0),
         "output_path": Param(str(PROJECT / "out" / "lake"), type="string"),
+        # parquet: range folders and a claim ledger; delta: a Delta table at output_path; iceberg: an Iceberg
+        # table in an embedded SQLite catalog at output_path (docs/spark.md, "Lake formats")
+        "lake_format": Param("parquet", type="string", enum=["parquet", "delta", "iceberg"]),
     },
     doc_md=__doc__,
 ):
@@ -110,6 +115,8 @@ with DAG(
             "{{ ti.xcom_pull(task_ids='freeze_ranges') | tojson }}",
             "--output",
             "{{ params.output_path }}",
+            "--format",
+            "{{ params.lake_format }}",
         ],
     )
     commit = LiftbridgeCommitCursorOperator(task_id="commit_cursor", ranges=freeze.output)

@@ -1,4 +1,4 @@
-"""Which offsets a Delta table holds, and what an ingestion into it must still write (pure: no Spark, no I/O).
+"""How a Delta table records the offsets it holds, in its own transaction log (pure: no Spark, no I/O).
 
 The table's own transaction log is the ledger. Per stream and partition it
 keeps the set of offset intervals the table holds, as Delta application
@@ -29,18 +29,14 @@ the table's first offset of that partition: read as that one interval.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from urllib.parse import quote
 
-from liftbridge_provider.lake import uncovered
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.table_plan import Interval, LedgerError, TablePlan, merge
 
 APP_ID_PREFIX = "liftbridge:"
 # The table property that makes Delta drop application transactions older than it at checkpoints.
 TXN_RETENTION_PROPERTY = "delta.setTransactionRetentionDuration"
-
-Interval = tuple[int, int]
 
 
 def _base(stream: str, partition: int) -> str:
@@ -61,21 +57,6 @@ def interval_ids(stream: str, partition: int, index: int) -> tuple[str, str]:
 def legacy_id(stream: str, partition: int) -> str:
     """The one app id of the earlier layout: the partition's next offset to write."""
     return f"{APP_ID_PREFIX}{stream}:{partition}"
-
-
-def merge(intervals: Iterable[Interval]) -> list[Interval]:
-    """Disjoint, sorted intervals covering exactly the offsets of ``intervals`` (touching ones joined)."""
-    merged: list[Interval] = []
-    for start, end in sorted(i for i in intervals if i[1] > i[0]):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-class LedgerError(ValueError):
-    """The table's intervals of a partition are not a valid ledger (edited by hand, or an unknown writer)."""
 
 
 def read_holdings(
@@ -121,49 +102,9 @@ def ledger_versions(stream: str, partition: int, held: Sequence[Interval]) -> di
     return versions
 
 
-@dataclass(frozen=True)
-class DeltaPlan:
-    """What one run does: the pieces to read and write, what the table holds already, offsets it misses.
-
-    ``write``: the parts of the ranges the table lacks (several per partition
-    when the table holds a middle part). ``held``: the parts it holds.
-    ``gaps``: offsets between the table's lowest held offset and the highest
-    one a range reaches that neither the table nor the ranges cover (no run
-    landed them). ``after``: each written partition's intervals once the
-    pieces are committed.
-    """
-
-    write: tuple[OffsetRange, ...]
-    held: tuple[OffsetRange, ...]
-    gaps: tuple[OffsetRange, ...]
-    after: Mapping[int, tuple[Interval, ...]]
-
-    @property
-    def done(self) -> bool:
-        """Nothing left to write: the table holds every range."""
-        return not self.write
-
-    def versions(self, stream: str) -> dict[str, int]:
-        """The app id versions to commit with the pieces (every written partition's intervals)."""
-        versions: dict[str, int] = {}
-        for partition, intervals in sorted(self.after.items()):
-            versions.update(ledger_versions(stream, partition, intervals))
-        return versions
-
-
-def plan_delta(document: RangesDocument, holdings: Mapping[int, Sequence[Interval]]) -> DeltaPlan:
-    """Split each non-empty range of ``document`` into what the table holds (``holdings[partition]``) and lacks."""
-    write, held, gaps = [], [], []
-    after: dict[int, tuple[Interval, ...]] = {}
-    for wanted in document.ranges:
-        if wanted.count == 0:
-            continue
-        table = merge(holdings.get(wanted.partition, ()))
-        missing = uncovered(table, wanted.start, wanted.end)
-        write += [OffsetRange(wanted.partition, start, end) for start, end in missing]
-        held += [OffsetRange(wanted.partition, s, e) for s, e in uncovered(missing, wanted.start, wanted.end)]
-        covered = merge([*table, (wanted.start, wanted.end)])
-        gaps += [OffsetRange(wanted.partition, s, e) for s, e in uncovered(covered, covered[0][0], covered[-1][1])]
-        if missing:
-            after[wanted.partition] = tuple(covered)
-    return DeltaPlan(tuple(write), tuple(held), tuple(gaps), after)
+def plan_versions(stream: str, plan: TablePlan) -> dict[str, int]:
+    """The app id versions to commit with ``plan``'s pieces (every written partition's intervals)."""
+    versions: dict[str, int] = {}
+    for partition, intervals in sorted(plan.after.items()):
+        versions.update(ledger_versions(stream, partition, intervals))
+    return versions

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from airflow.sdk.lineage import get_hook_lineage_collector
+from airflow.providers.common.compat.sdk import get_hook_lineage_collector
 
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 

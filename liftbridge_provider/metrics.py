@@ -7,16 +7,26 @@ Each figure is sent twice: under its plain name with ``stream``, ``partition`` a
 
 from __future__ import annotations
 
-from airflow.sdk.observability.stats import Stats, normalize_name_for_stats
+import re
+
+from airflow.providers.common.compat.sdk import Stats
 
 CURSOR_LAG = "liftbridge.cursor_lag"  # gauge: offsets between a cursor and the high watermark (operators, sensors)
 WATCHER_LAG = "liftbridge.watcher.lag"  # gauge: offsets between a watcher's stored position and the high watermark
 DEAD_LETTERED = "liftbridge.watcher.dead_lettered"  # counter: messages published to a dead-letter stream
 
 
+_INVALID_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_.-]")  # what Airflow's stats names may not hold
+
+
+def stat_name(name: str) -> str:
+    """``name`` with every character a stats name may not hold (not ASCII letter, digit, ``_.-``) as ``_``."""
+    return _INVALID_NAME_CHARS.sub("_", name)
+
+
 def _named(stat: str, stream: str, partition: int, cursor_id: str) -> tuple[str, dict[str, str]]:
     tags = {"stream": stream, "partition": str(partition), "cursor_id": cursor_id}
-    name = normalize_name_for_stats(f"{stat}.{cursor_id}.{stream}.{partition}", log_warning=False)
+    name = stat_name(f"{stat}.{cursor_id}.{stream}.{partition}")
     return name, tags
 
 

@@ -138,7 +138,10 @@ class CursorNames:
     ``start``: per partition, the first offset of a watcher that started with no
     position (``start_from``), kept until ``position`` is set. Batch mode adds
     ``planned``/``recorded`` batch numbers (on the first watched partition) and, per
-    partition, the start and end offset of a batch in slot 0 or 1.
+    partition, the start and end offset of a batch in slot 0 or 1. Without shared
+    streams (Airflow < 3.3), ``handover`` and ``handed_by`` record an event a trigger
+    run handed to Airflow until the next run confirms it
+    (:mod:`liftbridge_provider.triggers.handover`).
     """
 
     cursor_id: str
@@ -164,6 +167,17 @@ class CursorNames:
 
     def slot_end(self, batch: int) -> str:
         return f"{self.cursor_id}.batch-slot{batch % 2}-end"
+
+    @property
+    def handover(self) -> str:
+        """Without shared streams, message mode: per partition, the offset a trigger run handed to Airflow."""
+        return f"{self.cursor_id}.handover"
+
+    @property
+    def handed_by(self) -> str:
+        """Without shared streams: the triggerer process that handed the event over (message mode: per
+        partition; batch mode: on the first watched partition); 0 or -1: none waits to be confirmed."""
+        return f"{self.cursor_id}.handed-by"
 
 
 def encode_bytes(data: bytes, value_format: str) -> tuple[str, str]:

@@ -4,13 +4,18 @@ Starts a Liftbridge node on 127.0.0.1, prepares an Airflow home with a SQLite
 metadata DB in ``.airflow/`` (the project's ``dags/`` as DAG folder, the
 connections from the environment), then runs ``airflow dags test
 liftbridge_spark_ingest`` three times: two batches of events, then a run with
-nothing new. It prints the rows ingested per partition and run, the output
-path and the cursor positions, checks that the Parquet rows equal the
-messages published, and stops the node. Exits non-zero on any mismatch.
+nothing new. It prints the rows ingested per run, the output path and the
+cursor positions, checks that the lake's rows equal the messages published
+(each offset once), and stops the node. Exits non-zero on any mismatch.
+
+``--format parquet|delta|iceberg`` (``make demo FORMAT=...``, default parquet)
+picks the lake: range folders with a claim ledger, a Delta table, or an
+Iceberg table in an embedded SQLite catalog, all under ``out/``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -28,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Overridable so the system test can run the demo in a temporary folder.
 AIRFLOW_HOME = Path(os.environ.get("DEMO_AIRFLOW_HOME", ROOT / ".airflow"))
 OUTPUT = Path(os.environ.get("DEMO_OUTPUT", ROOT / "out" / "lake"))
+FORMATS = ("parquet", "delta", "iceberg")
 STREAM = "demo-events"
 BATCHES = [1000, 500, 0]  # events published by each run; the last run finds nothing new
 log = logging.getLogger("demo")
@@ -56,42 +62,67 @@ def airflow(env: dict[str, str], *args: str) -> None:
         raise SystemExit(f"`airflow {' '.join(args[:3])}` failed (exit {result.returncode})")
 
 
-def rows_per_range() -> dict[str, int]:
-    """Parquet rows in each range folder: ``partition=P/range=A-B`` -> rows."""
-    folders = sorted((OUTPUT / f"stream={STREAM}").glob("partition=*/range=*"))
-    return {f"{f.parent.name}/{f.name}": pq.read_table(f).num_rows for f in folders}
+def lake_offsets(lake_format: str, output: Path) -> list[tuple[int, int]]:
+    """(partition, offset) of every row the lake holds, as a reader of that format sees them."""
+    if lake_format == "parquet":
+        folders = sorted((output / f"stream={STREAM}").glob("partition=*/range=*"))
+        tables = [pq.read_table(f, columns=["partition", "offset"]) for f in folders]
+        return sorted((r["partition"], r["offset"]) for t in tables for r in t.to_pylist())
+    if lake_format == "delta":
+        from deltalake import DeltaTable  # noqa: PLC0415 - the spark extra
+
+        if not (output / "_delta_log").exists():
+            return []
+        table = DeltaTable(str(output)).to_pyarrow_table(columns=["partition", "offset"])
+        return sorted((r["partition"], r["offset"]) for r in table.to_pylist())
+    from pyiceberg.catalog import load_catalog  # noqa: PLC0415 - the iceberg extra
+
+    catalog = load_catalog("liftbridge", type="sql", uri=f"sqlite:///{output}/catalog.db", warehouse=f"file://{output}")
+    name = f"liftbridge.{STREAM.replace('-', '_')}"
+    if not catalog.table_exists(name):
+        return []
+    rows = catalog.load_table(name).scan(selected_fields=("partition", "offset")).to_arrow()
+    return sorted((r["partition"], r["offset"]) for r in rows.to_pylist())
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the example ingestion DAG end to end")
+    parser.add_argument("--format", choices=FORMATS, default=os.environ.get("FORMAT") or "parquet")
+    lake_format = parser.parse_args(argv).format
+    output = OUTPUT if lake_format == "parquet" else OUTPUT.with_name(f"{OUTPUT.name}-{lake_format}")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    shutil.rmtree(OUTPUT, ignore_errors=True)
-    AIRFLOW_HOME.mkdir(exist_ok=True)
+    shutil.rmtree(output, ignore_errors=True)
+    AIRFLOW_HOME.mkdir(parents=True, exist_ok=True)
     with start_single() as server, LiftbridgeClient(server.brokers) as client:
         log.info("liftbridge running at %s", server.brokers[0])
         env = airflow_env(server.brokers)
         airflow(env, "db", "migrate")
-        seen: dict[str, int] = {}
+        seen: list[tuple[int, int]] = []
         for run, batch in enumerate(BATCHES, start=1):
-            conf = json.dumps({"batch_size": batch, "output_path": str(OUTPUT), "stream": STREAM})
-            airflow(env, "dags", "test", "liftbridge_spark_ingest", "--conf", conf)
-            now = rows_per_range()
-            new = {folder: rows for folder, rows in now.items() if folder not in seen}
+            conf = {"batch_size": batch, "output_path": str(output), "stream": STREAM, "lake_format": lake_format}
+            airflow(env, "dags", "test", "liftbridge_spark_ingest", "--conf", json.dumps(conf))
+            now = lake_offsets(lake_format, output)
+            new = len(now) - len(seen)
+            log.info("run %d: published %d, ingested %d rows%s (the %s lake holds %d)", run, batch, new,
+                     "" if new else ": nothing new", lake_format, len(now))  # fmt: skip
             seen = now
-            log.info("run %d: published %d, ingested %d rows: %s", run, batch, sum(new.values()), new or "nothing new")
         published = sum(BATCHES)
-        ingested = sum(seen.values())
+        ingested = len(seen)
+        twice = len(seen) - len(set(seen))
         partitions = len(client.stream_info(STREAM).partitions)
         cursors = {p: client.fetch_cursor("spark-ingest", STREAM, p) for p in range(partitions)}
         high_watermarks = {p: client.fetch_partition_metadata(STREAM, p).high_watermark for p in range(partitions)}
-    log.info("output: %s", OUTPUT / f"stream={STREAM}")
+    log.info("output: %s", output / f"stream={STREAM}" if lake_format == "parquet" else output)
     log.info("cursors (last ingested offset per partition): %s; high watermarks: %s", cursors, high_watermarks)
-    if ingested != published or cursors != high_watermarks:
-        log.error("MISMATCH: published %d messages, %d rows in Parquet", published, ingested)
+    if ingested != published or twice or cursors != high_watermarks:
+        log.error("MISMATCH: published %d messages, %d rows in the %s lake (%d twice)", published, ingested,
+                  lake_format, twice)  # fmt: skip
         return 1
     log.info(
-        "demo ok: %d messages published, %d rows in Parquet, each range written once; server stopped",
+        "demo ok: %d messages published, %d rows in the %s lake, each offset once; server stopped",
         published,
         ingested,
+        lake_format,
     )
     return 0
 

@@ -22,6 +22,7 @@ import grpc
 import grpc.aio
 import grpc.experimental
 
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.aio_timeout import within
 from liftbridge_provider.client.errors import ClientClosedError
@@ -33,6 +34,10 @@ from liftbridge_provider.client.plans import Connection
 log = logging.getLogger(__name__)
 
 
+def _serialize_subscribe(request: api.SubscribeRequest) -> bytes:
+    return request.SerializeToString()
+
+
 @dataclass
 class PooledChannel:
     """One channel, its stub, how many calls use it and when it was last released."""
@@ -42,6 +47,11 @@ class PooledChannel:
     stub: Any  # api_grpc.APIStub (the generated stub module is untyped)
     in_use: int = 0
     last_used: float = field(default_factory=time.monotonic)
+
+    def subscribe_raw(self, request: api.SubscribeRequest, *, timeout: float) -> Any:
+        """A Subscribe call whose responses stay serialized (bytes): for readers that decode many at once."""
+        call: Any = self.channel.unary_stream("/proto.API/Subscribe", request_serializer=_serialize_subscribe)
+        return call(request, timeout=timeout)
 
     def ready(self) -> bool:
         """Whether the channel is connected right now (its live state: a broker that died since the last

@@ -8,9 +8,9 @@ awaits the callback: a large share of the NATS path's client CPU per message
 (profile in docs/benchmarks.md). :func:`deliver_directly`
 wraps ``_process_msg`` on one client so that the messages of one subscription
 go to a plain function instead, on the parser's own turn; every other message
-(and any with headers) takes nats-py's way. These are private parts of the
-pinned nats-py: without them it returns False and the subscription's callback
-keeps working as before.
+(and any with headers) takes nats-py's way. These are private parts of
+nats-py (2.16 has them): without them it returns False and the subscription's
+callback keeps working as before.
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ class Verdict(enum.IntEnum):
 
 
 _SKIP, _DELIVER, _DELIVER_LAST, _END = Verdict.SKIP, Verdict.DELIVER, Verdict.DELIVER_LAST, Verdict.END
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -260,6 +261,29 @@ class SubscriptionState:
     def progressed(self) -> None:
         """A message was delivered now (called by the front end after delivering)."""
         self._last_progress = self._clock()
+
+    # -- receiving many messages at once -----------------------------------------------------------
+
+    def window(self) -> tuple[int, int]:
+        """:meth:`on_message`'s rule as bounds, for a reader that applies it to many messages itself
+        (a column builder): offsets below ``low`` are skipped, one equal to ``high`` is delivered and
+        ends the subscription, one above ``high`` ends it undelivered. Unset bounds are the int64 limits."""
+        low = self.next_offset if self.next_offset is not None else _INT64_MIN
+        high = self.stop_offset if self.stop_offset is not None else _INT64_MAX
+        return low, high
+
+    def took(self, offset: int, *, last: bool) -> None:
+        """Messages up to ``offset`` were delivered now through :meth:`window` (``last``: it is the stop offset)."""
+        self.next_offset = offset + 1
+        self.last_offset = offset
+        self._delivered_in_call = True
+        self._last_progress = self._clock()
+        if last:
+            self.ended = True
+
+    def passed_stop(self) -> None:
+        """A message above :meth:`window`'s ``high`` arrived: the subscription is over."""
+        self.ended = True
 
     # -- a call ended ------------------------------------------------------------------------------
 

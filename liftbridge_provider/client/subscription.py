@@ -19,12 +19,13 @@ from typing import Any
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client.columns import END, FULL, LAST, TAKEN, ColumnBuilder, Columns, finish, new_builder
 from liftbridge_provider.client.errors import LiftbridgeError
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message
 from liftbridge_provider.client.reading import NoLeaderYet, Open, SubscriptionState, Verdict
 from liftbridge_provider.client.routing import Router
-from liftbridge_provider.client.stream_reader import messages_of
+from liftbridge_provider.client.stream_reader import messages_of, receive_into
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,55 @@ class Subscription(Iterator[Message]):
         with contextlib.suppress(ValueError):  # "generator already executing": another thread iterates
             self._messages.close()  # release the channel now, not whenever the garbage collector runs
 
+    def column_batches(self, *, max_rows: int, max_bytes: int) -> Iterator[Columns]:
+        """The same messages as column buffers (the Spark task's read), each batch within ``max_rows`` rows
+        and ``max_bytes`` bytes of keys, values and headers (a larger message alone is a batch of its own).
+
+        Responses stay serialized and are decoded into the columns as they arrive
+        (:mod:`~liftbridge_provider.client.columns`): no Python object per message.
+        Use instead of iterating, not beside it.
+        """
+        builder = new_builder(max_rows=max_rows, max_bytes=max_bytes)
+        while not self._cancelled.is_set():
+            failure: grpc.RpcError | None = None
+            try:
+                with self._opened(raw=True) as call:
+                    if call is not None:
+                        yield from self._fill(call, builder)
+                        if self._state.ended:
+                            break
+            except grpc.RpcError as exc:
+                failure = exc
+            if not self._reopen(failure):
+                break
+        if builder.rows:
+            yield finish(builder)
+
+    def _fill(self, call: Any, builder: ColumnBuilder) -> Iterator[Columns]:
+        """Read one confirmed call into the builder, yielding each batch it fills."""
+        state = self._state
+        builder.window(*state.window())
+        seen = builder.last_offset
+        while True:
+            try:
+                outcome = receive_into(call, builder.add)
+                if outcome is not None and outcome[0] == FULL:
+                    yield finish(builder)
+                    outcome = (builder.add(outcome[1]), outcome[1])
+            except ValueError as exc:  # a response that is not a Message (the builders' only ValueError)
+                raise LiftbridgeError(
+                    f"undecodable message from the server: {exc}", stream=self.stream, partition=self.partition
+                ) from exc
+            status = TAKEN if outcome is None else outcome[0]
+            last = builder.last_offset
+            if last is not None and last != seen:
+                state.took(last, last=status == LAST)
+                seen = last
+            if status == END:
+                state.passed_stop()
+            if outcome is None or status in (LAST, END):
+                return
+
     def _run(self) -> Generator[api.Message, None, None]:
         state = self._state
         # The hot path, once per message: names bound locally (about half the cost of attribute lookups).
@@ -91,61 +141,82 @@ class Subscription(Iterator[Message]):
         while not self._cancelled.is_set():
             failure: grpc.RpcError | None = None
             try:
-                for raw in self._open_and_read():
-                    verdict = on_message(raw.offset)
-                    if verdict is skip:
-                        continue
-                    if verdict is end:
-                        return
-                    yield raw
-                    progressed()
-                    if verdict is last:
-                        return
+                with self._opened(raw=False) as call:
+                    for raw in messages_of(call) if call is not None else ():
+                        verdict = on_message(raw.offset)
+                        if verdict is skip:
+                            continue
+                        if verdict is end:
+                            return
+                        yield raw
+                        progressed()
+                        if verdict is last:
+                            return
             except grpc.RpcError as exc:
                 failure = exc
-            finally:
-                with self._lock:
-                    if self._call is not None:
-                        self._call.cancel()
-                    self._call = None
-            if self._cancelled.is_set():
+            if not self._reopen(failure):
                 return
-            told = state.broker_signal(failure)
-            if told is not None:
-                HEALTH.tell(*told)
-            reopen = state.closed(failure)
-            if reopen is None:
-                return
-            if reopen.refresh is not None:
-                log.info("subscription to %s/%d lost (%s); resubscribing", self.stream, self.partition, failure)
-                time.sleep(reopen.delay)
-                with contextlib.suppress(LiftbridgeError):
-                    self._router.metadata.refresh(timeout=reopen.refresh)
 
-    def _open_and_read(self) -> Iterator[api.Message]:
-        """One Subscribe call as the state asks; the server's empty first message is not yielded."""
+    def _reopen(self, failure: grpc.RpcError | None) -> bool:
+        """After a call ended (``failure`` None: without an error): whether to open another, as the state
+        decides (raises what ends the subscription); waits the backoff and refreshes metadata first."""
+        if self._cancelled.is_set():
+            return False
+        told = self._state.broker_signal(failure)
+        if told is not None:
+            HEALTH.tell(*told)
+        reopen = self._state.closed(failure)
+        if reopen is None:
+            return False
+        if reopen.refresh is not None:
+            log.info("subscription to %s/%d lost (%s); resubscribing", self.stream, self.partition, failure)
+            time.sleep(reopen.delay)
+            with contextlib.suppress(LiftbridgeError):
+                self._router.metadata.refresh(timeout=reopen.refresh)
+        return True
+
+    @contextlib.contextmanager
+    def _opened(self, *, raw: bool) -> Iterator[Any]:
+        """One Subscribe call as the state asks, confirmed (its empty first message read), or None when it
+        ended before confirming or the subscription was cancelled; cancelled on leaving. ``raw``: the
+        responses stay serialized (bytes)."""
         state = self._state
-        snapshot = (
-            self._router.metadata.snapshot
-            if state.established
-            else self._router.snapshot_with(self.stream, timeout=state.request_budget())
-        )
-        step: Open = state.open(snapshot)
-        if step.moved_from is not None:
-            log.info(
-                "subscription to %s/%d moves from %s to %s", self.stream, self.partition, step.moved_from, step.address
+        try:
+            snapshot = (
+                self._router.metadata.snapshot
+                if state.established
+                else self._router.snapshot_with(self.stream, timeout=state.request_budget())
             )
-        if step.confirm_running:
-            self._router.partition_running(self.stream, self.partition, timeout=self._state.request_budget())
-        if step.address is None:
-            raise NoLeaderYet()
-        with self._router.pool.lease(step.address) as pooled:
-            with self._lock:
-                if self._cancelled.is_set():
+            step: Open = state.open(snapshot)
+            if step.moved_from is not None:
+                log.info(
+                    "subscription to %s/%d moves from %s to %s",
+                    self.stream,
+                    self.partition,
+                    step.moved_from,
+                    step.address,
+                )
+            if step.confirm_running:
+                self._router.partition_running(self.stream, self.partition, timeout=state.request_budget())
+            if step.address is None:
+                raise NoLeaderYet()
+            with self._router.pool.lease(step.address) as pooled:
+                with self._lock:
+                    if self._cancelled.is_set():
+                        yield None
+                        return
+                    if raw:
+                        self._call = pooled.subscribe_raw(step.request, timeout=step.timeout)
+                    else:
+                        self._call = pooled.stub.Subscribe(step.request, timeout=step.timeout)
+                if next(self._call, None) is None:  # the empty message that confirms the subscription
+                    yield None  # ended before confirming: the state counts it as lost
                     return
-                self._call = pooled.stub.Subscribe(step.request, timeout=step.timeout)
-            if next(self._call, None) is None:  # the empty message that confirms the subscription
-                return  # ended before confirming: the state counts it as lost
-            self._state.confirmed()
-            HEALTH.answered(step.address)
-            yield from messages_of(self._call)
+                state.confirmed()
+                HEALTH.answered(step.address)
+                yield self._call
+        finally:
+            with self._lock:
+                if self._call is not None:
+                    self._call.cancel()
+                self._call = None

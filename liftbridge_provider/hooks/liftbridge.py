@@ -8,8 +8,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from airflow.providers.common.compat.sdk import get_hook_lineage_collector
 from airflow.sdk import BaseHook
-from airflow.sdk.lineage import get_hook_lineage_collector
 from airflow.sdk.log import mask_secret
 
 from liftbridge_provider.assets.liftbridge import stream_uri

@@ -7,10 +7,11 @@ from collections.abc import Iterator
 from functools import cached_property
 from typing import Any
 
+from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
 from liftbridge_provider.client import InvalidArgumentError, LiftbridgeClient, NoSuchPartitionError, NoSuchStreamError
+from liftbridge_provider.cursor_state import CursorStateStore
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 
 # Errors no retry can fix: bad input, and a stream or partition that does not exist.
@@ -24,6 +25,18 @@ def failing_without_retries(task_id: str) -> Iterator[None]:
         yield
     except PERMANENT_ERRORS as exc:
         raise AirflowFailException(f"{task_id}: {exc}") from exc
+
+
+def run_state(context: Any, client: LiftbridgeClient, stream: str) -> Any:
+    """Where a task keeps state across its retries and clears within one DAG run: Airflow's task state
+    store (Airflow 3.3+), else the same faces (``get``, ``set``) on the stream's cursors (CursorStateStore)."""
+    store = context.get("task_state_store")
+    if store is not None:
+        return store
+    ti = context["ti"]
+    return CursorStateStore(
+        client, stream, dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=getattr(ti, "map_index", -1)
+    )
 
 
 class LiftbridgeBaseOperator(BaseOperator):

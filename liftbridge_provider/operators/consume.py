@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk.module_loading import import_string  # type: ignore[attr-defined]
 
 from liftbridge_provider import metrics

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
 from liftbridge_provider import metrics
 from liftbridge_provider.client import (
@@ -20,8 +20,9 @@ from liftbridge_provider.client import (
     StartPosition,
 )
 from liftbridge_provider.client.metadata import PartitionInfo
+from liftbridge_provider.cursor_state import CursorStateStore
 from liftbridge_provider.delta_table import table_offsets
-from liftbridge_provider.operators._base import LiftbridgeBaseOperator, failing_without_retries
+from liftbridge_provider.operators._base import LiftbridgeBaseOperator, failing_without_retries, run_state
 from liftbridge_provider.ranges import (
     OffsetRange,
     RangesDocument,
@@ -35,10 +36,14 @@ from liftbridge_provider.ranges import (
 StartFrom = Literal["cursor", "earliest"]
 EndAt = Literal["high_watermark"]
 
-STATE_KEY = "liftbridge_ranges"  # task state store key: the ranges document frozen by this run
+STATE_KEY = "liftbridge_ranges"  # run state key (operators._base.run_state): the ranges document frozen by this run
 FROZEN_CURSORS = "frozen_cursors"  # document metadata: {partition: cursor offset the freeze read}
 CURSOR_LAG = "cursor_lag"  # document metadata: {partition: offsets between the cursor and the high watermark}
 INTERVAL = "interval"  # document metadata: {"start": ISO time, "end": ISO time} of a time-bounded freeze
+
+
+def _where(store: Any) -> str:
+    return "in the stream's cursors" if isinstance(store, CursorStateStore) else "in the task state store"
 
 
 class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
@@ -46,9 +51,10 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
 
     The Spark ingest job reads exactly these ranges and the commit step moves
     the cursor to their ends. The document is kept in Airflow's task state
-    store (Airflow 3.3+), so a retry or a clear of the same run returns the
-    same ranges instead of freezing bigger ones; a new run freezes anew.
-    Without a task state store the ranges are frozen again on every try (logged).
+    store (Airflow 3.3+), or where Airflow has none in the stream's own cursors
+    (:class:`~liftbridge_provider.cursor_state.CursorStateStore`), so a retry or
+    a clear of the same run returns the same ranges instead of freezing bigger
+    ones; a new run freezes anew.
 
     Paused partitions are not resumed when their range is empty; a non-empty
     range resumes its partition (reading it will need the data anyway).
@@ -152,15 +158,14 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         self.delta_table = delta_table
 
     def execute(self, context: Any) -> dict[str, Any]:
-        store = context.get("task_state_store")
-        if store is None:
-            self.log.warning("no task state store (Airflow < 3.3): a retry or clear of this run freezes again")
-        elif (stored := self._stored_ranges(store.get(STATE_KEY))) is not None:
-            return stored
+        with self.client() as client:
+            store = run_state(context, client, self.stream)
+            if (stored := self._stored_ranges(store.get(STATE_KEY))) is not None:
+                return stored
         document = self._freeze()
-        if store is not None:
+        with self.client():
             store.set(STATE_KEY, document)
-            self.log.info("ranges kept in the task state store: a retry or clear of this run reuses them")
+        self.log.info("ranges kept (%s): a retry or clear of this run reuses them", _where(store))
         return document
 
     def _stored_ranges(self, value: Any) -> dict[str, Any] | None:
@@ -171,14 +176,14 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
             document = RangesDocument.parse(value)
         if (document.stream, document.cursor_id) != (self.stream, self.cursor_id):
             self.log.warning(
-                "the task state store holds ranges of stream %r, cursor %r, not %r, %r: freezing again",
+                "the run's state holds ranges of stream %r, cursor %r, not %r, %r: freezing again",
                 document.stream,
                 document.cursor_id,
                 self.stream,
                 self.cursor_id,
             )
             return None
-        self.log.info("reusing the ranges frozen earlier in this run (task state store key %r)", STATE_KEY)
+        self.log.info("reusing the ranges frozen earlier in this run (state key %r)", STATE_KEY)
         self._log_ranges(document)
         return document.to_json()
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowFailException
 
 from liftbridge_provider.client import NoSuchStreamError, StreamExistsError
 from liftbridge_provider.client.metadata import StreamInfo

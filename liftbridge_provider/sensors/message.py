@@ -7,19 +7,19 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any, Literal
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSensorTimeout, conf
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from liftbridge_provider import metrics
 from liftbridge_provider.client import CursorMovedError, CursorStep, LiftbridgeClient, Message
 from liftbridge_provider.functions import import_function
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
-from liftbridge_provider.operators._base import failing_without_retries
+from liftbridge_provider.operators._base import failing_without_retries, run_state
 from liftbridge_provider.ranges import check_partitions, partition_offsets
 from liftbridge_provider.sensors.offset import PERMANENT_EVENT_ERRORS
 from liftbridge_provider.triggers.await_message import LiftbridgeAwaitMessageTrigger, match_event, matched
 
-STATE_KEY = "liftbridge_message_sensor"  # task state store: {partition: next offset to look at}
+STATE_KEY = "liftbridge_message_sensor"  # run state (operators._base.run_state): {partition: next offset}
 
 
 class LiftbridgeMessageSensor(BaseSensorOperator):
@@ -28,8 +28,8 @@ class LiftbridgeMessageSensor(BaseSensorOperator):
     Messages are looked at from ``start`` on: ``"latest"`` (default: those that
     arrive after the first poke), ``"cursor"`` (after ``cursor_id``'s stored
     offset) or ``{partition: offset}``. Where it looks is fixed at the first
-    poke and kept in the task state store, so neither a reschedule nor a
-    retry skips a message. The XCom value is ``{"stream", "partition",
+    poke and kept in the task state store (before Airflow 3.3: the stream's
+    cursors), so neither a reschedule nor a retry skips a message. The XCom value is ``{"stream", "partition",
     "offset", "value"}``, ``value`` being what the function returned (JSON).
     With ``commit_cursor`` the cursor is set to the matching offset, unless it
     is already there or past it (it never moves back).
@@ -105,9 +105,8 @@ class LiftbridgeMessageSensor(BaseSensorOperator):
         return self.apply_function
 
     def _positions(self, client: LiftbridgeClient, context: Any) -> dict[int, int]:
-        """``{partition: next offset to look at}``: fixed at the first poke, then kept in the task state store."""
-        store = context.get("task_state_store")
-        stored = store.get(STATE_KEY) if store is not None else None
+        """``{partition: next offset to look at}``: fixed at the first poke, then kept in the run's state."""
+        stored = run_state(context, client, self.stream).get(STATE_KEY)
         if stored is not None:
             return partition_offsets(stored, "stored positions")
         count = len(client.stream_info(self.stream).partitions)
@@ -122,13 +121,11 @@ class LiftbridgeMessageSensor(BaseSensorOperator):
         else:
             given = partition_offsets(self.start, "start")
             positions = {p: given[p] for p in chosen if p in given}
-        self._keep(context, positions)
+        self._keep(context, client, positions)
         return positions
 
-    def _keep(self, context: Any, positions: Mapping[int, int]) -> None:
-        store = context.get("task_state_store")
-        if store is not None:
-            store.set(STATE_KEY, {str(p): o for p, o in positions.items()})
+    def _keep(self, context: Any, client: LiftbridgeClient, positions: Mapping[int, int]) -> None:
+        run_state(context, client, self.stream).set(STATE_KEY, {str(p): o for p, o in positions.items()})
 
     def poke(self, context: Any) -> PokeReturnValue:
         with failing_without_retries(self.task_id):
@@ -143,7 +140,7 @@ class LiftbridgeMessageSensor(BaseSensorOperator):
                     if value is not None:
                         return PokeReturnValue(is_done=True, xcom_value=self._found(client, message, value))
                 positions[partition] = max(start, end)
-            self._keep(context, positions)
+            self._keep(context, client, positions)
         self.log.info("no match yet; looking next from %s", positions)
         return PokeReturnValue(is_done=False)
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
+from airflow.sdk import BaseSensorOperator
 
 from liftbridge_provider.client import InvalidArgumentError, NoSuchPartitionError, NoSuchStreamError
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook

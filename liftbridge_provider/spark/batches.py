@@ -1,5 +1,10 @@
 """Arrow record batches from Liftbridge messages, budgeted by rows and by bytes.
 
+Two ways in: :func:`arrow_batch` wraps the buffers a column builder decoded
+from the wire (the Spark task's read, ``Subscription.column_batches``);
+:func:`record_batches` builds batches from message objects (any object with a
+received message's fields).
+
 A batch holds at most ``max_rows`` rows and at most ``max_bytes`` bytes of
 keys, values and headers (names and values), unless one message alone is
 larger: then it is a batch of its own. Budgeting by bytes keeps a batch of
@@ -15,6 +20,8 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from liftbridge_provider.client.columns import Columns
 
 
 class RawMessage(Protocol):
@@ -120,3 +127,32 @@ def record_batches(
         size += added
     if rows:
         yield columns.batch(schema, stream, partition)
+
+
+def _binary(kind: pa.DataType, length: int, offsets: bytes, data: bytes) -> pa.Array:
+    return pa.Array.from_buffers(kind, length, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def arrow_batch(columns: Columns, schema: pa.Schema, stream: str, partition: int) -> pa.RecordBatch:
+    """One batch of ``schema`` from a column builder's buffers (``Subscription.column_batches``), wrapping
+    them as Arrow arrays without copying or touching a row; only ``stream`` and ``partition`` are filled."""
+    rows = columns.rows
+    types = {field.name: field.type for field in schema}
+    entries = len(columns.name_offsets) // 4 - 1
+    map_type = types["headers"]
+    key_field, item_field = map_type.key_field, map_type.item_field
+    names = _binary(key_field.type, entries, columns.name_offsets, columns.name_data)
+    values = _binary(item_field.type, entries, columns.header_value_offsets, columns.header_value_data)
+    pairs = pa.StructArray.from_arrays([names, values], fields=[key_field, item_field])
+    headers = pa.Array.from_buffers(map_type, rows, [None, pa.py_buffer(columns.header_offsets)], children=[pairs])
+    arrays = {
+        "key": _binary(types["key"], rows, columns.key_offsets, columns.key_data),
+        "value": _binary(types["value"], rows, columns.value_offsets, columns.value_data),
+        "stream": pa.array([stream] * rows, types["stream"]),
+        "partition": pa.array([partition] * rows, types["partition"]),
+        "offset": pa.Array.from_buffers(types["offset"], rows, [None, pa.py_buffer(columns.offsets)]),
+        "timestamp": pa.Array.from_buffers(types["timestamp"], rows, [None, pa.py_buffer(columns.timestamps)]),
+        "subject": _binary(types["subject"], rows, columns.subject_offsets, columns.subject_data),
+        "headers": headers,
+    }
+    return pa.RecordBatch.from_arrays([arrays[field.name] for field in schema], schema=schema)

@@ -1,16 +1,16 @@
-"""Ingest frozen offset ranges into a Delta table, every offset exactly once (``ingest.py --format delta``).
+"""Delta tables for the ingest job (``ingest.py --format delta``) and for stream queries (``DeltaBatchWriter``).
 
-Spark reads the pieces the table does not hold yet (liftbridge_provider/delta_plan.py)
-and writes them as Parquet files inside the table's folder (the table is
-partitioned by ``partition``); delta-rs then
-commits those files and each partition's next offset (a Delta application
-transaction, ``liftbridge:<stream>:<partition>``) in one Delta transaction.
-A run killed before that commit leaves only files no Delta reader sees
-(``DeltaTable.vacuum`` removes them); two runs at once cannot both commit the
-same offsets (Delta refuses the second commit as a concurrent transaction), and
-the loser plans again from the table and finds them held. Delta jars for Spark
-4.3 do not exist yet, so the commit is delta-rs's; any Delta reader (delta-rs,
-DuckDB, Polars, Spark with Delta) reads the table.
+:class:`DeltaFormat` is the Delta side of ``spark/table_ingest.py``'s loop:
+the table's transaction log records the offset intervals it holds as Delta
+application transactions (``delta_plan.py``), Spark writes the missing pieces
+as Parquet files inside the table's folder (partitioned by ``partition``),
+and delta-rs commits those files and the partitions' new intervals in one
+Delta transaction. Delta refuses a commit when a concurrent one wrote an
+app id it writes too (every commit to a partition writes its ``pieces`` id),
+so the loser plans again. A run killed before the commit leaves only files
+no Delta reader sees (``DeltaTable.vacuum`` removes them). Delta jars for
+Spark 4.3 do not exist yet, so the commit is delta-rs's; any Delta reader
+(delta-rs, DuckDB, Polars, Spark with Delta) reads the table.
 
 The table is a local path (a plain path or a ``file:`` URI).
 """
@@ -20,15 +20,12 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
@@ -37,51 +34,15 @@ from pyspark.sql import DataFrame, SparkSession
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client.errors import InvalidArgumentError
-from liftbridge_provider.delta_plan import TXN_RETENTION_PROPERTY, DeltaPlan, plan_delta
+from liftbridge_provider.delta_plan import TXN_RETENTION_PROPERTY, plan_versions
 from liftbridge_provider.delta_table import PARTITION_COLUMN, holdings, table_path
-from liftbridge_provider.lake import LakeError, Outcome, problems
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
-from liftbridge_provider.spark.pieces import read_pieces
 from liftbridge_provider.spark.source import arrow_schema
+from liftbridge_provider.spark.table_ingest import CommitConflict, Written, footer_stats, micros_timestamps
+from liftbridge_provider.table_plan import Interval, TablePlan
 
 log = logging.getLogger("liftbridge.ingest.delta")
 
-COMMIT_ATTEMPTS = 5  # plans in a row that lost their commit to another run before the job gives up
 STATS_COLUMNS = ("offset",)  # min/max kept in each file's Delta stats (for data skipping)
-
-
-class _MicrosTimestamps:
-    """Spark writes INT96 timestamps by default; Delta's timestamp is microseconds. Sets the session's
-    output type while any Delta write of this process runs (writes may overlap: the first sets it, the
-    last restores it)."""
-
-    KEY = "spark.sql.parquet.outputTimestampType"
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._writes = 0
-        self._before: str | None = None
-
-    @contextmanager
-    def __call__(self, spark: SparkSession) -> Iterator[None]:
-        with self._lock:
-            if self._writes == 0:
-                self._before = spark.conf.get(self.KEY, None)
-                spark.conf.set(self.KEY, "TIMESTAMP_MICROS")
-            self._writes += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._writes -= 1
-                if self._writes == 0:
-                    if self._before is None:
-                        spark.conf.unset(self.KEY)
-                    else:
-                        spark.conf.set(self.KEY, self._before)
-
-
-_micros_timestamps = _MicrosTimestamps()
 
 
 def _open(table: str) -> DeltaTable:
@@ -161,64 +122,6 @@ def add_actions(table: str, folder: Path) -> list[AddAction]:
     return actions
 
 
-def _entries(actions: list[AddAction], folder: Path, plan: DeltaPlan, run: str) -> list[dict[str, Any]]:
-    """What the written files hold per piece (rows, min and max offset), as the lake checks expect, from the
-    files' Parquet footers (the add actions' stats): no second Spark job.
-
-    A Spark task reads one slice of one piece, so each file's rows belong to one piece: the one its lowest
-    offset falls in (the checks then flag any offset outside it).
-    """
-    found: dict[OffsetRange, dict[str, Any]] = {}
-    for action in actions:
-        stats = json.loads(action.stats)
-        if not stats["numRecords"]:
-            continue
-        partition = int(str(action.partition_values[PARTITION_COLUMN]))
-        low, high = _offset_bounds(stats, folder.parent / action.path)  # paths are relative to the table
-        piece = _piece_of(plan.write, partition, low)
-        seen = found.setdefault(piece, {"rows": 0, "min": low, "max": high})
-        seen["rows"] += stats["numRecords"]
-        seen["min"], seen["max"] = min(seen["min"], low), max(seen["max"], high)
-    entries = []
-    for piece in plan.write:
-        row = found.pop(piece, None)
-        entries.append(_entry(piece, row, folder, run))
-    entries += [_entry(piece, row, folder, run) for piece, row in found.items()]  # rows of no planned piece
-    return entries
-
-
-def _piece_of(pieces: tuple[OffsetRange, ...], partition: int, offset: int) -> OffsetRange:
-    """The planned piece of ``partition`` that ``offset`` falls in (else the nearest below it, else the first
-    of the partition, else an empty piece of the partition: the checks report the rows as outside)."""
-    own = [p for p in pieces if p.partition == partition]
-    below = [p for p in own if p.start <= offset]
-    if below:
-        return max(below)
-    return own[0] if own else OffsetRange(partition, 0, 0)
-
-
-def _entry(piece: OffsetRange, row: Mapping[str, Any] | None, folder: Path, run: str) -> dict[str, Any]:
-    return {
-        "partition": piece.partition,
-        "start": piece.start,
-        "end": piece.end,
-        "rows": row["rows"] if row else 0,
-        "min_offset": row["min"] if row else None,
-        "max_offset": row["max"] if row else None,
-        "path": str(folder),
-        "run": run,
-    }
-
-
-def _offset_bounds(stats: Mapping[str, Any], path: Path) -> tuple[int, int]:
-    """The lowest and highest offset in a file with rows: from its footer, else read from the file."""
-    low, high = stats["minValues"].get("offset"), stats["maxValues"].get("offset")
-    if low is None or high is None:  # a writer that kept no statistics
-        offsets = pq.read_table(path, columns=["offset"]).column("offset")
-        low, high = pc.min(offsets).as_py(), pc.max(offsets).as_py()
-    return int(low), int(high)
-
-
 def _commit(table: DeltaTable, actions: list[AddAction], versions: Mapping[str, int], stream: str) -> None:
     """One Delta transaction: the files and the new ``{app id: version}`` (CommitFailedError when another
     writer moved one of those app ids since ``table`` was read)."""
@@ -234,68 +137,49 @@ def _commit(table: DeltaTable, actions: list[AddAction], versions: Mapping[str, 
 
 def _write_files(spark: SparkSession, frame: DataFrame, folder: Path) -> None:
     """Parquet files for Delta (microsecond timestamps), one folder per partition."""
-    with _micros_timestamps(spark):
+    with micros_timestamps(spark):
         frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(folder.as_uri())
 
 
-def _holdings(table: DeltaTable, document: RangesDocument) -> dict[int, list[tuple[int, int]]]:
-    return holdings(table, document.stream, [r.partition for r in document.ranges if r.count])
+class DeltaFormat:
+    """A Delta table at a local path, as ``table_ingest.ingest_table`` drives it."""
 
+    def __init__(self, table: str) -> None:
+        self.path = table
+        self._delta: DeltaTable | None = None
 
-def _gaps(plan: DeltaPlan) -> list[str]:
-    return [f"partition {g.partition}: the lake misses offsets [{g.start}, {g.end})" for g in plan.gaps]
+    @property
+    def delta(self) -> DeltaTable:
+        assert self._delta is not None, "refresh() first"
+        return self._delta
 
+    def refresh(self) -> None:
+        self._delta = _open(self.path)
 
-def _describe(pieces: tuple[OffsetRange, ...]) -> str:
-    return ", ".join(f"{r.partition}:[{r.start}, {r.end})" for r in pieces) or "nothing"
+    def holdings(self, stream: str, partitions: Sequence[int]) -> dict[int, list[Interval]]:
+        return holdings(self.delta, stream, partitions)
 
+    def write(self, spark: SparkSession, frame: DataFrame, name: str) -> Written:
+        folder = Path(self.path) / name
+        frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(folder.as_uri())
+        actions = add_actions(self.path, folder)
+        files = [
+            footer_stats(a.path, str(Path(self.path) / a.path), int(str(a.partition_values[PARTITION_COLUMN])))
+            for a in actions
+        ]
+        return Written(str(folder), files, actions)
 
-def ingest_delta(
-    spark: SparkSession,
-    document: RangesDocument,
-    options: Mapping[str, str],
-    table: str,
-    *,
-    run: str,
-    compacted: bool,
-    head_loss_ok: bool,
-) -> Outcome:
-    """Write what the Delta table at ``table`` (a local folder) lacks of ``document``'s ranges, exactly once.
-
-    Raises LakeError when other runs won every commit attempt, or when the table does not hold every range
-    after this run committed (a range the job cannot land is never a success).
-    """
-    for attempt in range(COMMIT_ATTEMPTS):
-        delta = _open(table)
-        plan = plan_delta(document, _holdings(delta, document))
-        gaps = _gaps(plan)
-        if plan.done:
-            log.info("Delta table %s holds %s already", table, _describe(plan.held))
-            return Outcome([], [], gaps, f"{table} (Delta version {delta.version()})")
-        log.info("Delta table %s holds %s; writing %s", table, _describe(plan.held), _describe(plan.write))
-        folder = Path(table) / f"liftbridge-{run}-{attempt}"
-        _write_files(spark, read_pieces(spark, document.stream, plan.write, options), folder)
-        actions = add_actions(table, folder)
-        entries = _entries(actions, folder, plan, run)
-        found = problems(entries, compacted, head_loss_ok)
-        if found:
-            shutil.rmtree(folder, ignore_errors=True)
-            return Outcome(entries, [f"{p} (not committed)" for p in found], gaps, table)
-        fault_points.reached("ingest.delta_written")
+    def commit(self, written: Written, plan: TablePlan, stream: str) -> None:
         try:
-            _commit(delta, actions, plan.versions(document.stream), document.stream)
+            _commit(self.delta, written.handle, plan_versions(stream, plan), stream)
         except CommitFailedError as exc:
-            log.info("attempt %d: another run committed first (%s); planning again", attempt + 1, exc)
-            shutil.rmtree(folder, ignore_errors=True)
-            continue
-        committed = DeltaTable(table)
-        version = committed.version()
-        log.info("committed %d rows as Delta version %d of %s", sum(e["rows"] for e in entries), version, table)
-        left = plan_delta(document, _holdings(committed, document))
-        if not left.done:
-            raise LakeError(f"after commit {version}, {table} still lacks {_describe(left.write)}")
-        return Outcome(entries, [], _gaps(left), f"{table} (Delta version {version})")
-    raise LakeError(f"other runs committed to {table} before each of {COMMIT_ATTEMPTS} attempts; run again")
+            raise CommitConflict(str(exc)) from exc
+
+    def discard(self, written: Written) -> None:
+        shutil.rmtree(written.location, ignore_errors=True)
+
+    def describe(self) -> str:
+        return f"{self.path} (Delta version {self.delta.version()})" if self._delta else self.path
 
 
 class DeltaBatchWriter:

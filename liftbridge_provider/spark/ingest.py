@@ -60,6 +60,7 @@ from liftbridge_provider.ranges import RangesDocument
 from liftbridge_provider.spark.lake_store import HadoopStore
 from liftbridge_provider.spark.parquet_ingest import Job, ingest_parquet
 from liftbridge_provider.spark.source import LiftbridgeDataSource
+from liftbridge_provider.spark.table_ingest import ingest_table
 
 log = logging.getLogger("liftbridge.ingest")
 
@@ -77,11 +78,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--format",
         dest="lake_format",
-        choices=("parquet", "delta"),
+        choices=("parquet", "delta", "iceberg"),
         default="parquet",
-        help="parquet: range folders fenced by a claim ledger (default); delta: a Delta table whose log holds "
-        "each partition's next offset",
+        help="parquet: range folders fenced by a claim ledger (default); delta: a Delta table (a local path) whose "
+        "log records the offsets it holds; iceberg: an Iceberg table whose properties record them",
     )
+    parser.add_argument(
+        "--iceberg-catalog",
+        default="liftbridge",
+        help="pyiceberg catalog name (its settings may also come from ~/.pyiceberg.yaml or PYICEBERG_CATALOG__*)",
+    )
+    parser.add_argument(
+        "--iceberg-catalog-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a catalog property as pyiceberg names it (type, uri, warehouse, ...); repeat for more. None: an "
+        "embedded SQL catalog on SQLite in --output",
+    )
+    parser.add_argument("--iceberg-table", help="namespace.table (default liftbridge.<stream>)")
     parser.add_argument("--stream", help="expected stream name (checked against the document)")
     parser.add_argument("--min-partitions", type=int)
     parser.add_argument("--max-records-per-partition", type=int)
@@ -182,13 +197,23 @@ def run(
         raise InvalidArgumentError(f"--stream {args.stream} differs from the ranges document's {document.stream}")
     config = client_config(args, os.environ if environ is None else environ)
     if args.lake_format == "delta":
-        from liftbridge_provider.spark.delta_ingest import ingest_delta  # noqa: PLC0415 - driver only
+        from liftbridge_provider.spark.delta_ingest import DeltaFormat  # noqa: PLC0415 - needs deltalake
 
-        total = ingest_delta(
+        total = ingest_table(
             spark,
             document,
             source_options(config, args, cores=spark.sparkContext.defaultParallelism),
-            table_path(args.output),
+            DeltaFormat(table_path(args.output)),
+            run=uuid.uuid4().hex[:12],
+            compacted=args.compacted,
+            head_loss_ok=args.on_data_loss == "skip",
+        )
+    elif args.lake_format == "iceberg":
+        total = ingest_table(
+            spark,
+            document,
+            source_options(config, args, cores=spark.sparkContext.defaultParallelism),
+            iceberg_format(args, document.stream),
             run=uuid.uuid4().hex[:12],
             compacted=args.compacted,
             head_loss_ok=args.on_data_loss == "skip",
@@ -235,6 +260,35 @@ def write_manifest(store: HadoopStore, stream_folder: str, document: RangesDocum
     }
     store.write(path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
     return path
+
+
+def iceberg_format(args: argparse.Namespace, stream: str) -> Any:
+    """The Iceberg table of ``--iceberg-*`` (InvalidArgumentError for a malformed property or name)."""
+    require_pyiceberg()
+    from liftbridge_provider.spark.iceberg_ingest import (  # noqa: PLC0415 - needs pyiceberg
+        IcebergFormat,
+        catalog_properties,
+        table_identifier,
+    )
+
+    given = {}
+    for item in args.iceberg_catalog_property:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidArgumentError(f"--iceberg-catalog-property must be KEY=VALUE, got {item!r}")
+        given[key] = value
+    properties = catalog_properties(args.output, given)
+    return IcebergFormat(args.iceberg_catalog, properties, table_identifier(stream, args.iceberg_table))
+
+
+def require_pyiceberg() -> None:
+    """Fail clearly (InvalidArgumentError) when the ``pyiceberg`` package is missing."""
+    try:
+        import pyiceberg  # noqa: F401, PLC0415 - optional dependency
+    except ImportError as exc:
+        raise InvalidArgumentError(
+            "Iceberg tables need the pyiceberg package (pip install 'airflow-provider-liftbridge[iceberg]')"
+        ) from exc
 
 
 def exit_status(outcome: Outcome, on_data_loss: str) -> int:
@@ -309,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     try:  # refuse bad input before starting Spark
         load_ranges(args.ranges)
         client_config(args, os.environ)
+        if args.lake_format == "iceberg":
+            document = load_ranges(args.ranges)
+            iceberg_format(args, document.stream).check()
         if args.lake_format == "delta":
             require_deltalake()
             from liftbridge_provider.spark.delta_ingest import check_table  # noqa: PLC0415 - needs deltalake

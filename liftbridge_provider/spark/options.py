@@ -279,6 +279,7 @@ WRITE_KNOWN = {
     "partitioner",
     "useoffsets",
     "path",
+    "checkpointlocation",  # Spark's own: a streaming query passes it to its sink too
 }
 DEFAULT_WRITE_BATCH = 10_000
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, IntegerType, LongType, MapType, StringType, StructType
 
 from liftbridge_provider.client import (
@@ -39,6 +39,7 @@ from liftbridge_provider.client import (
 from liftbridge_provider.client.partitioners import Partitioner
 from liftbridge_provider.client.publish_window import BatchResult
 from liftbridge_provider.spark.options import WriteOptions
+from liftbridge_provider.version_compat import DataSourceStreamArrowWriter
 
 log = logging.getLogger(__name__)
 

@@ -53,9 +53,10 @@ from liftbridge_provider.ranges import (
     interval_start_may_be_lost,
     partition_offsets,
 )
-from liftbridge_provider.spark.batches import record_batches
+from liftbridge_provider.spark.batches import arrow_batch
 from liftbridge_provider.spark.options import Bound, ReadOptions, parse_options, parse_write_options
 from liftbridge_provider.spark.planning import Slice, plan_slices
+from liftbridge_provider.version_compat import ARROW_SCHEMA_UTC
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,8 @@ subject string, headers map<string,binary> (all nullable)."""
 
 
 def arrow_schema() -> pa.Schema:
-    """The Arrow schema Spark expects for :data:`SCHEMA` (4.3 compares it exactly)."""
-    return to_arrow_schema(SCHEMA, timezone="UTC")
+    """The Arrow schema Spark expects for :data:`SCHEMA`, timestamps in UTC (4.3 compares it exactly)."""
+    return to_arrow_schema(SCHEMA, **ARROW_SCHEMA_UTC)
 
 
 @dataclass(frozen=True)
@@ -232,14 +233,8 @@ def read_slice(options: ReadOptions, stream: str, work: Slice, schema: pa.Schema
         if subscription is None:
             return
         with subscription:
-            yield from record_batches(
-                subscription.raw_messages(),
-                schema,
-                stream,
-                work.partition,
-                max_rows=options.batch_size,
-                max_bytes=options.batch_bytes,
-            )
+            for columns in subscription.column_batches(max_rows=options.batch_size, max_bytes=options.batch_bytes):
+                yield arrow_batch(columns, schema, stream, work.partition)
 
 
 class LiftbridgeReader(DataSourceReader):

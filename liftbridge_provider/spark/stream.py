@@ -4,7 +4,17 @@ An offset is ``{"<partition>": next offset}`` (JSON, as Spark checkpoints it).
 The driver (this reader) says where each micro-batch ends: the committed high
 watermark + 1 of every partition, cut by ``maxOffsetsPerTrigger`` in
 proportion to each partition's backlog (:func:`~liftbridge_provider.spark.planning.rate_limit`),
-and never past what was there when an ``availableNow`` query started. Each
+and never past what was there when an ``availableNow`` query started.
+
+PySpark 4.2+ hands ``latestOffset`` the micro-batch's start and read limit
+(admission control) and supports ``availableNow`` through
+``prepareForTriggerAvailableNow``. PySpark 4.0 and 4.1 ask ``latestOffset()``
+with neither: the reader then keeps the start itself (the initial offsets,
+then the end of each micro-batch Spark plans) and applies
+``maxOffsetsPerTrigger`` on its own. Those versions run an ``availableNow``
+query as one micro-batch up to what ``latestOffset`` first answered, so with
+``maxOffsetsPerTrigger`` such a query reads at most that many offsets and
+ends (the next run goes on from its checkpoint); the reader logs this once. Each
 micro-batch's ranges are checked (``failOnDataLoss``) and planned into tasks
 with the batch reader's planner; the tasks read them as the batch reader's
 tasks do. Spark writes a micro-batch's offsets to its checkpoint before
@@ -20,7 +30,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from liftbridge_provider.client import CursorMovedError, LiftbridgeClient
 from liftbridge_provider.ranges import OffsetRange, check_partitions, partition_offsets
@@ -33,6 +42,7 @@ from liftbridge_provider.spark.source import (
     read_slice,
     start_offsets,
 )
+from liftbridge_provider.version_compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +66,8 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.stream: str = options.stream
         self._target: dict[int, int] | None = None  # availableNow: where the query stops
         self._planned = False  # latestOffset was called before by this reader: its start is a committed end
+        self._next_start: dict[str, Any] | None = None  # without admission control: where the next batch starts
+        self._told_no_admission = False
 
     def _client(self) -> LiftbridgeClient:
         return LiftbridgeClient(self.options.config)
@@ -74,7 +86,10 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             assert self.options.starting_offsets is not None
             starts = start_offsets(client, self.stream, self.options.starting_offsets, partitions)
         log.info("liftbridge stream %s starts at %s", self.stream, starts)
-        return _json({p: starts.get(p, 0) for p in partitions})
+        initial = _json({p: starts.get(p, 0) for p in partitions})
+        if self._next_start is None:
+            self._next_start = dict(initial)
+        return initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger
@@ -85,7 +100,11 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             self._target = self._available(client, self._partitions(client))
         log.info("liftbridge stream %s: availableNow reads up to %s", self.stream, self._target)
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> Offsets:
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> Offsets:
+        """Where the next micro-batch ends. PySpark 4.2+ gives its ``start`` and ``limit``; without them
+        (PySpark 4.0, 4.1) the start is the one this reader kept and the limit ``maxOffsetsPerTrigger``."""
+        if start is None:
+            start, limit = self._own_start_and_limit()
         begin = _offsets(start)
         with self._client() as client:
             if self._planned:  # Spark plans a micro-batch only after the one before it was committed
@@ -97,12 +116,29 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return _json(rate_limit(begin, available, max_rows))
 
+    def _own_start_and_limit(self) -> tuple[dict[str, Any], ReadLimit]:
+        """Without admission control: the start kept by this reader (the initial offsets when Spark has not
+        planned a micro-batch yet), and ``maxOffsetsPerTrigger`` as the limit."""
+        if self._next_start is None:
+            self._next_start = dict(self.initialOffset())
+        if self.options.max_offsets_per_trigger is not None and not self._told_no_admission:
+            self._told_no_admission = True
+            log.warning(
+                "liftbridge stream %s: this PySpark has no admission control for Python sources (PySpark 4.2+): "
+                "the reader applies maxOffsetsPerTrigger=%d itself; an availableNow query reads one micro-batch "
+                "of at most that many offsets and ends (docs/spark.md, 'Versions')",
+                self.stream,
+                self.options.max_offsets_per_trigger,
+            )
+        return self._next_start, self.getDefaultReadLimit()
+
     def reportLatestOffset(self) -> Offsets | None:
         with self._client() as client:
             return _json(self._available(client, self._partitions(client)))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, finish = _offsets(start), _offsets(end)
+        self._next_start = dict(end)  # the next micro-batch starts where this one ends
         ranges = [OffsetRange(p, begin[p], finish.get(p, begin[p])) for p in sorted(begin)]
         with self._client() as client:
             checked = [check_range(client, self.stream, r, self.options) for r in ranges]

@@ -7,10 +7,12 @@ Use it in an ``AssetWatcher``, directly or through the common messaging
         AssetWatcher(name="orders", trigger=LiftbridgeMessageTrigger(stream="orders", mode="batch")),
     ])
 
-All watchers in a triggerer with the same reader settings share one reader
-(see :meth:`shared_stream_key`); each applies its own ``value_format`` and
-``apply_function``. Delivery and restarts are described in
-:mod:`liftbridge_provider.triggers.watchers`.
+On Airflow 3.3+ all watchers in a triggerer with the same reader settings
+share one reader (see :meth:`shared_stream_key`); each applies its own
+``value_format`` and ``apply_function``. Delivery and restarts are described
+in :mod:`liftbridge_provider.triggers.watchers`. Older Airflow runs each
+watcher on its own (:meth:`run`), with the same delivery promise
+(:mod:`liftbridge_provider.triggers.handover`).
 """
 
 from __future__ import annotations
@@ -20,18 +22,19 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
-from airflow.triggers.shared_stream import (
-    AdvanceItem,
-    AdvanceOutcome,
-    SharedStreamProducer,
-    reject_shared_stream_event,
-)
 
 from liftbridge_provider.client import InvalidArgumentError, Message
 from liftbridge_provider.client.activity import ACTIVITY_STREAM
 from liftbridge_provider.functions import import_function
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
+from liftbridge_provider.triggers.handover import handover_reader_for
 from liftbridge_provider.triggers.watchers import WatcherError, reader_for, record_refusal
+from liftbridge_provider.version_compat import (
+    AdvanceItem,
+    AdvanceOutcome,
+    SharedStreamProducer,
+    reject_shared_stream_event,
+)
 from liftbridge_provider.watching import (
     VALUE_FORMATS,
     WatchSettings,
@@ -170,8 +173,10 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
                 yield TriggerEvent(payload)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Standalone run (no shared stream): the cursor moves once the event was handed to Airflow."""
-        reader = reader_for(self.settings)
+        """Without shared streams (Airflow < 3.3): one event per run, its offset passed by the next run once
+        Airflow stored it (:mod:`liftbridge_provider.triggers.handover`). Messages before it that fire no
+        event (filtered out, or refused and dead-lettered) are passed at once."""
+        reader = handover_reader_for(self.settings)
         try:
             async for raw, broker_payload in reader.open_stream():
                 payload = self._event_payload(raw)
@@ -179,9 +184,13 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
                     await reader.advance([AdvanceItem(broker_payload, AdvanceOutcome(acked=0, failed=0, rejected=1))])
                     self._stop_unless_dead_lettered(payload)
                     continue
-                if payload is not None:
-                    yield TriggerEvent(payload)
-                await reader.advance([AdvanceItem(broker_payload, AdvanceOutcome(acked=1, failed=0))])
+                if payload is None:
+                    await reader.advance([AdvanceItem(broker_payload, AdvanceOutcome(acked=1, failed=0))])
+                    continue
+                await reader.handing(broker_payload)
+                yield TriggerEvent(payload)
+                await reader.handed(broker_payload)  # the triggerer took the event: its run ends here
+                return
         finally:
             await reader.aclose()
 

@@ -27,8 +27,6 @@ import time
 from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
 from typing import Any
 
-from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
-
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import (
     AsyncLiftbridgeClient,
@@ -43,6 +41,7 @@ from liftbridge_provider.metrics import cursor_lag
 from liftbridge_provider.ranges import OffsetRange, check_partitions
 from liftbridge_provider.triggers.dead_letters import DeadLetters
 from liftbridge_provider.triggers.watcher_metrics import report_lag
+from liftbridge_provider.version_compat import AdvanceItem, SharedStreamProducer
 from liftbridge_provider.watching import (
     CursorNames,
     Outcome,
@@ -397,12 +396,16 @@ class BatchReader(_Reader):
             number, last_offsets = item.broker_payload
             if not item.outcome.is_clean:
                 raise WatcherError(f"batch {number} of {self.settings.stream} was not stored; sending it again")
-            client, stream = self._client, self.settings.stream
-            assert client is not None
-            fault_points.reached("watcher.stored")
-            await self._write_cursor(client, self.cursors.recorded, self._partitions[0], number)
-            fault_points.reached("watcher.recorded")
-            for partition, last in last_offsets.items():
-                await client.set_cursor(self.cursors.position, stream, partition, last)
-                self._committed[partition] = last
+            await self._record(number, last_offsets)
         self._recorded.set()
+
+    async def _record(self, number: int, last_offsets: dict[int, int]) -> None:
+        """Mark batch ``number`` recorded (Airflow stored it), then store each partition's last offset of it."""
+        client, stream = self._client, self.settings.stream
+        assert client is not None
+        fault_points.reached("watcher.stored")
+        await self._write_cursor(client, self.cursors.recorded, self._partitions[0], number)
+        fault_points.reached("watcher.recorded")
+        for partition, last in last_offsets.items():
+            await client.set_cursor(self.cursors.position, stream, partition, last)
+            self._committed[partition] = last

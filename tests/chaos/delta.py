@@ -31,7 +31,7 @@ from tests.chaos.lake import IngestFailed
 from tests.chaos.oracle import LakeRow
 
 MODES = ("order", "concurrent", "retry", "crash")
-CRASH_POINT = "ingest.delta_written"
+CRASH_POINT = "ingest.table_written"
 
 
 class DriverDied(BaseException):

@@ -186,7 +186,7 @@ def test_a_driver_killed_between_writing_and_committing_leaves_each_offset_once(
         "--ranges", ranges.dumps(), "--output", str(table), "--format", "delta",
     ]  # fmt: skip
     env = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-    env[fault_points.ENV] = "ingest.delta_written=exit"
+    env[fault_points.ENV] = "ingest.table_written=exit"
     crashed = subprocess.run(
         command, check=False, env={**os.environ, **env}, capture_output=True, text=True, timeout=600
     )
@@ -223,7 +223,7 @@ def test_two_runs_committing_at_once_leave_each_offset_once(
                 errors.append(exc)
 
         runs = [threading.Thread(target=one_run) for _ in range(2)]
-        with fault_points.armed("ingest.delta_written", lambda _: both_written.wait()):
+        with fault_points.armed("ingest.table_written", lambda _: both_written.wait()):
             for thread in runs:
                 thread.start()
             for thread in runs:
@@ -445,3 +445,30 @@ def test_a_stream_writer_skips_a_batch_0_that_another_writer_committed_meanwhile
     assert raced == [0]
     assert ours.committed_batch() == 0
     assert table_rows(Path(table)) == expected((0, 0, 30)), "batch 0 once"
+
+
+def test_vacuum_checkpoints_log_cleanup_and_compaction_keep_the_record_of_what_the_table_holds(
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
+) -> None:
+    """Table maintenance with the shortest retention: files compacted (OPTIMIZE), every unreferenced file
+    vacuumed at once, a checkpoint, and the log before it cleaned up. The held offsets are application
+    transactions, part of every snapshot and checkpoint, so a rerun of the same and of overlapping ranges
+    adds only the new offsets (a per-partition marker that expires with the log would write them again)."""
+    table = tmp_path / "maintained"
+    brokers = liftbridge_server.brokers
+    run_here(spark, brokers, document(stream, (0, 0, 100)), table)
+    run_here(spark, brokers, document(stream, (0, 100, 150), (1, 0, 100)), table)
+    delta = DeltaTable(str(table))
+    delta.alter.set_table_properties(
+        {"delta.logRetentionDuration": "interval 0 seconds", "delta.deletedFileRetentionDuration": "interval 0 seconds"}
+    )
+    delta = DeltaTable(str(table))
+    delta.optimize.compact()
+    delta = DeltaTable(str(table))
+    delta.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    delta.create_checkpoint()
+    delta.cleanup_metadata()
+    assert not list((table / "_delta_log").glob("00000000000000000000.json")), "the log before the checkpoint is gone"
+    again = run_here(spark, brokers, document(stream, (0, 0, 150), (1, 50, 150)), table)
+    assert [(e["partition"], e["start"], e["end"]) for e in again.entries] == [(1, 100, 150)]
+    assert table_rows(table) == expected((0, 0, 150), (1, 0, 150))

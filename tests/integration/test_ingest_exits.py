@@ -91,7 +91,7 @@ def test_a_failing_run_ends_with_status_1_without_interpreter_shutdown(
     elif cause.startswith("a Spark task failure"):
         env[fault_points.ENV] = "source.read_slice=exit"
     elif cause.startswith("an unexpected error"):
-        env[fault_points.ENV] = "ingest.delta_written=raise"
+        env[fault_points.ENV] = "ingest.table_written=raise"
     else:
         log = table / "_delta_log"
         log.mkdir(parents=True)

@@ -108,8 +108,8 @@ def test_every_ack_policy_stores_and_acks_what_the_grpc_path_does(
 def test_acks_reach_the_batch_straight_from_the_parser_or_through_nats_py(
     nats_client: LiftbridgeClient, grpc_client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch, direct: bool
 ) -> None:
-    """The pinned nats-py has the private part nats_direct.py wraps (acks handed over as its parser reads them);
-    without it, its subscription callback gets them: the same acks either way."""
+    """nats-py (2.16, the constraints' version) has the private part nats_direct.py wraps (acks handed over as its
+    parser reads them); without it, its subscription callback gets them: the same acks either way."""
     taken: list[bool] = []
 
     def spy(*args: Any) -> bool:

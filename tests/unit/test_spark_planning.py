@@ -6,7 +6,7 @@ import pytest
 
 from liftbridge_provider.client import InvalidArgumentError
 from liftbridge_provider.ranges import OffsetRange
-from liftbridge_provider.spark.options import parse_options
+from liftbridge_provider.spark.options import parse_options, parse_write_options
 from liftbridge_provider.spark.planning import Slice, plan_slices, rate_limit
 
 RANGES = [OffsetRange(0, 0, 10), OffsetRange(1, 5, 5), OffsetRange(2, 100, 103)]
@@ -116,3 +116,10 @@ def test_micro_batches_take_at_most_max_rows_shared_by_backlog(
     assert result == end
     if max_rows is not None:
         assert sum(result[p] - start[p] for p in start) <= max_rows
+
+
+def test_the_sink_accepts_the_checkpoint_option_spark_hands_a_stream_sink() -> None:
+    """writeStream.format("liftbridge").option("checkpointLocation", ...) is how a streaming query names its
+    checkpoint; Spark passes that option to the sink too, which must take it (and leave it to Spark)."""
+    options = parse_write_options({"brokers": "127.0.0.1:9292", "stream": "s", "checkpointLocation": "/tmp/ck"})
+    assert options.stream == "s"

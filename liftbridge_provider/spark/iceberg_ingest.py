@@ -1,0 +1,179 @@
+"""Iceberg tables for the ingest job (``ingest.py --format iceberg``), through pyiceberg's catalogs.
+
+:class:`IcebergFormat` is the Iceberg side of ``spark/table_ingest.py``'s loop:
+the table's properties record the offset intervals it holds
+(``iceberg_plan.py``), Spark writes the missing pieces as Parquet files under
+the table's data location (a file per task, so each holds one partition: the
+table is partitioned by ``identity(partition)`` and pyiceberg reads each
+file's partition from its statistics), and the driver appends the files and
+sets the new intervals in one Iceberg commit. A commit that lost a race to
+another writer fails (the table keeps ``commit.retry.num-retries`` at 0), and
+the run plans again. A run killed before the commit leaves files no Iceberg
+reader sees.
+
+Catalogs are pyiceberg's, named and configured the way pyiceberg names them
+(``type``, ``uri``, ``warehouse``, credentials...; also from
+``~/.pyiceberg.yaml`` and ``PYICEBERG_CATALOG__<NAME>__<KEY>``). With none
+given, the job uses an embedded SQL catalog on SQLite inside the output
+folder (``<output>/catalog.db``, data under ``<output>``), so nothing needs to
+run beside it. Spark and pyiceberg must reach the same data location (local
+and HDFS paths do; object stores need the same URI scheme on both sides).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Mapping, Sequence
+
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError, TableAlreadyExistsError
+from pyiceberg.table import Table
+from pyspark.sql import DataFrame, SparkSession
+
+from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.iceberg_plan import (
+    REQUIRED_RETRIES,
+    RETRY_PROPERTY,
+    plan_properties,
+    read_holdings,
+    retry_problem,
+)
+from liftbridge_provider.lake import LakeError
+from liftbridge_provider.spark.lake_store import HadoopStore
+from liftbridge_provider.spark.source import arrow_schema
+from liftbridge_provider.spark.table_ingest import CommitConflict, FileStats, Written, footer_stats
+from liftbridge_provider.table_plan import Interval, LedgerError, TablePlan
+
+log = logging.getLogger("liftbridge.ingest.iceberg")
+
+DEFAULT_CATALOG = "liftbridge"
+DEFAULT_NAMESPACE = "liftbridge"
+PARTITION_COLUMN = "partition"
+
+
+def catalog_properties(output: str, given: Mapping[str, str]) -> dict[str, str]:
+    """The catalog's properties: ``given`` (pyiceberg's names), else the embedded SQL catalog on SQLite in
+    ``output`` (a local folder)."""
+    if given:
+        return dict(given)
+    folder = os.path.abspath(output.removeprefix("file://"))
+    return {"type": "sql", "uri": f"sqlite:///{folder}/catalog.db", "warehouse": f"file://{folder}"}
+
+
+def table_identifier(stream: str, given: str | None) -> str:
+    """``namespace.table``: ``given``, else ``liftbridge.<stream>`` (dots and dashes of the name as ``_``)."""
+    if given:
+        if "." not in given.strip("."):
+            raise InvalidArgumentError(f"--iceberg-table must be namespace.table, got {given!r}")
+        return given
+    return f"{DEFAULT_NAMESPACE}.{stream.replace('.', '_').replace('-', '_')}"
+
+
+class IcebergFormat:
+    """An Iceberg table of a pyiceberg catalog, as ``table_ingest.ingest_table`` drives it."""
+
+    def __init__(self, catalog_name: str, properties: Mapping[str, str], identifier: str) -> None:
+        self.catalog_name = catalog_name
+        self.properties = dict(properties)
+        self.identifier = identifier
+        self._catalog: Catalog | None = None
+        self._table: Table | None = None
+
+    @property
+    def table(self) -> Table:
+        assert self._table is not None, "refresh() first"
+        return self._table
+
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            if self.properties.get("type") == "sql" and "uri" in self.properties:
+                folder = self.properties["uri"].removeprefix("sqlite:///")
+                os.makedirs(os.path.dirname(folder) or ".", exist_ok=True)
+            self._catalog = load_catalog(self.catalog_name, **self.properties)
+        return self._catalog
+
+    def check(self) -> None:
+        """Before Spark starts: the catalog loads, and an existing table has the shape and settings needed."""
+        catalog = self.catalog()
+        if catalog.table_exists(self.identifier):
+            check_shape(catalog.load_table(self.identifier), self.identifier)
+
+    def refresh(self) -> None:
+        catalog = self.catalog()
+        if not catalog.table_exists(self.identifier):
+            self._create(catalog)
+        self._table = catalog.load_table(self.identifier)
+        check_shape(self._table, self.identifier)
+
+    def _create(self, catalog: Catalog) -> None:
+        namespace = self.identifier.rsplit(".", 1)[0]
+        with contextlib.suppress(NamespaceAlreadyExistsError):  # another run made it
+            catalog.create_namespace(namespace)
+        properties = {RETRY_PROPERTY: REQUIRED_RETRIES}
+        try:  # schema, partitioning and settings in one commit: no run sees the table half made
+            with (
+                catalog.create_table_transaction(self.identifier, arrow_schema(), properties=properties) as created,
+                created.update_spec() as spec,
+            ):
+                spec.add_identity(PARTITION_COLUMN)
+        except (TableAlreadyExistsError, CommitFailedException) as exc:  # another run created it at this moment
+            log.info("creating the Iceberg table %s: %s", self.identifier, exc)
+
+    def holdings(self, stream: str, partitions: Sequence[int]) -> dict[int, list[Interval]]:
+        try:
+            return {p: read_holdings(stream, p, self.table.properties) for p in partitions}
+        except LedgerError as exc:
+            raise LakeError(f"the Iceberg table {self.identifier}: {exc}") from exc
+
+    def write(self, spark: SparkSession, frame: DataFrame, name: str) -> Written:
+        location = f"{self.table.location().rstrip('/')}/data/{name}"
+        frame.write.mode("errorifexists").parquet(location)
+        store = HadoopStore(spark, location)
+        paths = [f"{location}/{n}" for n in store.list_names(location) if n.endswith(".parquet")]
+        files = [self._stats(path) for path in paths]
+        return Written(location, files, paths)
+
+    def _stats(self, path: str) -> FileStats:
+        with self.table.io.new_input(path).open() as source:
+            return footer_stats(path, source)  # type: ignore[arg-type]  # a readable, seekable binary stream
+
+    def commit(self, written: Written, plan: TablePlan, stream: str) -> None:
+        files: list[str] = written.handle
+        try:
+            with self.table.transaction() as transaction:
+                if files:
+                    transaction.add_files(files, snapshot_properties={"liftbridge.stream": stream})
+                transaction.set_properties(plan_properties(stream, plan))
+        except CommitFailedException as exc:
+            raise CommitConflict(str(exc)) from exc
+
+    def discard(self, written: Written) -> None:
+        for path in written.handle:
+            try:
+                self.table.io.delete(path)
+            except OSError as exc:  # an orphan file no reader sees; remove_orphan_files cleans it later
+                log.warning("could not delete %s: %s", path, exc)
+
+    def describe(self) -> str:
+        if self._table is None:
+            return self.identifier
+        snapshot = self._table.current_snapshot()
+        return f"{self.identifier} (Iceberg snapshot {snapshot.snapshot_id if snapshot else 'none'})"
+
+
+def check_shape(table: Table, identifier: str) -> None:
+    """InvalidArgumentError when the table cannot hold what this job writes, or retries lost commits."""
+    problem = retry_problem(table.properties, identifier)
+    if problem is not None:
+        raise InvalidArgumentError(problem)
+    columns = [f.name for f in table.schema().fields]
+    expected = list(arrow_schema().names)
+    sources = [table.schema().find_field(f.source_id).name for f in table.spec().fields]
+    if columns == expected and sources in ([], [PARTITION_COLUMN]):
+        return
+    raise InvalidArgumentError(
+        f"the Iceberg table {identifier} has columns {columns} partitioned by {sources}; this job writes "
+        f"{expected} partitioned by [{PARTITION_COLUMN!r}]: use a new table or one this job created"
+    )

@@ -1,0 +1,113 @@
+"""The installed wheel on this target: the versions it holds, every module imports, Airflow sees the provider."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import liftbridge_provider
+from liftbridge_provider import version_compat
+
+# Modules that are Airflow's faces: a PySpark-only environment (no Airflow) cannot import them.
+AIRFLOW_FACES = ("hooks", "operators", "sensors", "triggers", "queues", "assets", "lineage", "metrics")
+
+
+def _modules() -> list[str]:
+    found = [m.name for m in pkgutil.walk_packages(liftbridge_provider.__path__, "liftbridge_provider.")]
+    return [*found, "pyspark_liftbridge"]
+
+
+def _airflow_face(name: str) -> bool:
+    return name.split(".")[1] in AIRFLOW_FACES if name.startswith("liftbridge_provider.") else False
+
+
+def test_the_environment_holds_the_target_and_the_wheel(target: Any) -> None:
+    """The package comes from the installed wheel (not the checkout), and the target's version is the one
+    installed and the one version_compat reads."""
+    site = Path(sysconfig.get_paths()["purelib"]).resolve()
+    assert Path(liftbridge_provider.__file__).resolve().is_relative_to(site), liftbridge_provider.__file__
+    if target.kind == "airflow":
+        assert version_compat.AIRFLOW_VERSION is not None
+        assert version_compat.AIRFLOW_VERSION[:2] == target.version
+        assert version_compat.AIRFLOW_V_3_3_PLUS is False
+        assert version_compat.AIRFLOW_V_3_2_PLUS is (target.version >= (3, 2))
+    else:
+        import pyspark  # noqa: PLC0415 - the PySpark targets only
+
+        assert version_compat.PYSPARK_VERSION is not None
+        assert version_compat.PYSPARK_VERSION[:2] == target.version
+        assert tuple(int(n) for n in pyspark.__version__.split(".")[:2]) == target.version
+        jars = Path(pyspark.__file__).parent / "jars"
+        core = [j.name for j in jars.glob("spark-core_*.jar")]
+        assert len(core) == 1, core
+        assert f"-{pyspark.__version__}.jar" in core[0], core
+
+
+def test_the_environment_is_consistent() -> None:
+    """`pip check`: every installed distribution's requirements hold, the provider's ranges included, with the
+    target's own Airflow or PySpark (so installing the provider into it keeps that version)."""
+    result = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120,
+                            check=False)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_module_imports(target: Any) -> None:
+    """Every module of the package imports here; without Airflow (PySpark targets) only Airflow's faces
+    fail, and only for want of Airflow."""
+    failed: dict[str, str] = {}
+    for name in _modules():
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            failed[name] = f"{type(exc).__name__}: {exc}"
+    if target.kind == "airflow":
+        assert failed == {}
+    else:
+        assert all(_airflow_face(name) for name in failed), failed
+        assert all("No module named 'airflow" in error for error in failed.values()), failed
+        assert not any(name.startswith(("liftbridge_provider.spark", "liftbridge_provider.client")) for name in failed)
+
+
+def _airflow(*args: str) -> subprocess.CompletedProcess[str]:
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    return subprocess.run([airflow, *args], capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.airflow_target
+def test_airflow_lists_the_provider_its_connection_and_its_queue() -> None:
+    """`airflow providers list` names the package; the connection type and the message-queue scheme are known."""
+    listed = _airflow("providers", "list", "-o", "json")
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert "airflow-provider-liftbridge" in {p["package_name"] for p in json.loads(listed.stdout)}
+    hooks = _airflow("providers", "hooks", "-o", "json")
+    assert hooks.returncode == 0, hooks.stderr[-3000:]
+    assert "liftbridge" in {h["connection_type"] for h in json.loads(hooks.stdout)}
+    queues = _airflow("providers", "queues", "-o", "json")
+    assert queues.returncode == 0, queues.stderr[-3000:]
+    assert "liftbridge_provider.queues.liftbridge.LiftbridgeMessageQueueProvider" in queues.stdout
+
+
+@pytest.mark.airflow_target
+def test_the_example_dags_parse_without_import_errors(project: Path, tmp_path: Path) -> None:
+    """Every DAG file in dags/ parses here: no import error, and each DAG is found."""
+    script = (
+        "import json, sys\n"
+        "from airflow.models.dagbag import DagBag\n"
+        "bag = DagBag(dag_folder=sys.argv[1], include_examples=False)\n"
+        "print(json.dumps({'dags': sorted(bag.dag_ids), 'errors': bag.import_errors}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(project / "dags")], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert parsed["errors"] == {}
+    assert parsed["dags"] == ["liftbridge_event_ingest", "liftbridge_spark_ingest", "liftbridge_stream_admin"]
