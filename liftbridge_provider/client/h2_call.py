@@ -1,43 +1,63 @@
-"""One bidirectional gRPC call on an HTTP/2 connection of its own, without I/O (in the manner of h2).
+"""One bidirectional gRPC call on an HTTP/2 connection of its own, without I/O, driven by h2.
 
 :class:`CallState` turns serialized requests into the bytes to write and the
-bytes read into serialized responses, and says how the call ended. Its owner
-(:mod:`h2_transport`) moves the bytes. Why a call of our own rather than
-grpc's: grpc writes each message of a stream as its own socket write and
-completes each write through its completion queue and event-loop threads, so
-a pipelined batch crossed several threads and system calls per message on the
-client, and the server, reading one small message at a time, did every later
-step (read, NATS publish, ack write) once per message too. Here every message
-the window allows goes out in one write, and every ack that arrived is parsed
-in one pass.
+bytes read into serialized responses, and says how the call ended. The
+HTTP/2 is h2's (:class:`h2.connection.H2Connection`, client side: the preface
+and settings, HPACK, frames, flow control, SETTINGS and PING
+acknowledgements, stream and connection state); this class adds the gRPC
+call on top: the request headers, the 5-byte message prefix, the responses
+cut from DATA, the status from the trailers, a stream reset or a GOAWAY
+(:mod:`grpc_status`). Its owners move the bytes (:mod:`h2_transport` on
+asyncio, :mod:`direct_stream` on a socket).
 
-What it does: the connection preface and settings, the request headers, DATA
-frames within the peer's flow-control windows (at most its largest frame),
-WINDOW_UPDATE for what it read, SETTINGS and PING acknowledgements, the
-response headers and trailers (``grpc-status``, ``grpc-message``), RST_STREAM
-and GOAWAY. What it does not: server push (turned off), compressed messages
-(none asked for), more than one stream (stream 1 only).
+Why a call of our own rather than grpc's: grpc writes each message of a
+stream as its own socket write and completes each write through its
+completion queue and event-loop threads, so a pipelined batch crossed several
+threads and system calls per message on the client, and the server, reading
+one small message at a time, did every later step (read, NATS publish, ack
+write) once per message too. Here every message the peer's windows allow goes
+out in one write (one DATA frame per largest frame, not per message), and
+every ack that arrived is parsed in one pass.
 
 The call counts the requests written out in full (:attr:`written_messages`):
 a request never written in full cannot have been stored, so a publisher may
-send it over another call.
+send it over another call. Server push is turned off, compressed messages
+are not asked for, and the call is stream 1, the only one. A GOAWAY ends the
+call, a graceful one too (h2 takes no more frames of a connection once its
+peer said GOAWAY): what was written and not answered may have been stored.
 """
 
 from __future__ import annotations
 
+import contextlib
+import struct
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import grpc
-from hpack import Decoder
-from hpack.exceptions import HPACKError
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    PushedStreamReceived,
+    ResponseReceived,
+    StreamEnded,
+    StreamReset,
+    TrailersReceived,
+)
+from h2.exceptions import H2Error
+from h2.settings import SettingCodes, Settings
 
-from liftbridge_provider.client import h2_wire as wire
+from liftbridge_provider.client import grpc_status
 
 STREAM = 1  # the call's stream id (the first a client opens)
+DEFAULT_WINDOW = 65_535  # every flow-control window's size until a setting or update changes it (RFC 9113), bytes
 RECEIVE_WINDOW = 1 << 24  # bytes the server may send ahead of what we read, per stream and connection (16 MiB)
-USER_AGENT = "liftbridge-provider (direct HTTP/2)"
+USER_AGENT = "liftbridge-provider (h2)"
+GRPC_PREFIX = struct.Struct(">BI")  # a gRPC message's prefix: compressed flag, length
 
 
 @dataclass(frozen=True)
@@ -74,39 +94,38 @@ class CallState:
 
     def __init__(self, *, authority: str, path: str, tls: bool, max_response_bytes: int) -> None:
         self._max_response = max_response_bytes
-        self._control = bytearray()  # frames that go out before any DATA
-        self._control += wire.PREFACE
-        self._control += wire.settings(
-            [
-                (wire.SETTINGS_ENABLE_PUSH, 0),
-                (wire.SETTINGS_INITIAL_WINDOW_SIZE, RECEIVE_WINDOW),
-            ]
+        conn = H2Connection(H2Configuration(client_side=True, header_encoding=None))
+        conn.local_settings = Settings(
+            client=True,
+            initial_values={SettingCodes.ENABLE_PUSH: 0, SettingCodes.INITIAL_WINDOW_SIZE: RECEIVE_WINDOW},
         )
-        self._control += wire.window_update(0, RECEIVE_WINDOW - wire.DEFAULT_WINDOW)
-        headers = wire.request_headers(authority=authority, path=path, tls=tls, user_agent=USER_AGENT)
-        self._control += wire.frame(wire.HEADERS, wire.END_HEADERS, STREAM, headers)
-        self._pending = bytearray()  # gRPC-framed requests not written yet
+        conn.initiate_connection()
+        conn.increment_flow_control_window(RECEIVE_WINDOW - DEFAULT_WINDOW)
+        conn.send_headers(
+            STREAM,
+            [
+                (b":method", b"POST"),
+                (b":scheme", b"https" if tls else b"http"),
+                (b":path", path.encode()),
+                (b":authority", authority.encode()),
+                (b"content-type", b"application/grpc"),
+                (b"te", b"trailers"),
+                (b"user-agent", USER_AGENT.encode()),
+            ],
+        )
+        self._conn = conn
+        self._pending = bytearray()  # gRPC-framed requests not handed to h2 yet
         self._ends: deque[int] = deque()  # where each queued request ends, as a count of DATA bytes since the start
         self._queued_total = 0  # DATA bytes queued since the start
-        self._written_total = 0  # DATA bytes written since the start
+        self._written_total = 0  # DATA bytes handed to h2 (and so to the next outgoing()) since the start
         self._written_end = 0  # where the last request written in full ends, as a count of DATA bytes
         self.written_messages = 0  # requests written out in full
         self._closing = False  # the sending side is to be closed after the pending requests
         self._closed_sending = False
-        # Flow control of what we send (the peer's windows) and of what we read (ours).
-        self._peer_initial = wire.DEFAULT_WINDOW
-        self._stream_window = wire.DEFAULT_WINDOW
-        self._connection_window = wire.DEFAULT_WINDOW
-        self._max_frame = wire.DEFAULT_MAX_FRAME
-        self._unacknowledged = 0  # bytes read since our last WINDOW_UPDATE
-        # What was read.
-        self._input = bytearray()
         self._messages = bytearray()  # DATA of our stream, not yet cut into messages
-        self._decoder = Decoder()
-        self._header_block: bytearray | None = None  # a header block waiting for its CONTINUATION frames
-        self._header_stream = 0
-        self._block_ends_stream = False
+        self._unacknowledged = 0  # flow-controlled bytes read and not handed to h2's window accounting yet
         self._headers_seen = False
+        self._fields: dict[bytes, bytes] = {}  # the last header block of our stream
         self.ended: Ended | None = None
 
     # -- sending ---------------------------------------------------------------------------------------------
@@ -120,7 +139,7 @@ class CallState:
         """Queue serialized requests, in order; :meth:`outgoing` writes them as the windows allow."""
         if self._closing:
             raise ValueError("the sending side is closed")
-        pending, ends, pack = self._pending, self._ends, wire.GRPC_PREFIX.pack
+        pending, ends, pack = self._pending, self._ends, GRPC_PREFIX.pack
         total = self._queued_total
         for message in messages:
             size = len(message)
@@ -150,56 +169,69 @@ class CallState:
     def fail(self, code: grpc.StatusCode, details: str) -> bytes:
         """End the call from this side with ``code``; the bytes that tell the server (RST_STREAM CANCEL)."""
         self._end(code, details)
-        return wire.rst_stream(STREAM, wire.CANCEL)
+        with contextlib.suppress(H2Error):  # the stream or the connection is closed already: nothing to tell
+            self._conn.reset_stream(STREAM, ErrorCodes.CANCEL)
+        return self._conn.data_to_send()
 
     def outgoing(self) -> bytes:
-        """Everything that may be written now: control frames, then queued DATA within the peer's windows."""
-        out = self._control
-        self._control = bytearray()
+        """Everything that may be written now: h2's frames (settings, acknowledgements, window updates), then
+        the queued requests as DATA within the peer's windows, at most its largest frame each."""
+        conn = self._conn
         if self.ended is not None:
-            return bytes(out)
+            return conn.data_to_send()
         pending = self._pending
-        allowed = min(len(pending), self._stream_window, self._connection_window)
-        if allowed > 0:
-            step, header = self._max_frame, wire.FRAME_HEADER.pack
-            for start in range(0, allowed, step):
-                size = min(step, allowed - start)
-                out += header(size >> 8, size & 0xFF, wire.DATA, 0, STREAM)
-                out += pending[start : start + size]
-            del pending[:allowed]
-            self._stream_window -= allowed
-            self._connection_window -= allowed
-            self._written_total += allowed
-            ends, written, count = self._ends, self._written_total, 0
-            while ends and ends[0] <= written:
-                self._written_end = ends.popleft()
-                count += 1
-            self.written_messages += count
+        if pending:
+            allowed = min(len(pending), conn.local_flow_control_window(STREAM))
+            if allowed > 0:
+                step = conn.max_outbound_frame_size
+                send = conn.send_data
+                if allowed <= step:
+                    send(STREAM, bytes(pending[:allowed]))
+                else:
+                    view = memoryview(pending)
+                    try:
+                        for start in range(0, allowed, step):
+                            send(STREAM, bytes(view[start : min(start + step, allowed)]))
+                    finally:
+                        view.release()
+                del pending[:allowed]
+                self._written_total += allowed
+                ends, written, count = self._ends, self._written_total, 0
+                while ends and ends[0] <= written:
+                    self._written_end = ends.popleft()
+                    count += 1
+                self.written_messages += count
         if self._closing and not pending and not self._closed_sending:
-            out += wire.frame(wire.DATA, wire.END_STREAM, STREAM)
+            conn.end_stream(STREAM)
             self._closed_sending = True
-        return bytes(out)
+        return conn.data_to_send()
 
     # -- receiving -------------------------------------------------------------------------------------------
 
     def receive(self, data: bytes) -> list[bytes]:
         """Take bytes read from the connection; the complete responses they finish, in order."""
-        buffer = self._input
-        buffer += data
-        position, size = 0, len(buffer)
-        unpack = wire.FRAME_HEADER.unpack_from
-        while size - position >= 9 and self.ended is None:
-            high, low, kind, flags, stream = unpack(buffer, position)
-            end = position + 9 + (high << 8 | low)
-            if end > size:
-                break
-            payload = bytes(buffer[position + 9 : end])
-            position = end
-            if kind == wire.DATA:
-                self._on_data(flags, stream & wire.MAX_WINDOW, payload)
-            else:
-                self._on_frame(kind, flags, stream & wire.MAX_WINDOW, payload)
-        del buffer[:position]
+        if self.ended is not None:
+            return []
+        try:
+            events = self._conn.receive_data(data)
+        except H2Error as exc:  # h2 has queued its GOAWAY; the events of this read are lost with it
+            self._end(grpc.StatusCode.INTERNAL, f"HTTP/2 error from the server's side: {exc}")
+            return []
+        read = 0
+        for event in events:
+            if isinstance(event, DataReceived):
+                read += event.flow_controlled_length or 0
+                if event.stream_id == STREAM and event.data:
+                    self._messages += event.data
+            elif self.ended is None:
+                self._on_event(event)
+        if read:
+            # Handed to h2 once half the window was read, when h2 grants it back anyway (a WINDOW_UPDATE for
+            # the stream and the connection): one call then rather than one per read.
+            self._unacknowledged += read
+            if self._unacknowledged >= RECEIVE_WINDOW // 2 and self.ended is None:
+                self._conn.acknowledge_received_data(self._unacknowledged, STREAM)
+                self._unacknowledged = 0
         return self._responses()
 
     def connection_lost(self, reason: str) -> None:
@@ -207,21 +239,50 @@ class CallState:
         if self.ended is None:
             self.ended = Ended(grpc.StatusCode.UNAVAILABLE, reason)
 
-    def _on_data(self, flags: int, stream: int, payload: bytes) -> None:
-        self._unacknowledged += len(payload)  # padding counts against the window too
-        if self._unacknowledged >= RECEIVE_WINDOW // 2:
-            self._control += wire.window_update(0, self._unacknowledged)
-            self._control += wire.window_update(STREAM, self._unacknowledged)
-            self._unacknowledged = 0
-        if stream != STREAM:
-            return
-        self._messages += wire.without_padding(flags, payload) if flags & wire.PADDED else payload
-        if flags & wire.END_STREAM:
+    def _on_event(self, event: object) -> None:
+        if isinstance(event, (ResponseReceived, TrailersReceived)):
+            if event.stream_id == STREAM:
+                self._on_headers(event.headers or [])
+        elif isinstance(event, StreamEnded):
+            if event.stream_id == STREAM:
+                self._on_stream_ended()
+        elif isinstance(event, StreamReset):
+            if event.stream_id == STREAM:
+                code = int(event.error_code or 0)
+                self._end(grpc_status.status_of_reset(code), f"the server reset the call (HTTP/2 error {code})")
+        elif isinstance(event, ConnectionTerminated):
+            code = int(event.error_code or 0)
+            if code != ErrorCodes.NO_ERROR:
+                self._end(grpc_status.status_of_reset(code), f"the server closed the connection (HTTP/2 error {code})")
+            elif (event.last_stream_id or 0) < STREAM:
+                self._end(grpc.StatusCode.UNAVAILABLE, "the server closed the connection before the call")
+            else:
+                self._end(grpc.StatusCode.UNAVAILABLE, "the server is closing the connection (GOAWAY)")
+        elif isinstance(event, PushedStreamReceived):
+            self._end(grpc.StatusCode.INTERNAL, "the server pushed a stream, which was turned off")
+        # Settings, pings, window updates: h2 has answered or applied them; the owner writes outgoing().
+
+    def _on_headers(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        fields = {bytes(name): bytes(value) for name, value in headers}
+        self._fields = fields
+        first = not self._headers_seen
+        self._headers_seen = True
+        status = fields.get(b":status", b"200").decode("ascii", "replace")
+        if first and status != "200":
+            self._end(grpc_status.status_of_http(status), f"the server answered HTTP status {status}")
+
+    def _on_stream_ended(self) -> None:
+        fields = self._fields
+        if b"grpc-status" not in fields:
             self._end(grpc.StatusCode.INTERNAL, "the server ended the call without a status")
+            return
+        code = grpc_status.status_of_number(fields[b"grpc-status"].decode("ascii", "replace"))
+        details = grpc_status.grpc_message(fields.get(b"grpc-message", b"").decode("utf-8", "replace"))
+        self._end(code, details or code.name)
 
     def _responses(self) -> list[bytes]:
         messages, position, found = self._messages, 0, []
-        unpack, limit = wire.GRPC_PREFIX.unpack_from, self._max_response
+        unpack, limit = GRPC_PREFIX.unpack_from, self._max_response
         while len(messages) - position >= 5:
             compressed, size = unpack(messages, position)
             if compressed:
@@ -237,106 +298,6 @@ class CallState:
             position = end
         del messages[:position]
         return found
-
-    def _on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
-        if self._header_block is not None and kind != wire.CONTINUATION:
-            self._end(grpc.StatusCode.INTERNAL, "a header block was interrupted by another frame")
-        elif kind == wire.HEADERS:
-            self._on_headers(flags, stream, payload)
-        elif kind == wire.CONTINUATION:
-            self._on_continuation(flags, payload)
-        elif kind == wire.SETTINGS:
-            if not flags & wire.ACK:
-                self._on_settings(payload)
-        elif kind == wire.PING:
-            if not flags & wire.ACK:
-                self._control += wire.ping_ack(payload)
-        elif kind == wire.WINDOW_UPDATE:
-            self._on_window_update(stream, payload)
-        elif kind == wire.RST_STREAM:
-            if stream == STREAM:
-                code = wire.parse_u32(payload)
-                self._end(wire.status_of_reset(code), f"the server reset the call (HTTP/2 error {code})")
-        elif kind == wire.GOAWAY:
-            self._on_goaway(payload)
-        elif kind == wire.PUSH_PROMISE:
-            self._end(grpc.StatusCode.INTERNAL, "the server pushed a stream, which was turned off")
-        # PRIORITY and unknown frame types are ignored, as HTTP/2 asks.
-
-    def _on_settings(self, payload: bytes) -> None:
-        try:
-            pairs = wire.parse_settings(payload)
-        except ValueError as exc:
-            self._end(grpc.StatusCode.INTERNAL, str(exc))
-            return
-        for key, value in pairs:
-            if key == wire.SETTINGS_INITIAL_WINDOW_SIZE:
-                if value > wire.MAX_WINDOW:
-                    self._end(grpc.StatusCode.INTERNAL, f"the server set a stream window of {value} bytes")
-                    return
-                self._stream_window += value - self._peer_initial
-                self._peer_initial = value
-            elif key == wire.SETTINGS_MAX_FRAME_SIZE:
-                if not wire.DEFAULT_MAX_FRAME <= value <= wire.MAX_FRAME_LIMIT:
-                    self._end(grpc.StatusCode.INTERNAL, f"the server set a largest frame of {value} bytes")
-                    return
-                self._max_frame = value
-        self._control += wire.settings_ack()
-
-    def _on_window_update(self, stream: int, payload: bytes) -> None:
-        increment = wire.parse_u32(payload) & wire.MAX_WINDOW
-        if stream == 0:
-            self._connection_window += increment
-        elif stream == STREAM:
-            self._stream_window += increment
-
-    def _on_goaway(self, payload: bytes) -> None:
-        last, code = wire.parse_u32_pair(payload)
-        if code != wire.NO_ERROR:
-            self._end(wire.status_of_reset(code), f"the server closed the connection (HTTP/2 error {code})")
-        elif last < STREAM:
-            self._end(grpc.StatusCode.UNAVAILABLE, "the server closed the connection before the call")
-        # A graceful GOAWAY that covers our stream: the call goes on until the server ends it.
-
-    def _on_headers(self, flags: int, stream: int, payload: bytes) -> None:
-        try:
-            block = wire.without_padding(flags, payload, priority=True)
-        except ValueError as exc:
-            self._end(grpc.StatusCode.INTERNAL, str(exc))
-            return
-        self._block_ends_stream = bool(flags & wire.END_STREAM) and stream == STREAM
-        if flags & wire.END_HEADERS:
-            self._header_block_done(bytes(block), stream == STREAM)
-        else:
-            self._header_block = bytearray(block)
-            self._header_stream = stream
-
-    def _on_continuation(self, flags: int, payload: bytes) -> None:
-        if self._header_block is None:
-            self._end(grpc.StatusCode.INTERNAL, "a CONTINUATION frame without a header block")
-            return
-        self._header_block += payload
-        if flags & wire.END_HEADERS:
-            block, self._header_block = bytes(self._header_block), None
-            self._header_block_done(block, self._header_stream == STREAM)
-
-    def _header_block_done(self, block: bytes, ours: bool) -> None:
-        try:  # every block is decoded, ours or not: the decoder's table follows the connection
-            fields = {bytes(name): bytes(value) for name, value in self._decoder.decode(block, raw=True)}
-        except HPACKError as exc:
-            self._end(grpc.StatusCode.INTERNAL, f"a header block could not be decoded: {exc}")
-            return
-        if not ours:
-            return
-        first = not self._headers_seen
-        self._headers_seen = True
-        status = fields.get(b":status", b"200").decode("ascii", "replace")
-        if first and status != "200":
-            self._end(wire.status_of_http(status), f"the server answered HTTP status {status}")
-        elif self._block_ends_stream:
-            code = wire.status_of_number(fields.get(b"grpc-status", b"").decode("ascii", "replace"))
-            details = wire.grpc_message(fields.get(b"grpc-message", b"").decode("utf-8", "replace"))
-            self._end(code, details or code.name)
 
     def _end(self, code: grpc.StatusCode, details: str) -> None:
         if self.ended is None:
