@@ -1,7 +1,8 @@
 """cProfile of one hot path at a time, against a real single-node server (the profiles in docs/benchmarks.md).
 
-    .venv/bin/python bench/profile_paths.py batch-builder|nats-publish|read-range|read-slice|sync-publish|sync-steps \
-        [--messages N] [--top K]
+    .venv/bin/python bench/profile_paths.py PATH [--messages N] [--top K]
+
+PATH is one of batch-builder, nats-publish, grpc-publish, read-range, read-slice, sync-publish, sync-steps:
 
 - ``batch-builder``: the Spark source's record_batches over N received messages (256-byte values, the
   server's two headers), no server needed; prints microseconds per row unprofiled, next to the cost of
@@ -9,12 +10,14 @@
   builders (compiled and pure-Python) decoding the same messages from their serialized bytes into Arrow
   batches (the Spark task's path), then the profile of record_batches.
 - ``nats-publish``: NatsBatchPublisher over N prepared requests, run on this thread so the profile sees it.
+- ``grpc-publish``: BatchPublisher (publish_batch without NATS: the PublishAsync stream on its own HTTP/2
+  connection) over N prepared requests, on this thread; prints the cost of building the requests apart.
 - ``read-range``: ``read_range`` over N messages of one partition.
 - ``read-slice``: the Spark task's ``read_slice`` over the same (record batches of the source's schema, decoded
   by the column builder this process uses; ``LIFTBRIDGE_PURE_PYTHON=1`` for the pure-Python one).
 - ``sync-publish``: N ``publish`` calls in a loop (the shared PublishAsync stream).
-- ``sync-steps``: N ``publish`` calls, each timed at its steps (the client's code, the write, the wait for
-  the ack event on the channel's thread, the hand-over to the caller); p50 of each, no profiler.
+- ``sync-steps``: N ``publish`` calls, each timed at its steps (the client's code, the write, the wait until
+  the ack is read and parsed, the way back to the caller); p50 of each, no profiler.
 
 A profile, not a benchmark: cProfile roughly doubles the time of Python code, so read the shares.
 """
@@ -35,10 +38,10 @@ from functools import partial
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import LiftbridgeClient, NatsConfig, columns
 from liftbridge_provider.client import requests as build
-from liftbridge_provider.client.direct_call import DirectCall
+from liftbridge_provider.client.direct_stream import DirectBrokerStream
 from liftbridge_provider.client.messages import AckPolicy
 from liftbridge_provider.client.nats_publisher import NatsBatchPublisher
-from liftbridge_provider.client.publish_stream import Answer
+from liftbridge_provider.client.publisher import BatchPublisher
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.spark.batches import arrow_batch, record_batches
 from liftbridge_provider.spark.options import parse_options
@@ -137,6 +140,26 @@ def nats_publish(server: DevServer, client: LiftbridgeClient, count: int, top: i
     profile("NATS publish_batch messages (stream creation included)", publish_all, count, top)
 
 
+def grpc_publish(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
+    names = iter(range(3))
+
+    def publish_all() -> None:
+        name = with_stream(server, client, f"grpc-{next(names)}")
+        started = time.process_time()
+        requests = client._batch_requests(name, [VALUE] * count, None, AckPolicy.LEADER, None)
+        built = time.process_time() - started
+        publisher = BatchPublisher(client._router, requests, window=1024, ack_wait=5, deadline=None)
+        loop = asyncio.new_event_loop()  # on this thread (see nats_publish), plain asyncio
+        try:
+            result = loop.run_until_complete(publisher._run())
+        finally:
+            loop.close()
+        assert result.ok, result.failures[:3]
+        print(f"  building the requests: {built / count * 1e6:.2f} us of CPU a message")
+
+    profile("gRPC publish_batch messages (stream creation included)", publish_all, count, top)
+
+
 def read_range(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
     name = with_stream(server, client, "reads")
     client.publish_batch(name, [VALUE] * count)
@@ -166,7 +189,8 @@ def sync_publish(server: DevServer, client: LiftbridgeClient, count: int, top: i
 
 
 def sync_steps(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
-    """p50 of each step of a single publish, from timestamps taken by wrappers around the direct path."""
+    """p50 of each step of a single publish, from timestamps taken by wrappers around the stream's parts (the
+    client's own socket by default)."""
     name = with_stream(server, client, "steps")
     stamps: dict[str, float] = {}
 
@@ -181,21 +205,20 @@ def sync_steps(server: DevServer, client: LiftbridgeClient, count: int, top: int
 
         setattr(owner, method, wrapper)
 
-    stamped(DirectCall, "send", "write")
-    stamped(DirectCall, "_on_event", "ack event")
-    stamped(Answer, "set", "answer")
+    stamped(DirectBrokerStream, "send", "write")
+    stamped(DirectBrokerStream, "_answer", "ack read")
     client.publish(name, VALUE)
     steps: dict[str, list[float]] = {}
     for _ in range(count):
+        stamps.clear()
         started = time.perf_counter()
         client.publish(name, VALUE)
         ended = time.perf_counter()
         spans = {
             "client code before the write": stamps["write"] - started,
-            "the write (grpc operate, on the caller's thread)": stamps["write done"] - stamps["write"],
-            "write -> ack event on the channel's thread": stamps["ack event"] - stamps["write done"],
-            "ack event -> answer set": stamps["answer"] - stamps["ack event"],
-            "answer set -> caller back from publish": ended - stamps["answer"],
+            "the write (serialize, frame, socket send)": stamps["write done"] - stamps["write"],
+            "write -> ack read and parsed (server, poll, recv)": stamps["ack read done"] - stamps["write done"],
+            "ack parsed -> caller back from publish": ended - stamps["ack read done"],
             "whole publish": ended - started,
         }
         for label, seconds in spans.items():
@@ -208,7 +231,16 @@ def sync_steps(server: DevServer, client: LiftbridgeClient, count: int, top: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "path", choices=["batch-builder", "nats-publish", "read-range", "read-slice", "sync-publish", "sync-steps"]
+        "path",
+        choices=[
+            "batch-builder",
+            "nats-publish",
+            "grpc-publish",
+            "read-range",
+            "read-slice",
+            "sync-publish",
+            "sync-steps",
+        ],
     )
     parser.add_argument("--messages", type=int, default=None, help="messages (100000; 3000 for sync-publish)")
     parser.add_argument("--top", type=int, default=20, help="functions shown (20)")
@@ -219,6 +251,7 @@ def main() -> None:
         return
     runs = {
         "nats-publish": nats_publish,
+        "grpc-publish": grpc_publish,
         "read-range": read_range,
         "read-slice": read_slice_path,
         "sync-publish": sync_publish,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +26,7 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.aio_timeout import within
 from liftbridge_provider.client.errors import ClientClosedError
+from liftbridge_provider.client.h2_transport import DirectStream, NotConnected, OnInput, open_call
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import Connection
@@ -121,7 +123,8 @@ class ConnectionPool:
         self._credentials = config.tls.credentials() if config.tls is not None else None
         self._options = config.channel_options()
         self._channels: dict[str, list[PooledChannel]] = {}
-        self._aio_open = 0  # grpc.aio channels of running batches
+        self._direct_open = 0  # connections of running batches (direct_call)
+        self._ssl: ssl.SSLContext | None = None  # their TLS context, made at first use
         # Reentrant: a subscription finalised by the garbage collector while this thread holds the
         # lock (say, inside _acquire) releases its lease through the same lock.
         self._lock = threading.RLock()
@@ -140,29 +143,54 @@ class ConnectionPool:
                 pooled.in_use -= 1
                 pooled.last_used = time.monotonic()
 
+    def direct_tls(self) -> tuple[ssl.SSLContext | None, str | None]:
+        """The TLS context (ALPN ``h2``) and server name of the client's own HTTP/2 connections; (None, None)
+        for plaintext. Made at first use."""
+        tls = self._config.tls
+        if tls is None:
+            return None, None
+        if self._ssl is None:
+            self._ssl = tls.ssl_context(alpn=("h2",))
+        return self._ssl, tls.server_name
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self._config.max_message_bytes
+
     @contextlib.asynccontextmanager
-    async def aio_channel(self, address: str) -> AsyncIterator[grpc.aio.Channel]:
-        """A grpc.aio channel to ``address`` for one asyncio task (batch publishing), closed afterwards."""
+    async def direct_call(
+        self, address: str, path: str, on_input: OnInput, timeout: float
+    ) -> AsyncIterator[DirectStream]:
+        """A gRPC call of this client's own to ``address`` (batch publishing: :mod:`h2_call`), on a connection
+        of its own opened within ``timeout`` seconds (else NotConnected) and closed after the ``async with``."""
         if self._closed.is_set():
             raise ClientClosedError("the Liftbridge client is closed")
-        options = [o for o in self._options if o[0] != grpc.experimental.ChannelOptions.SingleThreadedUnaryStream]
-        if self._credentials is not None:
-            channel = grpc.aio.secure_channel(address, self._credentials, options=options)
-        else:
-            channel = grpc.aio.insecure_channel(address, options=options)
-        with self._lock:
-            self._aio_open += 1
+        context, server_name = self.direct_tls()
+        opening = open_call(
+            address,
+            path=path,
+            on_input=on_input,
+            tls=context,
+            server_name=server_name,
+            max_response_bytes=self._config.max_message_bytes,
+        )
         try:
-            yield channel
+            stream = await within(max(timeout, 0.001), opening)
+        except TimeoutError:
+            raise NotConnected(address, f"no connection within {timeout:g}s", refused=False) from None
+        with self._lock:
+            self._direct_open += 1
+        try:
+            yield stream
         finally:
-            await channel.close()
+            stream.close()
             with self._lock:
-                self._aio_open -= 1
+                self._direct_open -= 1
 
     def open_channels(self) -> int:
         """How many channels are open now (all brokers)."""
         with self._lock:
-            return sum(len(channels) for channels in self._channels.values()) + self._aio_open
+            return sum(len(channels) for channels in self._channels.values()) + self._direct_open
 
     def close(self) -> None:
         """Close every channel; later leases raise ClientClosedError. Safe to call twice."""

@@ -48,6 +48,7 @@ from liftbridge_provider.client.errors import (
     UnavailableError,
 )
 from liftbridge_provider.client.messages import Ack
+from liftbridge_provider.client.nats_direct import deliver_directly
 from liftbridge_provider.client.options import NatsConfig
 from liftbridge_provider.client.private_loop import run_in_private_loop
 from liftbridge_provider.client.publish_window import BatchErrors, BatchResult, PublishWindow
@@ -242,7 +243,8 @@ class NatsBatchPublisher:
                 self._check_sizes(client.max_payload)
             inbox = client.new_inbox()
             if self._expects_ack:
-                await client.subscribe(inbox, cb=self._on_ack)
+                subscription = await client.subscribe(inbox, cb=self._on_ack)
+                deliver_directly(client, subscription, self._on_ack_data)  # else the callback gets them
                 await self._confirm(client)  # the SUB reached the server before any message it acks
             await self._send_all(client, inbox)
             if not self._expects_ack:
@@ -283,10 +285,13 @@ class NatsBatchPublisher:
             raise _ConnectionBroken(f"publish failed: {exc!r}") from exc
 
     async def _on_ack(self, msg: Msg) -> None:
+        self._on_ack_data(msg.data)
+
+    def _on_ack_data(self, data: bytes) -> None:
         try:
-            ack = decode_ack(msg.data)
+            ack = decode_ack(data)
         except EnvelopeError as exc:
-            log.warning("ignoring a malformed ack on %s: %s", msg.subject, exc)
+            log.warning("ignoring a malformed ack on the batch's inbox: %s", exc)
             return
         index = int(ack.correlationId) if ack.correlationId.isdigit() else -1
         if not 0 <= index < len(self._requests):

@@ -105,6 +105,20 @@ class TLSConfig:
             certificate_chain=_pem(self.cert, "client certificate"),
         )
 
+    def ssl_context(self, alpn: Sequence[str] = ()) -> ssl.SSLContext:
+        """The same settings as a context of Python's ``ssl`` (NATS, and the batch publisher's own HTTP/2
+        connections with ``alpn=("h2",)``); the broker's name is checked against ``server_name`` by the caller."""
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        ca = _pem(self.ca, "CA")
+        if ca is not None:
+            context.load_verify_locations(cadata=ca.decode())
+        if self.cert is not None:
+            with _pem_files(self.cert, self.key) as (cert_path, key_path):
+                context.load_cert_chain(cert_path, key_path)
+        if alpn:
+            context.set_alpn_protocols(list(alpn))
+        return context
+
 
 _NATS_URL = re.compile(r"^(?:(?P<scheme>nats|tls)://)?(?P<hostport>[^\s/@]+)$")
 
@@ -170,22 +184,13 @@ class NatsConfig:
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS context for the NATS connection; None for plaintext."""
-        if self.tls is None:
-            return None
-        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-        ca = _pem(self.tls.ca, "CA")
-        if ca is not None:
-            context.load_verify_locations(cadata=ca.decode())
-        if self.tls.cert is not None:
-            with _pem_files(self.tls.cert, self.tls.key) as (cert_path, key_path):
-                context.load_cert_chain(cert_path, key_path)
-        return context
+        return None if self.tls is None else self.tls.ssl_context()
 
 
 @contextmanager
 def _pem_files(cert: str | bytes | Path, key: str | bytes | Path | None) -> Iterator[tuple[str, str]]:
     """The client certificate and key as files (``ssl`` loads a chain only from files)."""
-    with tempfile.TemporaryDirectory(prefix="lb-nats-tls-") as folder:
+    with tempfile.TemporaryDirectory(prefix="lb-tls-") as folder:
         paths = []
         for name, value in (("cert.pem", cert), ("key.pem", key)):
             path = Path(folder) / name

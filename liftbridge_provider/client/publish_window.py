@@ -216,6 +216,23 @@ class PublishWindow:
             self._in_flight[index] = now
         return index
 
+    def take_many(self, now: float, most: int) -> range:
+        """Up to ``most`` next messages to send, marked as sent at ``now``: :meth:`take` as often as the window
+        allows, without refused messages (the range stops before the next refused one)."""
+        self._skip_refused()
+        room = self.size - self._next
+        if self._expects_ack:
+            room = min(room, self._window - len(self._in_flight))
+        end = self._next + max(min(room, most), 0)
+        failures = self._failures
+        if failures:
+            end = next((index for index in range(self._next, end) if index in failures), end)
+        taken = range(self._next, end)
+        self._next = end
+        if self._expects_ack:
+            self._in_flight.update(dict.fromkeys(taken, now))
+        return taken
+
     def on_ack(self, index: int, ack: Ack) -> bool:
         """Message ``index`` was acked; False when the ack is not counted (unknown index, or after an error)."""
         if not 0 <= index < self._next:
@@ -273,6 +290,17 @@ class PublishWindow:
         """The batch deadline (``timeout`` s) passed: what awaits an ack may be stored; the rest was not sent."""
         self.lose_in_flight(errors.deadline_in_flight(timeout))
         self.fail_unsent(errors.deadline_unsent(timeout))
+
+    def untake(self, index: int) -> int:
+        """Messages ``index`` and after, taken but never written in full, were not sent after all: they go
+        back to be taken again (those that already failed, e.g. timed out, stay failed); how many."""
+        if not 0 <= index <= self._next:
+            raise ValueError(f"message #{index} was not taken")
+        returned = self._next - index
+        for taken in range(index, self._next):
+            self._in_flight.pop(taken, None)
+        self._next = index
+        return returned
 
     def refuse(self, index: int, error: LiftbridgeError) -> None:
         """Fail message ``index`` before it is sent (e.g. its partition is readonly); it is skipped by :meth:`take`."""

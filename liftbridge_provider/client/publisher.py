@@ -22,12 +22,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import grpc
-import grpc.aio
+from google.protobuf.message import DecodeError
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.addresses import leader_first, replica_address
-from liftbridge_provider.client.aio_timeout import within
 from liftbridge_provider.client.errors import (
     EncryptionError,
     IncorrectOffsetError,
@@ -41,6 +39,7 @@ from liftbridge_provider.client.errors import (
     error_from_rpc,
     is_too_large,
 )
+from liftbridge_provider.client.h2_transport import DirectStream, NotConnected
 from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.messages import Ack
 from liftbridge_provider.client.private_loop import run_in_private_loop
@@ -52,6 +51,9 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY = 10.0  # seconds between progress log lines
 POLL = 0.05  # seconds between checks for expired acks while waiting
 CONNECT_TIMEOUT = 5.0  # seconds to connect to a broker before trying the next
+WRITE_BYTES = 256 * 1024  # requests queued on the stream at most before more wait for it to drain, bytes
+WRITE_MESSAGES = 256  # requests handed to the stream at a time
+PUBLISH_ASYNC = "/proto.API/PublishAsync"
 MAX_STREAM_ATTEMPTS = 10  # broken streams in a row, with no ack in between, before giving up
 # A stream that breaks with these is reopened to another broker for the messages not yet sent.
 _STREAM_RETRY_CODES = frozenset(
@@ -88,19 +90,6 @@ def async_error(response: api.PublishResponse, stream: str, partition: int) -> L
     return kind(message, stream=stream, partition=partition, may_be_stored=may_be_stored)
 
 
-class _NotConnected(grpc.RpcError):
-    """The broker could not be reached, so nothing was sent to it."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNAVAILABLE
-
-    def details(self) -> str:
-        return f"could not connect to {self.address} within {CONNECT_TIMEOUT:g}s"
-
-
 class _StreamEnded(grpc.RpcError):
     """The PublishAsync stream ended while messages were still being written."""
 
@@ -117,11 +106,14 @@ class _StreamEnded(grpc.RpcError):
 class BatchPublisher:
     """Sends one batch; not reusable. See the module docstring for the guarantees.
 
-    The stream runs on grpc.aio in a private event loop on its own thread, over
-    a channel opened for the batch and closed after it: asyncio streaming costs
-    far less CPU per message than gRPC's threaded streaming API. What is sent,
-    awaited, expired or lost is :class:`PublishWindow`'s to decide (as for the
-    NATS path); everything runs on the one loop thread, without locks.
+    The stream is a gRPC call of the client's own (:mod:`h2_call`) on a
+    connection opened for the batch and closed after it, driven from a private
+    event loop on its own thread. Every read hands its acks over at once, and
+    every message the window then allows goes out in one write: grpc's
+    per-message writes made both the client and the server work once per
+    message (docs/benchmarks.md). What is sent, awaited, expired or lost is
+    :class:`PublishWindow`'s to decide (as for the NATS path); everything runs
+    on the one loop thread, without locks.
     """
 
     def __init__(
@@ -142,14 +134,18 @@ class BatchPublisher:
         self._window = PublishWindow(len(requests), window=window, ack_wait=ack_wait, expects_ack=self._expects_ack)
         self._errors = BatchErrors(self._stream, lambda index: requests[index].partition)
         self._last_progress = self._started = time.monotonic()
-        self._space: asyncio.Event | None = None  # set when the window may have room
+        self._call: DirectStream | None = None  # the stream being written to
+        self._handed: list[int] = []  # indices handed to that stream, in order
+        self._address = ""
+        self._answered = False
+        self._finished: asyncio.Event | None = None  # set when every message is resolved
 
     def run(self) -> BatchResult:
         """Publish the batch (blocking) and return the result."""
         return run_in_private_loop(self._run(), name="liftbridge-publish-batch")
 
     async def _run(self) -> BatchResult:
-        self._space = asyncio.Event()
+        self._finished = asyncio.Event()
         attempt = 0  # consecutive broken streams without a single ack in between
         while not self._window.done:
             addresses = self._broker_order()
@@ -158,8 +154,8 @@ class BatchPublisher:
             try:
                 await self._stream_to(address)
             except grpc.RpcError as exc:
-                if exc.code() is grpc.StatusCode.UNAVAILABLE:  # silent when connecting, or broken once connected
-                    HEALTH.tell(address, Signal.SILENT if isinstance(exc, _NotConnected) else Signal.BROKEN)
+                if exc.code() is grpc.StatusCode.UNAVAILABLE:  # silent or refusing when connecting, or broken
+                    HEALTH.tell(address, _signal_of(exc))
                 self._on_broken_stream(exc)
                 attempt = 0 if self._window.acked > acked_before else attempt + 1
                 final = exc.code() not in _STREAM_RETRY_CODES or attempt >= MAX_STREAM_ATTEMPTS
@@ -180,74 +176,102 @@ class BatchPublisher:
         return leader_first(self._router.broker_addresses(), leader)
 
     async def _stream_to(self, address: str) -> None:
-        async with self._router.pool.aio_channel(address) as channel:
+        pool = self._router.pool
+        async with pool.direct_call(address, PUBLISH_ASYNC, self._on_input, self._bounded(CONNECT_TIMEOUT)) as call:
+            self._call, self._handed, self._address, self._answered = call, [], address, False
             try:
-                # Connect before writing: messages written to a channel that never connects were not sent.
-                await within(self._bounded(CONNECT_TIMEOUT), channel.channel_ready())
-            except TimeoutError:
-                raise _NotConnected(address) from None
-            call = api_grpc.APIStub(channel).PublishAsync()
-            sender = asyncio.create_task(self._send(call))
-            reader = asyncio.create_task(self._read(call, address))
-            try:
-                await self._supervise(sender, reader, address)
+                self._pump()
+                await self._supervise(call, address)
+            except BaseException:
+                self._return_unwritten()
+                raise
             finally:
-                sender.cancel()
-                reader.cancel()
-                call.cancel()
-                await asyncio.gather(sender, reader, return_exceptions=True)
+                self._call = None
 
-    async def _supervise(self, sender: asyncio.Task[None], reader: asyncio.Task[None], address: str) -> None:
+    async def _supervise(self, call: DirectStream, address: str) -> None:
         """Until every message is resolved: expire overdue acks, keep the batch deadline, notice a broken stream.
 
         Waits on a short tick rather than on the stream alone, so acks that never
         come (no leader, the ISR below min ISR, messages dropped) end by
         ``ack_wait`` and the batch by its deadline, whatever the stream does.
         """
-        window = self._window
-        while True:
-            await asyncio.wait({sender, reader}, timeout=POLL, return_when=asyncio.FIRST_COMPLETED)
-            if window.expire(time.monotonic(), self._errors.ack_timeout(self._ack_wait)) and self._space is not None:
-                self._space.set()
-            if self._deadline_passed():
-                self._fail_at_deadline()
-                return
-            if self._expects_ack and window.done:
-                return
-            if sender.done() and not sender.cancelled() and sender.exception() is not None:
-                raise _StreamEnded(address) from sender.exception()
-            if reader.done():
-                error = None if reader.cancelled() else reader.exception()
-                if isinstance(error, grpc.RpcError):
-                    raise error
-                if error is not None or window.in_flight or not window.all_sent:
-                    raise _StreamEnded(address) from error
-                return  # ack policy NONE: the server ended the stream after the last message
+        assert self._finished is not None
+        window, finished = self._window, asyncio.ensure_future(self._finished.wait())
+        waits: set[asyncio.Future[Any]] = {call.ended, finished}
+        try:
+            while True:
+                await asyncio.wait(waits, timeout=POLL, return_when=asyncio.FIRST_COMPLETED)
+                if window.expire(time.monotonic(), self._errors.ack_timeout(self._ack_wait)):
+                    self._pump()
+                if self._deadline_passed():
+                    self._return_unwritten()
+                    self._fail_at_deadline()
+                    return
+                if self._expects_ack and window.done:
+                    return
+                if call.ended.done():
+                    call.ended.result()  # a failed call raises its error here
+                    if window.in_flight or not window.all_sent:
+                        raise _StreamEnded(address)
+                    return  # ack policy NONE: the server ended the stream after the last message
+        finally:
+            finished.cancel()
 
-    async def _read(self, call: Any, address: str) -> None:
-        answered = False
-        while True:
-            response = await call.read()
-            if response is grpc.aio.EOF:
-                return
-            if not answered:  # the broker answers: whatever the health model held against it is over
-                HEALTH.answered(address)
-                answered = True
-            self._on_response(response)
+    def _on_input(self, responses: list[bytes]) -> None:
+        """The responses of one read (possibly none): count them, then send what the window allows now."""
+        if responses:
+            if not self._answered:  # the broker answers: whatever the health model held against it is over
+                HEALTH.answered(self._address)
+                self._answered = True
+            parse, requests, window, size = api.PublishResponse.FromString, self._requests, self._window, len(self)
+            for data in responses:
+                try:
+                    response = parse(data)
+                except DecodeError:
+                    if self._call is not None:
+                        self._call.abort(grpc.StatusCode.INTERNAL, "a PublishAsync response did not parse")
+                    return
+                ack = response.ack
+                correlation_id = ack.correlationId  # empty in an error response (its id is outside the ack)
+                if correlation_id.isdigit() and (index := int(correlation_id)) < size:
+                    partition = requests[index].partition
+                    if window.on_ack(index, Ack(ack, partition)) and window.acked % 1024 == 0:
+                        self._log_progress()
+                else:
+                    self._on_response(response)
+            if window.done and self._finished is not None:
+                self._finished.set()
+        self._pump()
 
-    async def _send(self, call: Any) -> None:
-        """Write requests while the window allows (ack policy NONE: all of them, then close the sending side)."""
-        assert self._space is not None
-        window = self._window
-        while not window.all_sent and not self._deadline_passed():
-            index = window.take(time.monotonic())
-            if index is None:  # the window is full: wait for an ack or an expiry
-                self._space.clear()
-                await self._space.wait()
-                continue
-            await call.write(self._requests[index])
-        if not self._expects_ack:
-            await call.done_writing()  # the server then ends the stream (no acks to wait for)
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def _pump(self) -> None:
+        """Hand the stream every message the window allows, in writes of up to ``WRITE_BYTES``, while its
+        connection takes them (ack policy NONE: until every message is sent, then close the sending side)."""
+        call, window = self._call, self._window
+        if call is None or call.ended.done() or self._deadline_passed():
+            return
+        requests, handed, now = self._requests, self._handed, time.monotonic()
+        while not call.paused and call.state.queued_bytes < WRITE_BYTES:
+            taken = window.take_many(now, WRITE_MESSAGES)
+            if not taken:  # the window is full, or every message is sent
+                break
+            call.send([requests[index].SerializeToString() for index in taken])
+            handed.extend(taken)
+        if not self._expects_ack and window.all_sent:
+            call.close_sending()  # the server then ends the stream (no acks to wait for)
+
+    def _return_unwritten(self) -> None:
+        """Messages handed to the stream but never written in full cannot be stored: back to the window, to
+        go over the next stream (or fail as not sent)."""
+        call = self._call
+        if call is None:
+            return
+        written = call.state.written_messages
+        if written < len(self._handed):
+            self._window.untake(self._handed[written])
+        del self._handed[written:]
 
     def _bounded(self, seconds: float) -> float:
         """``seconds``, or less when the batch deadline comes first."""
@@ -267,13 +291,9 @@ class BatchPublisher:
         index = int(correlation_id)
         partition = self._requests[index].partition
         if failed:
-            counted = self._window.on_error(index, async_error(response, self._stream, partition))
-        else:
-            counted = self._window.on_ack(index, Ack(response.ack, partition))
-        if counted and self._space is not None:
-            self._space.set()
-            if self._window.acked % 1024 == 0:
-                self._log_progress()
+            self._window.on_error(index, async_error(response, self._stream, partition))
+        elif self._window.on_ack(index, Ack(response.ack, partition)) and self._window.acked % 1024 == 0:
+            self._log_progress()
 
     def _fail_at_deadline(self) -> None:
         self._window.end_at_deadline(self._errors, self._deadline.timeout if self._deadline is not None else 0.0)
@@ -289,3 +309,11 @@ class BatchPublisher:
             self._last_progress = now
             done = self._window.acked
             log.info("published %d/%d messages (%.0f msgs/s)", done, len(self._requests), done / (now - self._started))
+
+
+def _signal_of(exc: grpc.RpcError) -> Signal:
+    """What an UNAVAILABLE stream says of its broker: refused (nothing to hold against it), silent when
+    connecting, or broken once connected."""
+    if isinstance(exc, NotConnected):
+        return Signal.REFUSED if exc.refused else Signal.SILENT
+    return Signal.BROKEN

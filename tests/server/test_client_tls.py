@@ -33,6 +33,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import (
     LiftbridgeClient,
     LiftbridgeError,
@@ -42,6 +43,8 @@ from liftbridge_provider.client import (
     TLSConfig,
     UnavailableError,
 )
+from liftbridge_provider.client.publisher import BatchPublisher
+from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.devserver import DevServer, start_single
 from tests.tls_certs import Issued, write_ca, write_client_cert, write_server_cert
 
@@ -215,6 +218,9 @@ def round_trip(client: LiftbridgeClient, stream: str, value: bytes) -> None:
     assert ack.offset == 0
     messages = list(client.read_range(stream, 0, 0, 1))
     assert [(m.offset, m.value) for m in messages] == [(0, value)]
+    # publish_batch streams over its own HTTP/2 connection (client/h2_call.py), with the same TLS settings
+    result = client.publish_batch(stream, [value] * 3000, window=256)
+    assert [ack.offset if ack else None for ack in result.acks] == list(range(1, 3001))
 
 
 def connect_and_fail(brokers: list[str], tls: TLSConfig | None) -> UnavailableError:
@@ -250,8 +256,32 @@ def test_tls_server_name_override(tls_server: DevServer, certs: Certs) -> None:
         tls_server.brokers, tls=certs.tls(server_name="localhost"), request_timeout=REQUEST_TIMEOUT
     ) as client:
         assert "n1" in client.fetch_metadata().brokers
+        client.create_stream("tls-override", "tls-override")
+        result = client.publish_batch("tls-override", [b"named"] * 10)  # the batch's own connection checks it too
+        assert [ack.offset if ack else None for ack in result.acks] == list(range(10))
     error = connect_and_fail(tls_server.brokers, certs.tls(server_name="not-in-the-certificate.example"))
     assert "Hostname Verification" in error.message
+
+
+def test_publish_batch_with_a_name_the_certificate_lacks_sends_nothing(tls_server: DevServer, certs: Certs) -> None:
+    """The batch's own connection checks the broker's certificate against server_name before anything goes out:
+    every message fails as not sent (not stored), and nothing reaches the stream. (The publisher is driven
+    directly: the client's metadata calls would fail the same check before it starts.)"""
+    with LiftbridgeClient(tls_server.brokers, tls=certs.tls(), request_timeout=REQUEST_TIMEOUT) as good:
+        good.create_stream("tls-wrong-name", "tls-wrong-name")
+        requests = [api.PublishRequest(stream="tls-wrong-name", value=b"x", correlationId=str(i)) for i in range(5)]
+        tls = certs.tls(server_name="not-in-the-certificate.example")
+        with LiftbridgeClient(tls_server.brokers, tls=tls, request_timeout=REQUEST_TIMEOUT) as client:
+            publisher = BatchPublisher(
+                client._router, requests, window=8, ack_wait=2.0, deadline=Deadline(MAX_FAILURE_SECONDS)
+            )
+            result = publisher.run()
+        assert len(result.failures) == 5
+        for failure in result.failures:
+            assert not failure.may_be_stored
+            assert type(failure.error) is UnavailableError
+            assert "certificate" in failure.error.message.lower()
+        assert good.fetch_partition_metadata("tls-wrong-name", 0).newest_offset == -1
 
 
 def test_plaintext_client_against_tls_server(tls_server: DevServer) -> None:

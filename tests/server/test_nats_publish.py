@@ -27,8 +27,10 @@ from liftbridge_provider.client import (
     PublishMessage,
     ReadonlyPartitionError,
     UnavailableError,
+    nats_publisher,
     partition_by_key,
 )
+from liftbridge_provider.client.nats_direct import deliver_directly
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.proxy import FaultProxy
 
@@ -100,6 +102,26 @@ def test_every_ack_policy_stores_and_acks_what_the_grpc_path_does(
         time.sleep(1.0)  # nothing to wait for: let the leader write what it got
     for partition in range(3):
         assert stored(grpc_client, a, partition) == stored(grpc_client, b, partition) == batch[partition::3]
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["acks-from-the-parser", "acks-through-nats-py"])
+def test_acks_reach_the_batch_straight_from_the_parser_or_through_nats_py(
+    nats_client: LiftbridgeClient, grpc_client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch, direct: bool
+) -> None:
+    """nats-py (2.16, the constraints' version) has the private part nats_direct.py wraps (acks handed over as its
+    parser reads them); without it, its subscription callback gets them: the same acks either way."""
+    taken: list[bool] = []
+
+    def spy(*args: Any) -> bool:
+        taken.append(deliver_directly(*args) if direct else False)
+        return taken[-1]
+
+    monkeypatch.setattr(nats_publisher, "deliver_directly", spy)
+    batch = [f"d-{i}".encode() for i in range(5000)]
+    (_, by_nats), (_, by_grpc) = both_paths(nats_client, grpc_client, batch, window=256)
+    assert taken == [direct]
+    assert by_nats.ok, by_nats.failures[:3]
+    assert outcome(by_nats) == outcome(by_grpc)
 
 
 def test_keyed_batch_lands_on_the_same_partitions_and_offsets(

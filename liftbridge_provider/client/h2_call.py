@@ -1,0 +1,304 @@
+"""One bidirectional gRPC call on an HTTP/2 connection of its own, without I/O, driven by h2.
+
+:class:`CallState` turns serialized requests into the bytes to write and the
+bytes read into serialized responses, and says how the call ended. The
+HTTP/2 is h2's (:class:`h2.connection.H2Connection`, client side: the preface
+and settings, HPACK, frames, flow control, SETTINGS and PING
+acknowledgements, stream and connection state); this class adds the gRPC
+call on top: the request headers, the 5-byte message prefix, the responses
+cut from DATA, the status from the trailers, a stream reset or a GOAWAY
+(:mod:`grpc_status`). Its owners move the bytes (:mod:`h2_transport` on
+asyncio, :mod:`direct_stream` on a socket).
+
+Why a call of our own rather than grpc's: grpc writes each message of a
+stream as its own socket write and completes each write through its
+completion queue and event-loop threads, so a pipelined batch crossed several
+threads and system calls per message on the client, and the server, reading
+one small message at a time, did every later step (read, NATS publish, ack
+write) once per message too. Here every message the peer's windows allow goes
+out in one write (one DATA frame per largest frame, not per message), and
+every ack that arrived is parsed in one pass.
+
+The call counts the requests written out in full (:attr:`written_messages`):
+a request never written in full cannot have been stored, so a publisher may
+send it over another call. Server push is turned off, compressed messages
+are not asked for, and the call is stream 1, the only one. A GOAWAY ends the
+call, a graceful one too (h2 takes no more frames of a connection once its
+peer said GOAWAY): what was written and not answered may have been stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import grpc
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    PushedStreamReceived,
+    ResponseReceived,
+    StreamEnded,
+    StreamReset,
+    TrailersReceived,
+)
+from h2.exceptions import H2Error
+from h2.settings import SettingCodes, Settings
+
+from liftbridge_provider.client import grpc_status
+
+STREAM = 1  # the call's stream id (the first a client opens)
+DEFAULT_WINDOW = 65_535  # every flow-control window's size until a setting or update changes it (RFC 9113), bytes
+RECEIVE_WINDOW = 1 << 24  # bytes the server may send ahead of what we read, per stream and connection (16 MiB)
+USER_AGENT = "liftbridge-provider (h2)"
+GRPC_PREFIX = struct.Struct(">BI")  # a gRPC message's prefix: compressed flag, length
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a call ended: ``code`` OK when the server closed it normally."""
+
+    code: grpc.StatusCode
+    details: str
+
+
+class CallFailed(grpc.RpcError):
+    """A call that ended with a status other than OK, shaped like grpc's errors (``code()``, ``details()``)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+class CallState:
+    """The state of one call: what to write, what was read, how it ended.
+
+    :param authority: the ``:authority`` of the request (the address dialled, or the TLS server name).
+    :param path: the method's path, e.g. ``/proto.API/PublishAsync``.
+    :param tls: whether the connection is TLS (the ``:scheme``).
+    :param max_response_bytes: largest response accepted; a larger one ends the call (RESOURCE_EXHAUSTED).
+    """
+
+    def __init__(self, *, authority: str, path: str, tls: bool, max_response_bytes: int) -> None:
+        self._max_response = max_response_bytes
+        conn = H2Connection(H2Configuration(client_side=True, header_encoding=None))
+        conn.local_settings = Settings(
+            client=True,
+            initial_values={SettingCodes.ENABLE_PUSH: 0, SettingCodes.INITIAL_WINDOW_SIZE: RECEIVE_WINDOW},
+        )
+        conn.initiate_connection()
+        conn.increment_flow_control_window(RECEIVE_WINDOW - DEFAULT_WINDOW)
+        conn.send_headers(
+            STREAM,
+            [
+                (b":method", b"POST"),
+                (b":scheme", b"https" if tls else b"http"),
+                (b":path", path.encode()),
+                (b":authority", authority.encode()),
+                (b"content-type", b"application/grpc"),
+                (b"te", b"trailers"),
+                (b"user-agent", USER_AGENT.encode()),
+            ],
+        )
+        self._conn = conn
+        self._pending = bytearray()  # gRPC-framed requests not handed to h2 yet
+        self._ends: deque[int] = deque()  # where each queued request ends, as a count of DATA bytes since the start
+        self._queued_total = 0  # DATA bytes queued since the start
+        self._written_total = 0  # DATA bytes handed to h2 (and so to the next outgoing()) since the start
+        self._written_end = 0  # where the last request written in full ends, as a count of DATA bytes
+        self.written_messages = 0  # requests written out in full
+        self._closing = False  # the sending side is to be closed after the pending requests
+        self._closed_sending = False
+        self._messages = bytearray()  # DATA of our stream, not yet cut into messages
+        self._unacknowledged = 0  # flow-controlled bytes read and not handed to h2's window accounting yet
+        self._headers_seen = False
+        self._fields: dict[bytes, bytes] = {}  # the last header block of our stream
+        self.ended: Ended | None = None
+
+    # -- sending ---------------------------------------------------------------------------------------------
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of requests queued and not written yet (the peer's windows hold them back)."""
+        return len(self._pending)
+
+    def queue(self, messages: Iterable[bytes]) -> None:
+        """Queue serialized requests, in order; :meth:`outgoing` writes them as the windows allow."""
+        if self._closing:
+            raise ValueError("the sending side is closed")
+        pending, ends, pack = self._pending, self._ends, GRPC_PREFIX.pack
+        total = self._queued_total
+        for message in messages:
+            size = len(message)
+            pending += pack(0, size)
+            pending += message
+            total += size + 5
+            ends.append(total)
+        self._queued_total = total
+
+    def withdraw(self) -> bool:
+        """Take back the last queued request if none of its bytes were written yet (True); else False."""
+        ends = self._ends
+        if not ends:
+            return False
+        start = ends[-2] if len(ends) >= 2 else self._written_end
+        if self._written_total > start:
+            return False
+        size = ends.pop() - start
+        del self._pending[len(self._pending) - size :]
+        self._queued_total -= size
+        return True
+
+    def close_sending(self) -> None:
+        """Half-close the call once every queued request is written (END_STREAM)."""
+        self._closing = True
+
+    def fail(self, code: grpc.StatusCode, details: str) -> bytes:
+        """End the call from this side with ``code``; the bytes that tell the server (RST_STREAM CANCEL)."""
+        self._end(code, details)
+        with contextlib.suppress(H2Error):  # the stream or the connection is closed already: nothing to tell
+            self._conn.reset_stream(STREAM, ErrorCodes.CANCEL)
+        return self._conn.data_to_send()
+
+    def outgoing(self) -> bytes:
+        """Everything that may be written now: h2's frames (settings, acknowledgements, window updates), then
+        the queued requests as DATA within the peer's windows, at most its largest frame each."""
+        conn = self._conn
+        if self.ended is not None:
+            return conn.data_to_send()
+        pending = self._pending
+        if pending:
+            allowed = min(len(pending), conn.local_flow_control_window(STREAM))
+            if allowed > 0:
+                step = conn.max_outbound_frame_size
+                send = conn.send_data
+                if allowed <= step:
+                    send(STREAM, bytes(pending[:allowed]))
+                else:
+                    view = memoryview(pending)
+                    try:
+                        for start in range(0, allowed, step):
+                            send(STREAM, bytes(view[start : min(start + step, allowed)]))
+                    finally:
+                        view.release()
+                del pending[:allowed]
+                self._written_total += allowed
+                ends, written, count = self._ends, self._written_total, 0
+                while ends and ends[0] <= written:
+                    self._written_end = ends.popleft()
+                    count += 1
+                self.written_messages += count
+        if self._closing and not pending and not self._closed_sending:
+            conn.end_stream(STREAM)
+            self._closed_sending = True
+        return conn.data_to_send()
+
+    # -- receiving -------------------------------------------------------------------------------------------
+
+    def receive(self, data: bytes) -> list[bytes]:
+        """Take bytes read from the connection; the complete responses they finish, in order."""
+        if self.ended is not None:
+            return []
+        try:
+            events = self._conn.receive_data(data)
+        except H2Error as exc:  # h2 has queued its GOAWAY; the events of this read are lost with it
+            self._end(grpc.StatusCode.INTERNAL, f"HTTP/2 error from the server's side: {exc}")
+            return []
+        read = 0
+        for event in events:
+            if isinstance(event, DataReceived):
+                read += event.flow_controlled_length or 0
+                if event.stream_id == STREAM and event.data:
+                    self._messages += event.data
+            elif self.ended is None:
+                self._on_event(event)
+        if read:
+            # Handed to h2 once half the window was read, when h2 grants it back anyway (a WINDOW_UPDATE for
+            # the stream and the connection): one call then rather than one per read.
+            self._unacknowledged += read
+            if self._unacknowledged >= RECEIVE_WINDOW // 2 and self.ended is None:
+                self._conn.acknowledge_received_data(self._unacknowledged, STREAM)
+                self._unacknowledged = 0
+        return self._responses()
+
+    def connection_lost(self, reason: str) -> None:
+        """The connection closed (``reason``): a call not ended yet ends UNAVAILABLE."""
+        if self.ended is None:
+            self.ended = Ended(grpc.StatusCode.UNAVAILABLE, reason)
+
+    def _on_event(self, event: object) -> None:
+        if isinstance(event, (ResponseReceived, TrailersReceived)):
+            if event.stream_id == STREAM:
+                self._on_headers(event.headers or [])
+        elif isinstance(event, StreamEnded):
+            if event.stream_id == STREAM:
+                self._on_stream_ended()
+        elif isinstance(event, StreamReset):
+            if event.stream_id == STREAM:
+                code = int(event.error_code or 0)
+                self._end(grpc_status.status_of_reset(code), f"the server reset the call (HTTP/2 error {code})")
+        elif isinstance(event, ConnectionTerminated):
+            code = int(event.error_code or 0)
+            if code != ErrorCodes.NO_ERROR:
+                self._end(grpc_status.status_of_reset(code), f"the server closed the connection (HTTP/2 error {code})")
+            elif (event.last_stream_id or 0) < STREAM:
+                self._end(grpc.StatusCode.UNAVAILABLE, "the server closed the connection before the call")
+            else:
+                self._end(grpc.StatusCode.UNAVAILABLE, "the server is closing the connection (GOAWAY)")
+        elif isinstance(event, PushedStreamReceived):
+            self._end(grpc.StatusCode.INTERNAL, "the server pushed a stream, which was turned off")
+        # Settings, pings, window updates: h2 has answered or applied them; the owner writes outgoing().
+
+    def _on_headers(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        fields = {bytes(name): bytes(value) for name, value in headers}
+        self._fields = fields
+        first = not self._headers_seen
+        self._headers_seen = True
+        status = fields.get(b":status", b"200").decode("ascii", "replace")
+        if first and status != "200":
+            self._end(grpc_status.status_of_http(status), f"the server answered HTTP status {status}")
+
+    def _on_stream_ended(self) -> None:
+        fields = self._fields
+        if b"grpc-status" not in fields:
+            self._end(grpc.StatusCode.INTERNAL, "the server ended the call without a status")
+            return
+        code = grpc_status.status_of_number(fields[b"grpc-status"].decode("ascii", "replace"))
+        details = grpc_status.grpc_message(fields.get(b"grpc-message", b"").decode("utf-8", "replace"))
+        self._end(code, details or code.name)
+
+    def _responses(self) -> list[bytes]:
+        messages, position, found = self._messages, 0, []
+        unpack, limit = GRPC_PREFIX.unpack_from, self._max_response
+        while len(messages) - position >= 5:
+            compressed, size = unpack(messages, position)
+            if compressed:
+                self._end(grpc.StatusCode.INTERNAL, "the server sent a compressed message, which was not asked for")
+                break
+            if size > limit:
+                self._end(grpc.StatusCode.RESOURCE_EXHAUSTED, f"a response of {size} bytes is over {limit}")
+                break
+            end = position + 5 + size
+            if end > len(messages):
+                break
+            found.append(bytes(messages[position + 5 : end]))
+            position = end
+        del messages[:position]
+        return found
+
+    def _end(self, code: grpc.StatusCode, details: str) -> None:
+        if self.ended is None:
+            self.ended = Ended(code, details)

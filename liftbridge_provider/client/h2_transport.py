@@ -1,0 +1,168 @@
+"""An asyncio connection that carries one :class:`~liftbridge_provider.client.h2_call.CallState`.
+
+:func:`open_call` dials a broker (TCP, or TLS with ALPN ``h2``), and the
+returned :class:`DirectStream` writes what the call state says and feeds it
+what is read. Each read hands the responses it completed to ``on_input`` in
+one call (also with none, when only flow-control credit or a setting came, so
+the owner can queue more); the owner queues requests with :meth:`send`.
+Everything runs on the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Callable, Sequence
+from typing import cast
+
+import grpc
+
+from liftbridge_provider.client.h2_call import CallFailed, CallState
+from liftbridge_provider.client.options import parse_broker
+
+OnInput = Callable[[list[bytes]], None]
+"""Receives the responses one read completed (possibly none)."""
+
+
+class NotConnected(grpc.RpcError):
+    """The broker could not be reached, so nothing was sent to it; ``refused`` when it said so at once."""
+
+    def __init__(self, address: str, reason: str, *, refused: bool) -> None:
+        super().__init__(f"could not connect to {address}: {reason}")
+        self.address = address
+        self.reason = reason
+        self.refused = refused
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return f"could not connect to {self.address}: {self.reason}"
+
+
+class DirectStream(asyncio.Protocol):
+    """The connection of one call. ``ended`` resolves when the call ends: None for status OK, else CallFailed."""
+
+    def __init__(self, state: CallState, on_input: OnInput, address: str) -> None:
+        self.state = state
+        self._on_input = on_input
+        self._address = address
+        self._transport: asyncio.Transport | None = None
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.paused = False  # the transport's write buffer is full: queue nothing more until it drains
+
+    # -- the owner's side ------------------------------------------------------------------------------------
+
+    def send(self, messages: Sequence[bytes]) -> None:
+        """Queue serialized requests and write what the peer's windows allow now."""
+        self.state.queue(messages)
+        self._flush()
+
+    def close_sending(self) -> None:
+        """Half-close once every queued request is written."""
+        self.state.close_sending()
+        self._flush()
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        """End the call from this side (``code``, ``details``), e.g. for a response that does not parse."""
+        if self.state.ended is None:
+            self._write(self.state.fail(code, details))
+        self._check_end()
+
+    def close(self) -> None:
+        """Cancel the call if it is still open, and close the connection."""
+        if self.state.ended is None:
+            self._write(self.state.fail(grpc.StatusCode.CANCELLED, "cancelled by the client"))
+        self._check_end()
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    # -- asyncio's side --------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not its subclasses
+        raw = transport.get_extra_info("socket")
+        if raw is not None and raw.family in (socket.AF_INET, socket.AF_INET6):
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._flush()
+
+    def data_received(self, data: bytes) -> None:
+        responses = self.state.receive(data)
+        if not self.ended.done():
+            self._on_input(responses)
+        self._flush()
+        self._check_end()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = f"connection to {self._address} lost" + (f": {exc}" if exc is not None else "")
+        self.state.connection_lost(reason)
+        self._check_end()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if not self.ended.done():
+            self._on_input([])
+
+    # -- inside ----------------------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        out = self.state.outgoing()
+        if out:
+            self._write(out)
+
+    def _write(self, data: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    def _check_end(self) -> None:
+        ended = self.state.ended
+        if ended is None or self.ended.done():
+            return
+        self._resolve(None if ended.code is grpc.StatusCode.OK else CallFailed(ended.code, ended.details))
+        if self._transport is not None:
+            self._transport.close()
+
+    def _resolve(self, error: CallFailed | None) -> None:
+        if self.ended.done():
+            return
+        if error is None:
+            self.ended.set_result(None)
+        else:
+            self.ended.set_exception(error)
+            self.ended.exception()  # retrieved here: an owner that stopped listening leaves no warning behind
+
+
+async def open_call(
+    address: str,
+    *,
+    path: str,
+    on_input: OnInput,
+    tls: ssl.SSLContext | None,
+    server_name: str | None,
+    max_response_bytes: int,
+) -> DirectStream:
+    """Connect to ``address`` (``host:port``) and start the call to ``path``; NotConnected if that fails.
+
+    The caller bounds the wait (a silent host accepts nothing and refuses nothing).
+    """
+    host, port = parse_broker(address)
+    authority = server_name if tls is not None and server_name else address
+    state = CallState(authority=authority, path=path, tls=tls is not None, max_response_bytes=max_response_bytes)
+    loop = asyncio.get_running_loop()
+    try:
+        _, stream = await loop.create_connection(
+            lambda: DirectStream(state, on_input, address),
+            host,
+            port,
+            ssl=tls,
+            server_hostname=(server_name or host) if tls is not None else None,
+        )
+    except ConnectionRefusedError as exc:
+        raise NotConnected(address, str(exc), refused=True) from None
+    except (OSError, ssl.SSLError) as exc:
+        raise NotConnected(address, str(exc) or type(exc).__name__, refused=False) from None
+    return stream

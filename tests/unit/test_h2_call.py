@@ -1,0 +1,366 @@
+"""The HTTP/2 call of publish_batch and publish (client/h2_call.py) as pure logic, no sockets: its peer is h2's
+own server side (an H2Connection with client_side=False), and frames h2 would not send are built with
+hyperframe."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+import grpc
+import pytest
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.events import (
+    DataReceived,
+    Event,
+    PingAckReceived,
+    RemoteSettingsChanged,
+    RequestReceived,
+    SettingsAcknowledged,
+    StreamEnded,
+    StreamReset,
+    WindowUpdated,
+)
+from h2.settings import SettingCodes
+from hyperframe.frame import ContinuationFrame, DataFrame, Frame, HeadersFrame, PushPromiseFrame
+
+from liftbridge_provider.client.h2_call import DEFAULT_WINDOW, RECEIVE_WINDOW, STREAM, CallState
+from liftbridge_provider.client.publish_window import PublishWindow
+
+MAX_FRAME = 16_384  # the largest frame until a peer's setting says otherwise
+
+
+def new_call(*, tls: bool = False, max_response_bytes: int = 1 << 20) -> CallState:
+    return CallState(
+        authority="127.0.0.1:9292", path="/proto.API/PublishAsync", tls=tls, max_response_bytes=max_response_bytes
+    )
+
+
+class Peer:
+    """The server's side: h2's server state machine, fed what the call writes."""
+
+    def __init__(self, call: CallState, settings: dict[SettingCodes | int, int] | None = None) -> None:
+        self.call = call
+        self.conn = H2Connection(H2Configuration(client_side=False, header_encoding=None))
+        self.conn.initiate_connection()
+        if settings:  # a second SETTINGS frame: h2 applies them to its own side once the call acknowledges them
+            self.conn.update_settings(settings)
+
+    def read(self) -> list[Event]:
+        """What the call writes now, as the server's events."""
+        return self.conn.receive_data(self.call.outgoing())
+
+    def write(self) -> bytes:
+        """What the server has to send."""
+        return self.conn.data_to_send()
+
+    def open(self) -> None:
+        """The call's opening read by the server, the server's settings and response headers read by the call."""
+        self.read()
+        self.conn.send_headers(STREAM, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        assert self.call.receive(self.write()) == []
+
+
+def parse(data: bytes) -> list[Frame]:
+    """Every frame in ``data`` (after the client preface, if any)."""
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    if data.startswith(preface):
+        data = data[len(preface) :]
+    found, position = [], 0
+    while position < len(data):
+        frame, length = Frame.parse_frame_header(memoryview(data[position : position + 9]))
+        frame.parse_body(memoryview(data[position + 9 : position + 9 + length]))
+        found.append(frame)
+        position += 9 + length
+    return found
+
+
+def grpc_message(payload: bytes) -> bytes:
+    return struct.pack(">BI", 0, len(payload)) + payload
+
+
+def data_sizes(events: list[Event]) -> list[int]:
+    return [len(event.data) for event in events if isinstance(event, DataReceived)]
+
+
+def test_the_call_opens_with_settings_a_larger_window_and_the_request_headers() -> None:
+    events = Peer(new_call()).read()
+    settings = next(event for event in events if isinstance(event, RemoteSettingsChanged))
+    assert settings.changed_settings[SettingCodes.ENABLE_PUSH].new_value == 0
+    assert settings.changed_settings[SettingCodes.INITIAL_WINDOW_SIZE].new_value == RECEIVE_WINDOW
+    update = next(event for event in events if isinstance(event, WindowUpdated))
+    assert (update.stream_id, update.delta) == (0, RECEIVE_WINDOW - DEFAULT_WINDOW)
+    request = next(event for event in events if isinstance(event, RequestReceived))
+    assert request.stream_id == STREAM
+    headers = dict(request.headers or [])
+    assert headers[b":method"] == b"POST"
+    assert headers[b":scheme"] == b"http"
+    assert headers[b":path"] == b"/proto.API/PublishAsync"
+    assert headers[b":authority"] == b"127.0.0.1:9292"
+    assert (headers[b"content-type"], headers[b"te"]) == (b"application/grpc", b"trailers")
+    tls = Peer(new_call(tls=True)).read()
+    assert dict(next(e for e in tls if isinstance(e, RequestReceived)).headers or [])[b":scheme"] == b"https"
+
+
+def test_queued_requests_go_out_together_within_the_peer_window_and_largest_frame() -> None:
+    call = new_call()
+    peer = Peer(call)
+    peer.read()
+    call.queue([b"a" * 40_000, b"b" * 40_000])  # 80,010 bytes framed: over the default 65,535 window
+    data = call.outgoing()
+    assert [len(frame.data) for frame in parse(data) if isinstance(frame, DataFrame)] == [
+        MAX_FRAME,
+        MAX_FRAME,
+        MAX_FRAME,
+        DEFAULT_WINDOW - 3 * MAX_FRAME,
+    ]
+    assert peer.conn.receive_data(data)
+    assert call.written_messages == 1  # the second is only partly written
+    assert call.queued_bytes == 80_010 - DEFAULT_WINDOW
+    assert call.outgoing() == b""  # no credit left
+    peer.conn.increment_flow_control_window(100_000)
+    peer.conn.increment_flow_control_window(100_000, STREAM)
+    call.receive(peer.write())
+    assert sum(data_sizes(peer.read())) == 80_010 - DEFAULT_WINDOW
+    assert call.written_messages == 2
+
+
+def test_settings_change_the_stream_window_and_frame_size_and_are_acknowledged() -> None:
+    call = new_call()
+    peer = Peer(call, {SettingCodes.INITIAL_WINDOW_SIZE: 10, SettingCodes.MAX_FRAME_SIZE: 20_000})
+    peer.read()
+    assert call.receive(peer.write()) == []
+    call.queue([b"x" * 30])
+    events = peer.read()
+    assert any(isinstance(event, SettingsAcknowledged) for event in events)
+    assert data_sizes(events) == [10]
+    peer.conn.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: 50_000})  # +49,990 for the open stream
+    call.receive(peer.write())
+    events = peer.read()
+    assert any(isinstance(event, SettingsAcknowledged) for event in events)
+    assert data_sizes(events) == [25]
+    call.queue([b"y" * 20_000])
+    assert data_sizes(peer.read()) == [20_000, 5]  # frames up to the peer's 20,000, not the default 16,384
+
+
+def test_pings_are_answered_and_responses_are_cut_from_data_frames() -> None:
+    call = new_call()
+    peer = Peer(call)
+    peer.open()
+    one, two = grpc_message(b"first"), grpc_message(b"second")
+    peer.conn.ping(b"12345678")
+    peer.conn.send_data(STREAM, one + two[:3])
+    peer.conn.send_data(STREAM, two[3:])
+    data = peer.write()
+    assert call.receive(data[:20]) == []  # a frame cut in two waits for its end
+    assert call.receive(data[20:]) == [b"first", b"second"]
+    pongs = [event for event in peer.read() if isinstance(event, PingAckReceived)]
+    assert [pong.ping_data for pong in pongs] == [b"12345678"]
+    assert call.ended is None
+
+
+def test_padded_data_is_read_without_its_padding() -> None:
+    call = new_call()
+    peer = Peer(call)
+    peer.open()
+    peer.conn.send_data(STREAM, grpc_message(b"ok"), pad_length=4)
+    assert call.receive(peer.write()) == [b"ok"]
+
+
+def trailers(peer: Peer, status: int, message: str = "", **more: bytes) -> bytes:
+    fields = [(b"grpc-status", str(status).encode())] + ([(b"grpc-message", message.encode())] if message else [])
+    fields += [(name.encode(), value) for name, value in more.items()]
+    peer.conn.send_headers(STREAM, fields, end_stream=True)
+    return peer.write()
+
+
+def test_trailers_end_the_call_with_their_status_and_message() -> None:
+    call = new_call()
+    peer = Peer(call)
+    peer.open()
+    peer.conn.send_data(STREAM, grpc_message(b"last ack"))
+    assert call.receive(peer.write() + trailers(peer, 0)) == [b"last ack"]  # what came before the end is read
+    assert call.ended is not None
+    assert call.ended.code is grpc.StatusCode.OK
+    failing = new_call()
+    peer = Peer(failing)
+    peer.open()
+    failing.receive(trailers(peer, 8, "grpc: received message larger than max%3A 5"))
+    assert failing.ended is not None
+    assert (failing.ended.code, failing.ended.details) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "grpc: received message larger than max: 5",
+    )
+
+
+def test_a_trailers_only_response_split_over_continuation_frames_ends_the_call() -> None:
+    call = new_call()
+    peer = Peer(call)
+    peer.read()
+    call.receive(peer.write())
+    headers = [(b":status", b"200"), (b"grpc-status", b"14"), (b"grpc-message", b"gone"), (b"x-filler", b"z" * 20_000)]
+    peer.conn.send_headers(STREAM, headers, end_stream=True)
+    data = peer.write()
+    assert [type(frame) for frame in parse(data)] == [HeadersFrame, ContinuationFrame]
+    call.receive(data)
+    assert call.ended is not None
+    assert (call.ended.code, call.ended.details) == (grpc.StatusCode.UNAVAILABLE, "gone")
+
+
+def _reset(code: ErrorCodes) -> Callable[[Peer], bytes]:
+    def write(peer: Peer) -> bytes:
+        peer.conn.reset_stream(STREAM, code)
+        return peer.write()
+
+    return write
+
+
+def _goaway(code: ErrorCodes, last: int) -> Callable[[Peer], bytes]:
+    def write(peer: Peer) -> bytes:
+        peer.conn.close_connection(code, last_stream_id=last)
+        return peer.write()
+
+    return write
+
+
+def _data(payload: bytes, *, end: bool = False) -> Callable[[Peer], bytes]:
+    def write(peer: Peer) -> bytes:
+        peer.conn.send_data(STREAM, payload, end_stream=end)
+        return peer.write()
+
+    return write
+
+
+def _push(peer: Peer) -> bytes:
+    frame = PushPromiseFrame(STREAM, promised_stream_id=2, data=b"\x82\x86\x84\x41\x01a", flags=["END_HEADERS"])
+    return frame.serialize()
+
+
+@pytest.mark.parametrize(
+    ("server", "code"),
+    [
+        (_reset(ErrorCodes.REFUSED_STREAM), grpc.StatusCode.UNAVAILABLE),
+        (_reset(ErrorCodes.CANCEL), grpc.StatusCode.CANCELLED),
+        (_reset(ErrorCodes.FLOW_CONTROL_ERROR), grpc.StatusCode.INTERNAL),
+        (_goaway(ErrorCodes.NO_ERROR, 0), grpc.StatusCode.UNAVAILABLE),
+        (_goaway(ErrorCodes.NO_ERROR, STREAM), grpc.StatusCode.UNAVAILABLE),  # h2 ends a connection at GOAWAY
+        (_goaway(ErrorCodes.ENHANCE_YOUR_CALM, STREAM), grpc.StatusCode.RESOURCE_EXHAUSTED),
+        (_data(b"", end=True), grpc.StatusCode.INTERNAL),  # ended without trailers
+        (_data(struct.pack(">BI", 1, 1) + b"z"), grpc.StatusCode.INTERNAL),  # compressed, not asked for
+        (_push, grpc.StatusCode.INTERNAL),
+        (lambda peer: DataFrame(3, data=b"x").serialize(), grpc.StatusCode.INTERNAL),  # a stream never opened
+    ],
+)
+def test_resets_goaways_and_broken_input_end_the_call(server: Callable[[Peer], bytes], code: grpc.StatusCode) -> None:
+    call = new_call()
+    peer = Peer(call)
+    peer.open()
+    call.queue([b"waiting"])
+    call.receive(server(peer))
+    assert call.ended is not None
+    assert call.ended.code is code, call.ended
+    assert not [frame for frame in parse(call.outgoing()) if isinstance(frame, DataFrame)]  # nothing more written
+    assert call.written_messages == 0
+
+
+def test_an_http_status_other_than_200_ends_the_call() -> None:
+    call = new_call()
+    peer = Peer(call)
+    peer.read()
+    peer.conn.send_headers(STREAM, [(b":status", b"503")])
+    call.receive(peer.write())
+    assert call.ended is not None
+    assert call.ended.code is grpc.StatusCode.UNAVAILABLE
+    assert call.ended.details == "the server answered HTTP status 503"
+
+
+def test_a_response_over_the_limit_ends_the_call() -> None:
+    call = new_call(tls=True, max_response_bytes=4)
+    peer = Peer(call)
+    peer.open()
+    peer.conn.send_data(STREAM, grpc_message(b"1234"))
+    assert call.receive(peer.write()) == [b"1234"]
+    peer.conn.send_data(STREAM, grpc_message(b"12345"))
+    assert call.receive(peer.write()) == []
+    assert call.ended is not None
+    assert call.ended.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_read_bytes_are_granted_back_once_half_the_window_is_used() -> None:
+    call = new_call()
+    peer = Peer(call)
+    peer.open()
+    chunk = grpc_message(b"x" * (MAX_FRAME - 5))
+    count = RECEIVE_WINDOW // 2 // MAX_FRAME
+    for _ in range(count - 1):
+        peer.conn.send_data(STREAM, chunk)
+    assert len(call.receive(peer.write())) == count - 1
+    assert not [event for event in peer.read() if isinstance(event, WindowUpdated)]  # under half: nothing yet
+    peer.conn.send_data(STREAM, chunk)
+    assert len(call.receive(peer.write())) == 1
+    updates = [(event.stream_id, event.delta) for event in peer.read() if isinstance(event, WindowUpdated)]
+    assert sorted(updates) == [(0, count * MAX_FRAME), (STREAM, count * MAX_FRAME)]
+
+
+def test_closing_the_sending_side_follows_the_last_request_and_failing_resets_the_stream() -> None:
+    call = new_call()
+    peer = Peer(call)
+    peer.open()
+    call.queue([b"last"])
+    call.close_sending()
+    events = peer.read()
+    assert data_sizes(events) == [9, 0]  # the request, then an empty DATA frame with END_STREAM
+    assert isinstance(events[-1], StreamEnded)
+    assert call.written_messages == 1
+    with pytest.raises(ValueError, match="closed"):
+        call.queue([b"more"])
+    resets = [event for event in peer.conn.receive_data(call.fail(grpc.StatusCode.CANCELLED, "done"))]
+    assert [(type(event), event.error_code) for event in resets if isinstance(event, StreamReset)] == [
+        (StreamReset, ErrorCodes.CANCEL)
+    ]
+    assert call.ended is not None
+    assert call.ended.code is grpc.StatusCode.CANCELLED
+
+
+def test_untaken_messages_go_back_to_the_window_and_failed_ones_stay_failed() -> None:
+    window = PublishWindow(6, window=10, ack_wait=1.0, expects_ack=True)
+    assert list(window.take_many(0.0, 4)) == [0, 1, 2, 3]
+    window.expire(1.5, TimeoutError)  # type: ignore[arg-type]
+    assert window.untake(2) == 2
+    assert window.in_flight == 0
+    assert list(window.take_many(2.0, 10)) == [4, 5]  # 2 and 3 timed out: they stay failed, never re-taken
+    fresh = PublishWindow(3, window=10, ack_wait=1.0, expects_ack=False)
+    assert list(fresh.take_many(0.0, 5)) == [0, 1, 2]
+    assert fresh.untake(1) == 2
+    assert list(fresh.take_many(0.0, 5)) == [1, 2]
+    with pytest.raises(ValueError, match="not taken"):
+        fresh.untake(4)
+
+
+def test_take_many_stops_at_the_window_and_before_a_refused_message() -> None:
+    window = PublishWindow(10, window=3, ack_wait=1.0, expects_ack=True)
+    window.refuse(1, TimeoutError("refused"))  # type: ignore[arg-type]
+    assert list(window.take_many(0.0, 10)) == [0]
+    assert list(window.take_many(0.0, 10)) == [2, 3]  # the refused one is skipped; the window holds 3
+    assert list(window.take_many(0.0, 10)) == []
+
+
+def test_a_request_none_of_which_was_written_can_be_taken_back() -> None:
+    call = new_call()
+    peer = Peer(call)
+    peer.read()
+    call.queue([b"a" * 70_000])  # over the default window: only part of it goes out
+    assert sum(data_sizes(peer.read())) == DEFAULT_WINDOW
+    call.queue([b"second"])
+    assert call.withdraw()  # nothing of the second was written
+    assert not call.withdraw()  # the first was partly written
+    assert call.queued_bytes == 70_005 - DEFAULT_WINDOW
+    peer.conn.increment_flow_control_window(10_000)
+    peer.conn.increment_flow_control_window(10_000, STREAM)
+    call.receive(peer.write())
+    assert sum(data_sizes(peer.read())) == 70_005 - DEFAULT_WINDOW  # the second never goes out
+    assert call.written_messages == 1
+    assert call.queued_bytes == 0
+    assert not call.withdraw()
