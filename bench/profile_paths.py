@@ -16,8 +16,8 @@ PATH is one of batch-builder, nats-publish, grpc-publish, read-range, read-slice
 - ``read-slice``: the Spark task's ``read_slice`` over the same (record batches of the source's schema, decoded
   by the column builder this process uses; ``LIFTBRIDGE_PURE_PYTHON=1`` for the pure-Python one).
 - ``sync-publish``: N ``publish`` calls in a loop (the shared PublishAsync stream).
-- ``sync-steps``: N ``publish`` calls, each timed at its steps (the client's code, the write, the wait until
-  the ack is read and parsed, the way back to the caller); p50 of each, no profiler.
+- ``sync-steps``: N ``publish`` calls, each timed at its steps (the client's code, the write, the wait for
+  the ack event on the channel's thread, the hand-over to the caller); p50 of each, no profiler.
 
 A profile, not a benchmark: cProfile roughly doubles the time of Python code, so read the shares.
 """
@@ -38,9 +38,10 @@ from functools import partial
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import LiftbridgeClient, NatsConfig, columns
 from liftbridge_provider.client import requests as build
-from liftbridge_provider.client.direct_stream import DirectBrokerStream
+from liftbridge_provider.client.direct_call import DirectCall
 from liftbridge_provider.client.messages import AckPolicy
 from liftbridge_provider.client.nats_publisher import NatsBatchPublisher
+from liftbridge_provider.client.publish_stream import Answer
 from liftbridge_provider.client.publisher import BatchPublisher
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.spark.batches import arrow_batch, record_batches
@@ -189,8 +190,7 @@ def sync_publish(server: DevServer, client: LiftbridgeClient, count: int, top: i
 
 
 def sync_steps(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
-    """p50 of each step of a single publish, from timestamps taken by wrappers around the stream's parts (the
-    client's own socket by default)."""
+    """p50 of each step of a single publish, from timestamps taken by wrappers around the direct path."""
     name = with_stream(server, client, "steps")
     stamps: dict[str, float] = {}
 
@@ -205,20 +205,21 @@ def sync_steps(server: DevServer, client: LiftbridgeClient, count: int, top: int
 
         setattr(owner, method, wrapper)
 
-    stamped(DirectBrokerStream, "send", "write")
-    stamped(DirectBrokerStream, "_answer", "ack read")
+    stamped(DirectCall, "send", "write")
+    stamped(DirectCall, "_on_event", "ack event")
+    stamped(Answer, "set", "answer")
     client.publish(name, VALUE)
     steps: dict[str, list[float]] = {}
     for _ in range(count):
-        stamps.clear()
         started = time.perf_counter()
         client.publish(name, VALUE)
         ended = time.perf_counter()
         spans = {
             "client code before the write": stamps["write"] - started,
-            "the write (serialize, frame, socket send)": stamps["write done"] - stamps["write"],
-            "write -> ack read and parsed (server, poll, recv)": stamps["ack read done"] - stamps["write done"],
-            "ack parsed -> caller back from publish": ended - stamps["ack read done"],
+            "the write (grpc operate, on the caller's thread)": stamps["write done"] - stamps["write"],
+            "write -> ack event on the channel's thread": stamps["ack event"] - stamps["write done"],
+            "ack event -> answer set": stamps["answer"] - stamps["ack event"],
+            "answer set -> caller back from publish": ended - stamps["answer"],
             "whole publish": ended - started,
         }
         for label, seconds in spans.items():

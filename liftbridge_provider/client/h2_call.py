@@ -7,8 +7,8 @@ and settings, HPACK, frames, flow control, SETTINGS and PING
 acknowledgements, stream and connection state); this class adds the gRPC
 call on top: the request headers, the 5-byte message prefix, the responses
 cut from DATA, the status from the trailers, a stream reset or a GOAWAY
-(:mod:`grpc_status`). Its owners move the bytes (:mod:`h2_transport` on
-asyncio, :mod:`direct_stream` on a socket).
+(:mod:`grpc_status`). Its owner moves the bytes (:mod:`h2_transport`, on
+asyncio, for ``publish_batch``).
 
 Why a call of our own rather than grpc's: grpc writes each message of a
 stream as its own socket write and completes each write through its

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import ssl
 import threading
 import time
 import zlib
@@ -46,7 +45,6 @@ import grpc
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.connections import ConnectionPool, PooledChannel
 from liftbridge_provider.client.direct_call import CallEnded, DirectCall, SendStalled, open_direct_call
-from liftbridge_provider.client.direct_stream import DirectBrokerStream, StreamBroken, Waiter, connect
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -281,21 +279,13 @@ class _QueuedCall:
         self._on_end(self._call)
 
 
-AnyStream = BrokerStream | DirectBrokerStream
-
-
 class PublishStreams:
-    """A client's shared streams, one per broker, opened on first use and reopened after they end.
+    """A client's shared streams, one per broker, opened on first use and reopened after they end."""
 
-    :param direct: streams on the client's own sockets (:mod:`direct_stream`, the default: the caller's
-        thread reads its own ack); False keeps them on grpc channels (:class:`BrokerStream`).
-    """
-
-    def __init__(self, pool: ConnectionPool, *, idle_close: float, direct: bool = True) -> None:
+    def __init__(self, pool: ConnectionPool, *, idle_close: float) -> None:
         self._pool = pool
         self._idle_close = idle_close
-        self._direct = direct
-        self._streams: dict[str, AnyStream] = {}
+        self._streams: dict[str, BrokerStream] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._ids = iter(range(1, 2**63))
@@ -325,20 +315,14 @@ class PublishStreams:
         for stream in streams:
             stream.close(_closed_while_waiting)
 
-    def _send(self, address: str, request: api.PublishRequest, deadline: float) -> tuple[Answer | Waiter, AnyStream]:
+    def _send(self, address: str, request: api.PublishRequest, deadline: float) -> tuple[Answer, BrokerStream]:
         for _ in range(3):  # a stream may close between taking it and sending: take a fresh one
             stream = self._stream(address, deadline)
             try:
                 return stream.send(request, deadline), stream
             except StreamClosed:
                 continue
-            except StreamBroken as exc:  # its connection broke before the request went out in full: not sent
-                if not exc.stalled:
-                    continue
-                stalled = True
             except SendStalled:
-                stalled = True
-            if stalled:
                 HEALTH.tell(address, Signal.SILENT)
                 raise LiftbridgeTimeoutError(
                     f"the PublishAsync stream to {address} was still writing an earlier message at the deadline "
@@ -349,7 +333,7 @@ class PublishStreams:
                 ) from None
         raise NotSent(address)
 
-    def _stream(self, address: str, deadline: float) -> AnyStream:
+    def _stream(self, address: str, deadline: float) -> BrokerStream:
         """The open stream to ``address``, opened (after its channel connected) when there is none."""
         with self._lock:
             if self._closed:
@@ -357,8 +341,6 @@ class PublishStreams:
             stream = self._streams.get(address)
             if stream is not None and stream.usable:
                 return stream
-        if self._direct:
-            return self._keep(address, self._open_direct(address, deadline))
         lease = self._pool.lease(address)
         pooled = lease.__enter__()
         try:
@@ -375,56 +357,25 @@ class PublishStreams:
         except BaseException:
             lease.__exit__(None, None, None)
             raise
-        return self._keep(address, opened)
-
-    def _open_direct(self, address: str, deadline: float) -> DirectBrokerStream:
-        """A stream on a socket of the client's own; NotSent when the broker does not connect in time."""
-        context, server_name = self._pool.direct_tls()
-        try:
-            sock = connect(address, min(CONNECT_TRY, max(deadline - time.monotonic(), 0.001)), context, server_name)
-        except (TimeoutError, ssl.SSLError) as exc:  # silent, or a TLS handshake that failed
-            HEALTH.tell(address, Signal.SILENT)
-            raise NotSent(address, Connection.SILENT) from exc
-        except OSError as exc:
-            HEALTH.tell(address, Signal.REFUSED)
-            raise NotSent(address, Connection.REFUSED) from exc
-        return DirectBrokerStream(
-            address,
-            sock,
-            idle_close=self._idle_close,
-            max_response_bytes=self._pool.max_message_bytes,
-            server_name=server_name,
-        )
-
-    def _keep(self, address: str, opened: AnyStream) -> AnyStream:
-        """Keep ``opened`` as ``address``'s stream, unless another thread opened a usable one meanwhile."""
         with self._lock:
             current = self._streams.get(address)
             if current is not None and current.usable:  # another thread opened one meanwhile: use that
                 opened.close(_closed_while_waiting)  # nothing was sent on it
                 return current
-            if current is not None and isinstance(current, DirectBrokerStream):
-                current.close(_closed_while_waiting)  # an idle or dead socket: nothing waits on it
             self._streams[address] = opened
         return opened
 
     def _wait(
         self,
-        answer: Answer | Waiter,
-        stream: AnyStream,
+        answer: Answer,
+        stream: BrokerStream,
         request: api.PublishRequest,
         deadline: float,
     ) -> api.PublishResponse:
         try:
-            if isinstance(answer, Waiter):
-                assert isinstance(stream, DirectBrokerStream)
-                return stream.wait(answer, deadline)
             return answer.result(timeout=max(deadline - time.monotonic(), 0.0))
         except TimeoutError:
             if not stream.forget(request.correlationId):  # the answer came as the wait ended: it is being set
-                if isinstance(answer, Waiter):
-                    assert isinstance(stream, DirectBrokerStream)
-                    return stream.wait(answer, time.monotonic() + LATE_ANSWER_WAIT)
                 return self._late(answer, stream, request)
             HEALTH.tell(stream.address, Signal.SILENT)
             log.warning("no ack from %s in time; it goes last for %gs", stream.address, SUSPECT_FOR)
@@ -435,7 +386,7 @@ class PublishStreams:
                 HEALTH.tell(stream.address, Signal.BROKEN)
             raise
 
-    def _late(self, answer: Answer, stream: AnyStream, request: api.PublishRequest) -> api.PublishResponse:
+    def _late(self, answer: Answer, stream: BrokerStream, request: api.PublishRequest) -> api.PublishResponse:
         """The answer taken by the stream just as the caller's wait ended (set within moments)."""
         try:
             return answer.result(timeout=LATE_ANSWER_WAIT)

@@ -21,7 +21,6 @@ from liftbridge_provider.client import (
     publish_stream,
 )
 from liftbridge_provider.client.direct_call import DirectCall, open_direct_call
-from liftbridge_provider.client.direct_stream import DirectBrokerStream
 from liftbridge_provider.client.publish_stream import sticky_order
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.cluster import Node
@@ -96,37 +95,27 @@ def test_refusals_come_back_typed_and_not_stored(client: LiftbridgeClient) -> No
     assert ack.offset == 0
 
 
-@pytest.mark.parametrize("mode", ["socket", "grpc-direct", "grpc-iterator"])
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "iterator-api"])
 def test_acks_in_order_then_an_idle_stream_closes_itself_and_the_next_publish_opens_another(
-    liftbridge_server: DevServer, monkeypatch: pytest.MonkeyPatch, mode: str
+    liftbridge_server: DevServer, monkeypatch: pytest.MonkeyPatch, direct: bool
 ) -> None:
-    """On the client's own socket (the default: the caller reads its ack, no thread), and on grpc channels
-    driven directly (the pinned grpcio must take that path) or through grpc's iterator API (the fallback for
-    a grpcio without direct_call.py's private parts): every ack in order, idle close, a new stream."""
-    if mode == "grpc-iterator":
+    """Driven directly (the pinned grpcio must take that path) and through grpc's iterator API (the fallback
+    for a grpcio without direct_call.py's private parts): every ack in order, idle close, a new stream."""
+    if not direct:
         monkeypatch.setattr(publish_stream, "open_direct_call", lambda *args: None)
     with LiftbridgeClient(liftbridge_server.brokers, keep_alive_time=1.0) as client:
-        client._publish_streams._direct = mode == "socket"
         name = new_stream(client)
         before = set(publish_threads())
         acks = [client.publish(name, f"m{i}".encode()) for i in range(50)]
         assert [ack.offset for ack in acks if ack is not None] == list(range(50))
         (stream,) = client._publish_streams._streams.values()
-        assert stream.direct is (mode != "grpc-iterator")
-        if mode == "socket":
-            assert isinstance(stream, DirectBrokerStream)
-            assert set(publish_threads()) == before, "no thread: the caller reads its own ack"
-            time.sleep(1.5)
-            assert not stream.usable, "the idle stream did not end"
-        else:
-            (reader,) = set(publish_threads()) - before
-            reader.join(timeout=10)
-            assert not reader.is_alive(), "the idle stream did not end"
+        assert stream.direct is direct
+        (reader,) = set(publish_threads()) - before
+        reader.join(timeout=10)
+        assert not reader.is_alive(), "the idle stream did not end"
         ack = client.publish(name, b"after")
         assert ack is not None
         assert ack.offset == 50
-        (renewed,) = client._publish_streams._streams.values()
-        assert renewed is not stream
 
 
 def test_frozen_broker_times_the_publish_out_and_the_next_one_goes_elsewhere(liftbridge_cluster: DevServer) -> None:
