@@ -18,6 +18,7 @@ micro-batches with the same functions.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -36,7 +37,7 @@ from pyspark.sql.types import (
 )
 
 from liftbridge_provider import fault_points
-from liftbridge_provider.client import BeyondHighWatermarkError, LiftbridgeClient
+from liftbridge_provider.client import BeyondHighWatermarkError, LiftbridgeClient, LiftbridgeTimeoutError
 from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.client.watermarks import why_not_committed
 from liftbridge_provider.ranges import (
@@ -206,29 +207,68 @@ def check_range(client: LiftbridgeClient, stream: str, offset_range: OffsetRange
     return checked.readable
 
 
+RETENTION_PROBE = 5.0
+"""Seconds of silence after which a task asks whether retention removed what it still waits for."""
+
+
 def read_slice(options: ReadOptions, stream: str, work: Slice, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the messages in ``work``, read from the partition leader (or an ISR replica).
 
     The read resumes a paused partition, and fails with LiftbridgeTimeoutError
     only when ``options.read_timeout`` seconds pass without a new message: a
-    long backlog that keeps arriving is never cut short.
+    long backlog that keeps arriving is never cut short. Retention may remove
+    what is left of the slice after the driver checked it: the server then
+    sends nothing at all, so after :data:`RETENTION_PROBE` seconds of silence
+    the task asks for the oldest retained offset, and skips what retention
+    removed (``failOnDataLoss=false``; a compacted stream, where gaps are
+    normal) or fails naming it (InvalidArgumentError), instead of waiting out
+    ``readTimeout``.
     """
     fault_points.reached("source.read_slice")
     with LiftbridgeClient(options.config) as client:
-        subscription = client.range_subscription(
-            stream,
-            work.partition,
-            work.start,
-            work.end,
-            idle_timeout=options.read_timeout,
-            read_isr_replica=options.read_from_replica,
-            resume=True,
-        )
-        if subscription is None:
-            return
-        with subscription:
-            for columns in subscription.column_batches(max_rows=options.batch_size, max_bytes=options.batch_bytes):
-                yield arrow_batch(columns, schema, stream, work.partition)
+        start, quiet_since = work.start, time.monotonic()
+        while start < work.end:
+            silent = time.monotonic() - quiet_since
+            subscription = client.range_subscription(
+                stream,
+                work.partition,
+                start,
+                work.end,
+                idle_timeout=max(min(RETENTION_PROBE, options.read_timeout - silent), 0.001),
+                read_isr_replica=options.read_from_replica,
+                resume=True,
+            )
+            if subscription is None:
+                return
+            try:
+                with subscription:
+                    batches = subscription.column_batches(max_rows=options.batch_size, max_bytes=options.batch_bytes)
+                    for columns in batches:
+                        batch = arrow_batch(columns, schema, stream, work.partition)
+                        if batch.num_rows:
+                            start, quiet_since = batch.column("offset")[-1].as_py() + 1, time.monotonic()
+                        yield batch
+                return  # the subscription reached the slice's last offset
+            except LiftbridgeTimeoutError:
+                if time.monotonic() - quiet_since >= options.read_timeout:
+                    raise
+            start = _after_retention(client, stream, OffsetRange(work.partition, start, work.end), options)
+
+
+def _after_retention(client: LiftbridgeClient, stream: str, rest: OffsetRange, options: ReadOptions) -> int:
+    """Where a silent read goes on: ``rest.start`` when retention kept it (the read waits on), else past
+    what retention removed (logged), or InvalidArgumentError naming it with failOnDataLoss."""
+    earliest = client.earliest_offset(stream, rest.partition, resume=True)
+    if earliest is None or earliest <= rest.start:
+        return rest.start
+    if options.compacted:
+        return earliest  # gaps are normal on a compacted stream: nothing is reported lost
+    first, end = check_retention(rest, earliest, compacted=False).lost or (rest.start, rest.start)
+    message = f"partition {rest.partition}: offsets {first}-{end - 1} were removed by retention while they were read"
+    if options.fail_on_data_loss:
+        raise InvalidArgumentError(message + " (failOnDataLoss=true; set it to false to skip them)")
+    log.warning("%s; skipped (failOnDataLoss=false)", message)
+    return end
 
 
 class LiftbridgeReader(DataSourceReader):

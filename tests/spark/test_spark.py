@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from liftbridge_provider.client import (
     BeyondHighWatermarkError,
+    InvalidArgumentError,
     LiftbridgeClient,
     PartitionPausedError,
     PublishMessage,
@@ -589,3 +590,31 @@ def test_ingest_job_takes_the_whole_connection_from_json(
     result = run_ingest(None, document, output, env={"LIFTBRIDGE_CONN_JSON": json.dumps(conn)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert len(parquet_rows(spark, output / f"stream={three}")) == hw[1] + 1
+
+
+def test_a_slice_retention_removed_while_its_task_waited_ends_at_once_not_at_read_timeout(
+    liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """Found by the chaos harness (seed 63): the planner saw [0, 6) retained, then retention by age removed
+    all of it before the task read. The server then sends nothing, so the read waited the whole readTimeout
+    (120 s by default) and failed with a timeout, with failOnDataLoss=false too. The task must ask what
+    retention left once it has waited a few seconds: skip the removed offsets (failOnDataLoss=false) or
+    fail naming them as removed by retention (true), well before readTimeout (60 s here)."""
+    name = f"spark-aged-{uuid.uuid4().hex[:6]}"
+    client.create_stream(name, name, retention_max_age=2, segment_max_age=1, cleaner_interval=1)
+    client.publish_batch(name, [b"old"] * 6, partitioner=None, ack_policy="all")
+    deadline = time.monotonic() + 30
+    while client.earliest_offset(name, 0) != 6:
+        assert time.monotonic() < deadline, "retention did not remove the messages within 30 s"
+        time.sleep(0.5)
+    work = Slice(0, 0, 6)
+    started = time.monotonic()
+    skipped = list(read_slice(read_options(liftbridge_server.brokers, readTimeout="60", failOnDataLoss="false"),
+                              name, work, arrow_schema()))  # fmt: skip
+    assert sum(b.num_rows for b in skipped) == 0
+    assert time.monotonic() - started < 20, "skipping the removed offsets took as long as a timeout"
+    started = time.monotonic()
+    failing = read_options(liftbridge_server.brokers, readTimeout="60")
+    with pytest.raises(InvalidArgumentError, match=r"partition 0: offsets 0-5 were removed by retention"):
+        list(read_slice(failing, name, work, arrow_schema()))
+    assert time.monotonic() - started < 20
