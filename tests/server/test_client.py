@@ -336,6 +336,7 @@ def test_an_ack_inbox_and_correlation_id_reach_whoever_listens_on_the_inbox(
     async def publish_and_listen() -> tuple[Any, bytes]:
         connection = await nats.connect(servers=liftbridge_server.nats_servers)
         inbox = await connection.subscribe("my.acks.1", max_msgs=1)
+        await connection.flush(timeout=10)  # the NATS server knows the subscription before the ack is published
         ack = await asyncio.to_thread(
             client.publish, name, b"x", ack_inbox="my.acks.1", correlation_id="order-7", ack_policy="all"
         )
