@@ -96,12 +96,15 @@ def ends_cleanly(exc: grpc.RpcError) -> bool:
 
 
 def resubscribable(exc: grpc.RpcError) -> bool:
-    """The broker went away, stopped answering or stopped leading the partition: try again elsewhere."""
+    """The broker went away, stopped answering or stopped leading the partition, or its reader met a segment
+    the cleaner had just closed: try again (from the next offset), elsewhere if need be."""
     code, details = exc.code(), (exc.details() or "").lower()
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return True
     if code == grpc.StatusCode.FAILED_PRECONDITION and "leader" in details:
         return True
+    if code == grpc.StatusCode.UNKNOWN and "segment has been closed" in details:
+        return True  # the server's reader met a segment the cleaner had just closed (compaction, retention)
     return code == grpc.StatusCode.INTERNAL and ("closed" in details or "no known metadata leader" in details)
 
 

@@ -26,6 +26,7 @@ from liftbridge_provider.client import errors as errs
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.metadata import EMPTY, metadata_from_response
 from liftbridge_provider.client.options import parse_broker, split_brokers
+from liftbridge_provider.client.reading import resubscribable
 from liftbridge_provider.client.retry import MAX_BACKOFF, MIN_BACKOFF, Action, backoff_delay, classify
 
 
@@ -366,3 +367,21 @@ def test_a_leader_left_out_of_a_cached_broker_list_keeps_its_last_address() -> N
     assert leader is not None
     assert leader.address == "127.0.0.1:2"
     assert set(merged.brokers) == {"b1", "b2"}
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "again"),
+    [
+        # Found by the chaos harness (seed 27): the server's reader met a segment the cleaner had just closed
+        # (compaction replaces segments under readers); read again from the next offset, as after a loss.
+        (grpc.StatusCode.UNKNOWN, "failed to reinitialize reader: segment has been closed", True),
+        (grpc.StatusCode.INTERNAL, "segment has been closed", True),
+        (grpc.StatusCode.UNAVAILABLE, "Socket closed", True),
+        (grpc.StatusCode.UNKNOWN, "some other server failure", False),
+        (grpc.StatusCode.NOT_FOUND, "no such stream", False),
+    ],
+)
+def test_which_ends_of_a_subscription_are_read_again_elsewhere(
+    code: grpc.StatusCode, details: str, again: bool
+) -> None:
+    assert resubscribable(FakeRpcError(code, details)) is again
