@@ -271,6 +271,35 @@ def test_rows_beyond_the_cursor_fail_only_at_the_end() -> None:
     assert kinds(lake_verdict(rows, messages, cursor=0, final=True)) == ["uncommitted"]
 
 
+def test_rows_above_a_single_replicas_restored_high_watermark_beyond_the_cursor_are_a_note() -> None:
+    """Seed 4: a run ingested compact/0 offsets 0-2, its commit failed, then the single replica was killed and
+    came back with its old checkpointed high watermark (-1), so no later run could freeze those offsets and
+    commit them. At RF 1 that is not promised (a note); rows beyond the cursor below the final high watermark,
+    or on a guaranteed stream, stay findings."""
+    messages = {0: (b"k", b"a"), 1: (b"j", b"b"), 2: (b"i", b"c")}
+    rows = [row("compact", o, messages[o][1], 0, 3) for o in range(3)]
+    ledger = ledger_with("compact", 0, messages)
+
+    def verdict_at(high_watermark: int, shape: str = "compact") -> Verdict:
+        verdict = Verdict()
+        check_lake(
+            [row(shape, r.offset, r.value, 0, 3) for r in rows],
+            shapes={s.name: s for s in SHAPES},
+            snapshots={(shape, 0): snapshot(shape, {} if high_watermark < 0 else messages, high_watermark)},
+            ledger=ledger if shape == "compact" else ledger_with(shape, 0, messages),
+            cursors={(shape, 0): -1},
+            verdict=verdict,
+            final=True,
+        )
+        return verdict
+
+    hidden = verdict_at(-1)
+    assert kinds(hidden) == []
+    assert any("uncommitted, not promised at RF 1" in n for n in hidden.notes), hidden.notes
+    assert kinds(verdict_at(2)) == ["uncommitted"], "the stream shows them: the drain could have committed them"
+    assert kinds(verdict_at(-1, shape="plain")) == ["uncommitted"], "RF 3 promises it"
+
+
 def test_a_cursor_moving_back_is_found() -> None:
     verdict = Verdict()
     check_cursor_moves({("plain", 0): 10, ("plain", 1): 3}, {("plain", 0): 7, ("plain", 1): 5}, verdict)
