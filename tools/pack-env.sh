@@ -27,6 +27,10 @@ rm -rf "$build" "$root/build/lib" "$out"
 "$build/bin/python" -m pip install --quiet --upgrade pip
 # pyarrow for the Arrow batches; pyspark is not installed: Spark puts its own on the executors' path.
 "$build/bin/python" -m pip install --quiet "$root" "pyarrow>=18" "venv-pack==0.2.0"
+# The build leaves airflow_provider_liftbridge.egg-info in the project folder; on sys.path (the project folder
+# is there in tests and compat mode) Airflow would see the distribution twice and load its plugin entry points
+# twice, skipping the entry-point plugins after the second copy in task processes (OpenLineage's listener).
+rm -rf "$root/airflow_provider_liftbridge.egg-info"
 mkdir -p "$root/dist"
 "$build/bin/venv-pack" --quiet -p "$build" -o "$out"
 echo "$interpreter" > "$stamp"
