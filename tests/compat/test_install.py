@@ -17,7 +17,7 @@ import liftbridge_provider
 from liftbridge_provider import version_compat
 
 # Modules that are Airflow's faces: a PySpark-only environment (no Airflow) cannot import them.
-AIRFLOW_FACES = ("hooks", "operators", "sensors", "triggers", "queues", "assets", "lineage", "metrics")
+AIRFLOW_FACES = ("hooks", "operators", "sensors", "triggers", "queues", "assets", "events", "telemetry")
 
 
 def _modules() -> list[str]:
