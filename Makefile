@@ -125,7 +125,8 @@ dist:
 # The package as users install it: dist/airflow_provider_liftbridge-<version>-cp311-cp311-<platform>.whl, tagged
 # for this Python and platform as it carries the compiled decoder (built without a C compiler, it has none).
 wheel: $(VENV)/.installed
-	rm -f dist/airflow_provider_liftbridge-*.whl
+	@# build/lib would carry modules deleted since the last build into the wheel.
+	rm -rf dist/airflow_provider_liftbridge-*.whl build/lib* build/bdist.* airflow_provider_liftbridge.egg-info
 	$(PY) -m pip wheel --quiet --no-deps . -w dist
 
 # The compatibility tier: for each of COMPAT_TARGETS, tools/compat.sh makes .compat/<target> anew, installs the

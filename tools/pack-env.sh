@@ -22,7 +22,7 @@ if [ -f "$out" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$interpreter" ] &&
   exit 0
 fi
 echo "packing the executors' environment into $out"
-rm -rf "$build" "$root/build/lib" "$out"
+rm -rf "$build" "$root"/build/lib* "$out"
 "$python" -m venv "$build"
 "$build/bin/python" -m pip install --quiet --upgrade pip
 # pyarrow for the Arrow batches; pyspark is not installed: Spark puts its own on the executors' path.
