@@ -43,6 +43,7 @@ from h2.events import (
     ConnectionTerminated,
     DataReceived,
     PushedStreamReceived,
+    RemoteSettingsChanged,
     ResponseReceived,
     StreamEnded,
     StreamReset,
@@ -125,6 +126,10 @@ class CallState:
         self._messages = bytearray()  # DATA of our stream, not yet cut into messages
         self._unacknowledged = 0  # flow-controlled bytes read and not handed to h2's window accounting yet
         self._headers_seen = False
+        # The server's SETTINGS came: it is alive and speaks HTTP/2. No request is written before (a frozen
+        # broker's kernel accepts the connection and takes the bytes, and the requests would then count as
+        # written, possibly stored, while nothing reads them), as grpc waits for it before it uses a connection.
+        self.peer_ready = False
         self._fields: dict[bytes, bytes] = {}  # the last header block of our stream
         self.ended: Ended | None = None
 
@@ -180,7 +185,7 @@ class CallState:
         if self.ended is not None:
             return conn.data_to_send()
         pending = self._pending
-        if pending:
+        if pending and self.peer_ready:
             allowed = min(len(pending), conn.local_flow_control_window(STREAM))
             if allowed > 0:
                 step = conn.max_outbound_frame_size
@@ -201,7 +206,7 @@ class CallState:
                     self._written_end = ends.popleft()
                     count += 1
                 self.written_messages += count
-        if self._closing and not pending and not self._closed_sending:
+        if self._closing and not pending and not self._closed_sending and self.peer_ready:
             conn.end_stream(STREAM)
             self._closed_sending = True
         return conn.data_to_send()
@@ -240,7 +245,9 @@ class CallState:
             self.ended = Ended(grpc.StatusCode.UNAVAILABLE, reason)
 
     def _on_event(self, event: object) -> None:
-        if isinstance(event, (ResponseReceived, TrailersReceived)):
+        if isinstance(event, RemoteSettingsChanged):
+            self.peer_ready = True
+        elif isinstance(event, (ResponseReceived, TrailersReceived)):
             if event.stream_id == STREAM:
                 self._on_headers(event.headers or [])
         elif isinstance(event, StreamEnded):

@@ -50,6 +50,7 @@ class DirectStream(asyncio.Protocol):
         self._address = address
         self._transport: asyncio.Transport | None = None
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # the server's SETTINGS came
         self.paused = False  # the transport's write buffer is full: queue nothing more until it drains
 
     # -- the owner's side ------------------------------------------------------------------------------------
@@ -89,6 +90,8 @@ class DirectStream(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         responses = self.state.receive(data)
+        if self.state.peer_ready and not self.ready.done():
+            self.ready.set_result(None)
         if not self.ended.done():
             self._on_input(responses)
         self._flush()
@@ -147,7 +150,9 @@ async def open_call(
 ) -> DirectStream:
     """Connect to ``address`` (``host:port``) and start the call to ``path``; NotConnected if that fails.
 
-    The caller bounds the wait (a silent host accepts nothing and refuses nothing).
+    The stream is returned once the server's HTTP/2 settings came (it is alive and speaks HTTP/2); the
+    caller bounds the wait (a silent host accepts nothing and refuses nothing; a frozen one accepts and
+    never answers).
     """
     host, port = parse_broker(address)
     authority = server_name if tls is not None and server_name else address
@@ -165,4 +170,12 @@ async def open_call(
         raise NotConnected(address, str(exc), refused=True) from None
     except (OSError, ssl.SSLError) as exc:
         raise NotConnected(address, str(exc) or type(exc).__name__, refused=False) from None
+    try:  # no request goes out before the server's SETTINGS (h2_call): wait for them, bounded by the caller
+        await asyncio.wait({stream.ready, stream.ended}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        stream.close()  # the caller's bound passed (a frozen broker accepts and never answers): nothing was sent
+        raise
+    if not stream.ready.done():
+        stream.close()
+        raise NotConnected(address, "the connection ended before the server's HTTP/2 settings", refused=False)
     return stream
