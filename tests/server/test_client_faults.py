@@ -504,3 +504,28 @@ def test_a_broker_that_hung_an_attempt_goes_last_for_the_next_calls(liftbridge_c
                 took.append(time.monotonic() - started)
     slow = [round(t, 1) for t in took if t > 2.0]
     assert len(slow) <= 1, f"{len(slow)} of 12 metadata calls waited on the frozen broker: {slow}"
+
+
+def test_a_batch_to_a_frozen_leader_goes_to_the_new_leader_and_lands_once(liftbridge_cluster: DevServer) -> None:
+    """The client still takes a frozen node for the partition's leader (its metadata is from before the
+    freeze). A frozen node's kernel accepts the connection and takes the bytes, so publish_batch wrote the
+    whole batch there and failed it as 'no ack within 20s'. A connection counts only once the server's HTTP/2
+    settings came: the batch goes to another broker with nothing sent to the frozen one, well within
+    ack_wait, and every message is stored once."""
+    name = f"frozen-batch-{time.monotonic_ns()}"
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=20) as client:
+        leader = replicated_stream(client, name)
+        client.publish_batch(name, [b"before"] * 5, ack_policy="all")
+        values = [b"during-%d" % i for i in range(10)]
+        with frozen(liftbridge_cluster, leader):
+            deadline = time.monotonic() + 60
+            while liftbridge_cluster.partition_leaders(name).get(0) in (None, leader):  # not the client's view
+                assert time.monotonic() < deadline, "no new leader within 60 s"
+                time.sleep(0.2)
+            started = time.monotonic()
+            client.publish_batch(name, values, ack_policy="leader", ack_wait=20)
+            elapsed = time.monotonic() - started
+        assert elapsed < 15, f"the batch took {elapsed:.1f} s"
+        high_watermark = client.wait_for_high_watermark(name, 0, 14, timeout=30)
+        stored = [m.value for m in client.read_range(name, 0, 0, high_watermark + 1)]
+    assert sorted(v for v in stored if v.startswith(b"during-")) == sorted(values)
