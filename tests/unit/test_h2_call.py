@@ -136,7 +136,8 @@ def test_no_request_is_written_before_the_servers_settings_came() -> None:
     call = new_call()
     peer = Peer(call)
     call.queue([b"held"])
-    assert not call.peer_ready
+    ready_before_settings = call.peer_ready
+    assert not ready_before_settings
     assert data_sizes(peer.read()) == []  # the preface, settings and headers only
     assert call.written_messages == 0
     assert call.withdraw(), "nothing of it was written: it may go to another broker"
