@@ -154,19 +154,6 @@ class CallState:
             ends.append(total)
         self._queued_total = total
 
-    def withdraw(self) -> bool:
-        """Take back the last queued request if none of its bytes were written yet (True); else False."""
-        ends = self._ends
-        if not ends:
-            return False
-        start = ends[-2] if len(ends) >= 2 else self._written_end
-        if self._written_total > start:
-            return False
-        size = ends.pop() - start
-        del self._pending[len(self._pending) - size :]
-        self._queued_total -= size
-        return True
-
     def close_sending(self) -> None:
         """Half-close the call once every queued request is written (END_STREAM)."""
         self._closing = True
