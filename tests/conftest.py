@@ -21,14 +21,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.client.health import HEALTH
+from liftbridge_provider.devserver import DevServer
 
-if "AIRFLOW_HOME" not in os.environ:
-    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="lbtest-airflow-")
+# Under pytest-xdist (`make test` runs the tiers on parallel workers) each worker inherits the home its
+# controller made, so a worker makes its own: two processes migrating one SQLite DB would lock each other.
+MADE_HOME = "LBTEST_MADE_AIRFLOW_HOME"
+if "AIRFLOW_HOME" not in os.environ or (
+    os.environ.get(MADE_HOME) == os.environ["AIRFLOW_HOME"] and "PYTEST_XDIST_WORKER" in os.environ
+):
+    os.environ["AIRFLOW_HOME"] = os.environ[MADE_HOME] = tempfile.mkdtemp(prefix="lbtest-airflow-")
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 # Spark: executors run this interpreter, and spark-submit (pip's pyspark) is found next to it.
@@ -79,3 +87,16 @@ def no_hung_brokers() -> None:
     """Each test starts with no broker suspected: the health model is process-wide, and the cluster fixture's
     addresses are shared, so a broker frozen by one test would otherwise go last in the next."""
     HEALTH.clear()
+
+
+@pytest.fixture(scope="module")
+def node(liftbridge_server: DevServer) -> DevServer:
+    """The node a module's ``client`` talks to: the session's single node unless the module overrides this."""
+    return liftbridge_server
+
+
+@pytest.fixture(scope="module")
+def client(node: DevServer) -> Iterator[LiftbridgeClient]:
+    """One client per module on ``node``, closed after the module's last test."""
+    with LiftbridgeClient(node.brokers) as shared:
+        yield shared

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +24,6 @@ from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from tests.airflow.airflow_runs import AIRFLOW, connection_env, run_dag, stream_name
 from tests.tls_certs import write_ca, write_server_cert
-
-
-@pytest.fixture
-def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
 
 
 def test_ingest_flow_create_publish_freeze_wait_commit(

@@ -10,22 +10,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-
-import pytest
 
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
 from tests.airflow.airflow_runs import connection_env, run_dag, stream_name
 from tests.airflow.statsd import StatsdListener
-
-
-@pytest.fixture
-def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
 
 
 def iso(nanoseconds: int) -> str:

@@ -13,8 +13,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from liftbridge_provider.assets.offsets import FACET_NAME, SCHEMA_URL
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
@@ -36,12 +34,6 @@ def fail_once_at(message, offset, marker):
         pathlib.Path(marker).touch()
         raise ValueError(f"cannot handle offset {message.offset}")
 '''
-
-
-@pytest.fixture
-def client(liftbridge_server: DevServer) -> Any:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
 
 
 def lineage_env(server: DevServer, events: Path) -> dict[str, str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,12 +24,6 @@ def order_over(message, limit):
     order = json.loads(message.value)
     return order["id"] if order["amount"] > limit else None
 '''
-
-
-@pytest.fixture
-def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
 
 
 @pytest.fixture

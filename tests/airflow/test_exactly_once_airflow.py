@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,12 +20,6 @@ from liftbridge_provider.devserver import DevServer
 from tests.airflow.airflow_runs import AIRFLOW, DagRun, connection_env, run_dag, stream_name
 
 RETRY = "retries=2, retry_delay=timedelta(0)"
-
-
-@pytest.fixture
-def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
 
 
 def rerun_tasks(run: DagRun, task_ids: list[str], env: dict[str, str]) -> DagRun:

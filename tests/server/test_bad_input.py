@@ -17,7 +17,7 @@ import asyncio
 import json
 import uuid
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,12 +42,6 @@ from liftbridge_provider.devserver import DevServer, start_single
 
 CURSOR = "bad-input-probe"
 ONE_MIB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
 
 
 def unique(prefix: str = "bad") -> str:

@@ -47,26 +47,13 @@ from liftbridge_provider.client.envelope import decode_ack
 from liftbridge_provider.client.requests import cursor_partition
 from liftbridge_provider.client.stream_reader import fast_path_available, messages_of
 from liftbridge_provider.devserver import DevServer, start_single
-
-
-@pytest.fixture(scope="module")
-def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
+from tests.waiting import wait_until
 
 
 def new_stream(client: LiftbridgeClient, partitions: int = 1, **options: Any) -> str:
     name = f"t-{uuid.uuid4().hex[:10]}"
     client.create_stream(name.replace("-", "."), name, partitions=partitions, **options)
     return name
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def values(messages: Iterator[object]) -> list[bytes]:

@@ -6,7 +6,6 @@ import collections
 import itertools
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -20,21 +19,9 @@ from liftbridge_provider.client import (
     UnavailableError,
 )
 from liftbridge_provider.devserver import DevServer
+from tests.waiting import wait_until_answered as wait_until
 
 pytestmark = pytest.mark.cluster
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if condition():
-                return
-        except LiftbridgeError:
-            pass  # the cluster is electing; ask again
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def replicated_stream(client: LiftbridgeClient, name: str) -> str:

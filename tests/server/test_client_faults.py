@@ -12,7 +12,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -32,19 +32,9 @@ from liftbridge_provider.client import (
 )
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.cluster import METADATA_LEADER_LINE
+from tests.waiting import wait_until_answered as wait_until
 
 pytestmark = pytest.mark.cluster
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(LiftbridgeError):
-            if condition():
-                return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,26 +30,13 @@ from liftbridge_provider.client import (
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.proxy import FaultProxy
 from tests.cancellation import cancelled_at_each_switch
-
-
-@pytest.fixture(scope="module")
-def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
+from tests.waiting import wait_until
 
 
 def new_stream(client: LiftbridgeClient, partitions: int = 1, **options: Any) -> str:
     name = f"r-{uuid.uuid4().hex[:10]}"
     client.create_stream(name.replace("-", "."), name, partitions=partitions, **options)
     return name
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def bounded(call: Callable[[], Any], limit: float) -> tuple[Any, float]:

@@ -17,8 +17,6 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -30,21 +28,16 @@ from liftbridge_provider.client import (
     StopPosition,
 )
 from liftbridge_provider.client.groups import group_cursor
-from liftbridge_provider.devserver import DevServer, start_single
+from liftbridge_provider.devserver import DevServer
+from tests.waiting import wait_until
 
 BACKLOG = 5_000  # per partition; three partitions hold more than the member's queue (10,000)
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[DevServer]:
-    with start_single(extra_config={"groups.consumer.timeout": "3s", "groups.coordinator.timeout": "3s"}) as node:
-        yield node
-
-
-@pytest.fixture(scope="module")
-def client(server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(server.brokers) as shared:
-        yield shared
+def node(group_node: DevServer) -> DevServer:
+    """This module's client and tests use the node with short group timeouts."""
+    return group_node
 
 
 def stream_with_backlog(client: LiftbridgeClient, partitions: int = 3) -> str:
@@ -53,13 +46,6 @@ def stream_with_backlog(client: LiftbridgeClient, partitions: int = 3) -> str:
     batch = [PublishMessage(b"x" * 16, partition=n % partitions) for n in range(BACKLOG * partitions)]
     client.publish_batch(name, batch, ack_policy="all")
     return name
-
-
-def wait_until(condition: Any, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {seconds}s waiting for {what}"
-        time.sleep(0.05)
 
 
 def member_threads(group: str) -> list[str]:
@@ -132,7 +118,7 @@ def test_a_rebalance_of_a_member_with_a_full_backlog_stops_its_readers_at_once_a
 
 
 def test_an_asyncio_member_with_a_full_backlog_closes_within_2s_checkpoints_and_leaves_itself(
-    server: DevServer, client: LiftbridgeClient
+    node: DevServer, client: LiftbridgeClient
 ) -> None:
     """The asyncio member in the same state as the sync one above: close() returns within 2 s, the
     group's cursor holds the offset of the message read, the member left the group itself, and none of
@@ -140,7 +126,7 @@ def test_an_asyncio_member_with_a_full_backlog_closes_within_2s_checkpoints_and_
     stream, group = stream_with_backlog(client), f"g-{uuid.uuid4().hex[:6]}"
 
     async def scenario() -> tuple[float, list[str], tuple[int, int], str]:
-        async with AsyncLiftbridgeClient(server.brokers) as aio:
+        async with AsyncLiftbridgeClient(node.brokers) as aio:
             consumer = aio.consumer(group, auto_offset="earliest", fetch_assignments_interval=0.5)
             await consumer.subscribe([stream])
             messages = consumer.messages(timeout=30)

@@ -31,21 +31,16 @@ from liftbridge_provider.client import (
     PublishMessage,
 )
 from liftbridge_provider.client.groups import group_cursor
-from liftbridge_provider.devserver import DevServer, start_cluster, start_single
+from liftbridge_provider.devserver import DevServer, start_cluster
 from liftbridge_provider.devserver.binaries import find_binary
 from tests.chaos.batch import StateStore
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[DevServer]:
-    with start_single(extra_config={"groups.consumer.timeout": "3s", "groups.coordinator.timeout": "3s"}) as node:
-        yield node
-
-
-@pytest.fixture(scope="module")
-def client(server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(server.brokers) as shared:
-        yield shared
+def node(group_node: DevServer) -> DevServer:
+    """This module's client and tests use the node with short group timeouts."""
+    return group_node
 
 
 def new_stream(client: LiftbridgeClient, partitions: int = 4) -> str:
@@ -57,13 +52,6 @@ def new_stream(client: LiftbridgeClient, partitions: int = 4) -> str:
 def publish(client: LiftbridgeClient, stream: str, count: int, partitions: int = 4, first: int = 0) -> None:
     batch = [PublishMessage(f"m{n}".encode(), partition=n % partitions) for n in range(first, first + count)]
     client.publish_batch(stream, batch, ack_policy="all")
-
-
-def wait_until(condition: Any, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {seconds}s waiting for {what}"
-        time.sleep(0.1)
 
 
 class Member:
@@ -216,7 +204,7 @@ def test_bad_consumer_settings_are_refused(client: LiftbridgeClient) -> None:
         consumer.subscribe([])
 
 
-def test_members_joining_a_new_group_at_the_same_moment_all_join(server: DevServer, client: LiftbridgeClient) -> None:
+def test_members_joining_a_new_group_at_the_same_moment_all_join(node: DevServer, client: LiftbridgeClient) -> None:
     """Guards the defect CI found on 6b18e32 (the two-task operator test): the server creates a group on its
     first join, and when two joins for a new group cross, the second create fails with FAILED_PRECONDITION
     "consumer group already exists"; the client raised it, so a member that merely joined at the same time
@@ -246,7 +234,7 @@ def test_members_joining_a_new_group_at_the_same_moment_all_join(server: DevServ
         return failures
 
     async def async_round(group: str) -> list[BaseException]:
-        async with AsyncLiftbridgeClient(server.brokers) as aio:
+        async with AsyncLiftbridgeClient(node.brokers) as aio:
             members = [aio.consumer(group, fetch_assignments_interval=0.5) for _ in range(8)]
             outcomes = await asyncio.gather(*(m.subscribe([stream]) for m in members), return_exceptions=True)
             for member in members:
@@ -261,14 +249,14 @@ def test_members_joining_a_new_group_at_the_same_moment_all_join(server: DevServ
 
 
 def test_consume_tasks_in_one_group_share_the_partitions_and_each_message_is_handled_once(
-    server: DevServer, client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch
+    node: DevServer, client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Consumer groups in Airflow: two LiftbridgeConsumeOperator tasks with one group_id, run at
     the same time (as two workers would), split the stream's partitions; every message is handled once and
     the group's cursors end at the last offsets. Run in this process with a minimal task context."""
     from liftbridge_provider.operators.consume import LiftbridgeConsumeOperator  # noqa: PLC0415 - needs Airflow
 
-    monkeypatch.setenv("AIRFLOW_CONN_GROUP_TEST", json.dumps({"conn_type": "liftbridge", "host": server.brokers[0]}))
+    monkeypatch.setenv("AIRFLOW_CONN_GROUP_TEST", json.dumps({"conn_type": "liftbridge", "host": node.brokers[0]}))
     stream, group = new_stream(client), f"g-{uuid.uuid4().hex[:6]}"
     publish(client, stream, 200)
     handled: list[tuple[int, int]] = []
@@ -301,7 +289,7 @@ def test_consume_tasks_in_one_group_share_the_partitions_and_each_message_is_han
 
 
 def test_asyncio_members_share_partitions_with_a_sync_member_and_resume_from_the_checkpoint(
-    server: DevServer, client: LiftbridgeClient
+    node: DevServer, client: LiftbridgeClient
 ) -> None:
     """Consumer groups in the asyncio client: two AsyncConsumer members and one sync member of
     one group split a six-partition stream 2 + 2 + 2 with none doubled; the async members close (checkpoint
@@ -311,7 +299,7 @@ def test_asyncio_members_share_partitions_with_a_sync_member_and_resume_from_the
 
     async def scenario() -> tuple[list[set[int]], list[tuple[int, int]]]:
         """The split (async, async, sync) and what the async members read."""
-        async with AsyncLiftbridgeClient(server.brokers) as aio:
+        async with AsyncLiftbridgeClient(node.brokers) as aio:
             members = [aio.consumer(group, auto_offset="earliest", fetch_assignments_interval=0.5) for _ in range(2)]
             for member in members:
                 await member.subscribe([stream])
@@ -392,14 +380,14 @@ class GoMember:
 
 
 def test_a_go_liftbridge_member_and_a_python_member_share_a_group(
-    server: DevServer, client: LiftbridgeClient, golbbench: Path
+    node: DevServer, client: LiftbridgeClient, golbbench: Path
 ) -> None:
     """Interop: go-liftbridge v2.4.0 and this client in one group split the partitions (2 + 2,
     none read twice); the Go member checkpoints and leaves, and the Python member goes on from its
     checkpoints with nothing lost or repeated."""
     stream, group = new_stream(client), f"g-{uuid.uuid4().hex[:6]}"
     python = Member(client, group, stream, auto_offset="earliest", auto_checkpoint=0.5)
-    go = GoMember(golbbench, server, group, stream, checkpoint="1s")
+    go = GoMember(golbbench, node, group, stream, checkpoint="1s")
     try:
         wait_until(lambda: len(python.partitions()) == 2, 30, "the Python member to hold 2 of 4 partitions")
         publish(client, stream, 400)
@@ -420,7 +408,7 @@ def test_a_go_liftbridge_member_and_a_python_member_share_a_group(
 
 
 def test_a_killed_member_hands_over_from_its_last_checkpoint_and_only_the_rest_repeats(
-    server: DevServer, client: LiftbridgeClient, golbbench: Path
+    node: DevServer, client: LiftbridgeClient, golbbench: Path
 ) -> None:
     """A member killed with SIGKILL (a go-liftbridge process: no checkpoint, no leave) loses its
     partitions once the group's consumer timeout (3 s here) passes; the Python member reads them on
@@ -428,7 +416,7 @@ def test_a_killed_member_hands_over_from_its_last_checkpoint_and_only_the_rest_r
     handled after its last checkpoint are read again."""
     stream, group = new_stream(client), f"g-{uuid.uuid4().hex[:6]}"
     python = Member(client, group, stream, auto_offset="earliest", auto_checkpoint=0.5)
-    go = GoMember(golbbench, server, group, stream, checkpoint="0")  # checkpoints only when told
+    go = GoMember(golbbench, node, group, stream, checkpoint="0")  # checkpoints only when told
     try:
         wait_until(lambda: len(python.partitions()) == 2, 30, "the Python member to hold 2 of 4 partitions")
         gone = sorted({0, 1, 2, 3} - python.partitions())
@@ -538,7 +526,7 @@ def test_members_that_join_on_a_cluster_get_their_partitions() -> None:
 
 
 def test_a_join_the_server_applied_before_its_answer_was_lost_still_joins(
-    server: DevServer, client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch
+    node: DevServer, client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A join the server applied whose answer never came back (an attempt that ran out under load, a
     connection lost after the request) is sent again, and the server refuses the second with "consumer is
@@ -571,7 +559,7 @@ def test_a_join_the_server_applied_before_its_answer_was_lost_still_joins(
         consumer.close()
 
     async def as_async_member() -> frozenset[tuple[str, int]]:
-        async with AsyncLiftbridgeClient(server.brokers) as aio:
+        async with AsyncLiftbridgeClient(node.brokers) as aio:
             member = aio.consumer(f"late-{uuid.uuid4().hex[:6]}", fetch_assignments_interval=0.5)
             try:
                 await member.subscribe([stream])

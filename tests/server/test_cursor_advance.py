@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -28,12 +28,6 @@ from liftbridge_provider.client.groups import group_cursor
 from liftbridge_provider.devserver import DevServer
 
 FRONTS = ["sync", "asyncio"]
-
-
-@pytest.fixture
-def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
 
 
 def new_stream(client: LiftbridgeClient, partitions: int = 1) -> str:

@@ -6,9 +6,7 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -17,6 +15,7 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.devserver import DevServer, DevServerError, config, start_single
 from liftbridge_provider.devserver.process import pid_runs
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,14 +58,6 @@ def listening_addresses(pid: int) -> set[str]:
                 else:
                     found.add(hex_ip)
     return found
-
-
-def wait_until(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def test_single_node_lists_its_broker(liftbridge_server: DevServer) -> None:

@@ -14,7 +14,6 @@ import os
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -46,12 +45,6 @@ def publisher(brokers: list[str], stream: str, drops: Drops, **options: float) -
         retry_interval=options.get("retry_interval", 0.0),
         on_drop=drops,
     )
-
-
-@pytest.fixture
-def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
 
 
 def read_all(client: LiftbridgeClient, stream: str, partitions: int) -> dict[int, list[tuple[bytes, dict[str, Any]]]]:

@@ -6,7 +6,6 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,12 +23,6 @@ from liftbridge_provider.client.direct_call import DirectCall, open_direct_call
 from liftbridge_provider.client.publish_stream import sticky_order
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.cluster import Node
-
-
-@pytest.fixture(scope="module")
-def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
 
 
 def new_stream(client: LiftbridgeClient, **options: Any) -> str:

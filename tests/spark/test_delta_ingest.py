@@ -16,7 +16,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,24 +32,10 @@ from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark import delta_ingest, ingest
 from tests.chaos.batch import StateStore
-from tests.spark_session import local_spark
 
 ROOT = Path(__file__).resolve().parents[2]
 INGEST = ROOT / "spark_jobs" / "ingest.py"
 SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = local_spark("liftbridge-delta-tests")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
-def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
 
 
 @pytest.fixture(scope="module")

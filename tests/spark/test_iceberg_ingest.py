@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +21,6 @@ from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.iceberg_plan import RETRY_PROPERTY
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark import ingest
-from tests.spark_session import local_spark
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = local_spark("liftbridge-iceberg-tests")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ back doubles the work. Guarded for both lake formats, on the real server and Spa
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,8 @@ from liftbridge_provider.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark import ingest
-from tests.spark_session import local_spark
 
 PARTITIONS = 4
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = local_spark("liftbridge-parallel-tests")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,26 +31,12 @@ from liftbridge_provider.lake import Ledger, check_ledger, holdings
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark import ingest
 from liftbridge_provider.spark.lake_store import HadoopStore, _link_exclusive
-from tests.spark_session import local_spark
 
 ROOT = Path(__file__).resolve().parents[2]
 INGEST = ROOT / "spark_jobs" / "ingest.py"  # what spark-submit runs: it calls the job module's main
 JOB_MODULE = ROOT / "liftbridge_provider" / "spark" / "ingest.py"
 SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
 SPARK_ENV = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = local_spark("liftbridge-lake-tests")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
-def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
 
 
 @pytest.fixture(scope="module")

@@ -34,26 +34,12 @@ from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark.options import ReadOptions, parse_options
 from liftbridge_provider.spark.planning import Slice
 from liftbridge_provider.spark.reader import arrow_schema, check_range, read_slice
-from tests.spark_session import local_spark
 
 ROOT = Path(__file__).resolve().parents[2]
 INGEST = ROOT / "spark_jobs" / "ingest.py"
 SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
 SPARK_CLASS = str(Path(sys.executable).with_name("spark-class"))
 SPARK_ENV = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = local_spark("liftbridge-tests")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
-def client(liftbridge_server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(liftbridge_server.brokers) as shared:
-        yield shared
 
 
 @pytest.fixture(scope="module")
