@@ -4,6 +4,13 @@ An open port is not enough: gRPC serves before a metadata leader exists. A
 cluster is ready when every node lists every broker, each partition of the
 internal cursor stream has a leader and a replica on every node, and a probe
 stream replicated to every node can be created and deleted.
+
+No node is asked for its broker list before every node serves gRPC. A node
+answers the server-info survey behind FetchMetadata only once its Raft setup is
+done, and it starts serving gRPC after that. A survey that one slow node missed
+is cached by the node that ran it for ``metadata.cache.max.age`` (2 minutes by
+default), so asking too early would leave that node listing too few brokers
+for longer than any readiness wait.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.requests import CURSORS_STREAM
 
 RPC_TIMEOUT = 5.0  # seconds per readiness RPC
+SERVING_TIMEOUT = 2.0  # seconds for a node to answer the serving probe
+SERVING_PROBE = "lbdev-serving-probe"  # a stream name no test creates
 
 
 class NotReady(Exception):
@@ -33,6 +42,9 @@ def check_ready(
     """Return when the cluster at ``addresses`` is ready; raise NotReady or grpc.RpcError otherwise."""
     for address in addresses:
         with _channel(address, credentials) as channel:
+            _check_serving(api_grpc.APIStub(channel), address)
+    for address in addresses:
+        with _channel(address, credentials) as channel:
             _check_metadata(api_grpc.APIStub(channel), address, len(addresses), cursor_partitions)
     with _channel(addresses[0], credentials) as channel:
         _probe_create_delete(api_grpc.APIStub(channel), replication=len(addresses))
@@ -42,6 +54,18 @@ def _channel(address: str, credentials: grpc.ChannelCredentials | None) -> grpc.
     if credentials is None:
         return grpc.insecure_channel(address)
     return grpc.secure_channel(address, credentials)
+
+
+def _check_serving(stub: Any, address: str) -> None:
+    """Raise NotReady unless ``address`` answers a call that surveys nobody (a partition's metadata: the node
+    answers from its own state, NOT_FOUND for a stream that does not exist)."""
+    request = api.FetchPartitionMetadataRequest(stream=SERVING_PROBE, partition=0)
+    try:
+        stub.FetchPartitionMetadata(request, timeout=SERVING_TIMEOUT)
+    except grpc.RpcError as exc:
+        if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise NotReady(f"{address} does not serve gRPC yet ({exc.code().name})") from exc
+        # any other answer (NOT_FOUND, FAILED_PRECONDITION) comes from a serving node
 
 
 def _check_metadata(stub: Any, address: str, brokers: int, cursor_partitions: int) -> None:

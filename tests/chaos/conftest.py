@@ -13,7 +13,6 @@ import logging
 import os
 import statistics
 from collections import defaultdict
-from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
@@ -23,7 +22,6 @@ from liftbridge_provider.devserver import start_single
 from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from tests.chaos.lake import Lake
 from tests.chaos.runner import SeedResult, SeedSettings, replay_command
-from tests.spark_session import local_spark
 
 CI_SEEDS = 2
 RESULTS: list[SeedResult] = []
@@ -81,13 +79,13 @@ def chaos_settings(pytestconfig: pytest.Config) -> SeedSettings:
 
 
 @pytest.fixture(scope="module")
-def chaos_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    """One local SparkSession for every seed of the module, warmed up by a first real ingest.
+def chaos_spark(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> SparkSession:
+    """The session's SparkSession (tests/spark_session.py), warmed up by a first real ingest.
 
     The first read through the Python data source starts Spark's Python workers
     and takes half a minute; warming up keeps that out of the seeds' deadlines.
     """
-    session = local_spark("liftbridge-chaos")
+    session = spark
     session.sparkContext.setLogLevel("ERROR")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines at exit land on closed streams
     with start_single() as server, LiftbridgeClient(server.brokers) as client:
@@ -97,8 +95,7 @@ def chaos_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSessi
         Lake(tmp_path_factory.mktemp("chaos-warmup"), session).ingest(
             server.brokers, document, compacted=False, skip_data_loss=False, request_timeout=10
         )
-    yield session
-    session.stop()
+    return session
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -15,6 +15,7 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.devserver import DevServer, DevServerError, config, start_single
 from liftbridge_provider.devserver.process import pid_runs
+from liftbridge_provider.devserver.readiness import NotReady, check_ready
 from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -289,3 +290,19 @@ def test_cli_start_status_brokers_stop(tmp_path: Path) -> None:
     assert run_cli("status", state_file=state).returncode == 1
     with pytest.raises(grpc.RpcError):
         fetch_metadata(brokers)
+
+
+def test_readiness_asks_no_node_for_brokers_before_every_node_serves(liftbridge_cluster: DevServer) -> None:
+    """A node that accepts connections but does not serve gRPC yet (here: a bare listening socket, as a node
+    whose Raft setup is still running) makes the cluster not ready, named as such. Asking the others for their
+    broker list first would make them cache a list without it for two minutes."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    try:
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(NotReady, match=f"{address} does not serve gRPC yet"):
+            check_ready([*liftbridge_cluster.brokers, address], liftbridge_cluster.cursor_partitions)
+    finally:
+        silent.close()
+    check_ready(liftbridge_cluster.brokers, liftbridge_cluster.cursor_partitions)
