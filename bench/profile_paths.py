@@ -38,11 +38,11 @@ from functools import partial
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import LiftbridgeClient, NatsConfig, columns
 from liftbridge_provider.client import requests as build
-from liftbridge_provider.client.direct_call import DirectCall
 from liftbridge_provider.client.messages import AckPolicy
-from liftbridge_provider.client.nats_publisher import NatsBatchPublisher
-from liftbridge_provider.client.publish_stream import Answer
-from liftbridge_provider.client.publisher import BatchPublisher
+from liftbridge_provider.client.publish.direct_call import DirectCall
+from liftbridge_provider.client.publish.nats_publisher import NatsBatchPublisher
+from liftbridge_provider.client.publish.publish_stream import Answer
+from liftbridge_provider.client.publish.publisher import BatchPublisher
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.spark.batches import arrow_batch, record_batches
 from liftbridge_provider.spark.options import parse_options

@@ -31,13 +31,13 @@ from liftbridge_provider.client.errors import (
 )
 from liftbridge_provider.client.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, StreamInfo
-from liftbridge_provider.client.nats_publisher import NatsBatchPublisher, partition_subject
 from liftbridge_provider.client.options import ClientConfig, check_seconds, check_timeout
 from liftbridge_provider.client.partitioners import Partitioner, PartitionerName, resolve_partitioner
 from liftbridge_provider.client.plans import NotSent
-from liftbridge_provider.client.publish_stream import PublishStreams
-from liftbridge_provider.client.publish_window import BatchResult, Failures, PublishFailure
-from liftbridge_provider.client.publisher import BatchPublisher, async_error
+from liftbridge_provider.client.publish.nats_publisher import NatsBatchPublisher, partition_subject
+from liftbridge_provider.client.publish.publish_stream import PublishStreams
+from liftbridge_provider.client.publish.publish_window import BatchResult, Failures, PublishFailure
+from liftbridge_provider.client.publish.publisher import BatchPublisher, async_error
 from liftbridge_provider.client.reading import SubscriptionState
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router

@@ -1,4 +1,4 @@
-"""Single publishes over the shared PublishAsync streams (client/publish_stream.py), against real servers."""
+"""Single publishes over the shared PublishAsync streams (client/publish/publish_stream.py), against real servers."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from liftbridge_provider.client import (
     LiftbridgeTimeoutError,
     ReadonlyPartitionError,
     UnavailableError,
-    publish_stream,
 )
-from liftbridge_provider.client.direct_call import DirectCall, open_direct_call
-from liftbridge_provider.client.publish_stream import sticky_order
+from liftbridge_provider.client.publish import publish_stream
+from liftbridge_provider.client.publish.direct_call import DirectCall, open_direct_call
+from liftbridge_provider.client.publish.publish_stream import sticky_order
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.cluster import Node
 

@@ -18,11 +18,11 @@ from liftbridge_provider.client import (
     ReadonlyPartitionError,
     UnavailableError,
 )
-from liftbridge_provider.client.envelope import decode_message
 from liftbridge_provider.client.messages import Ack
-from liftbridge_provider.client.nats_publisher import ack_error, partition_subject, publish_envelope
 from liftbridge_provider.client.options import split_nats_servers
-from liftbridge_provider.client.publish_window import BatchErrors, PublishWindow
+from liftbridge_provider.client.publish.envelope import decode_message
+from liftbridge_provider.client.publish.nats_publisher import ack_error, partition_subject, publish_envelope
+from liftbridge_provider.client.publish.publish_window import BatchErrors, PublishWindow
 from liftbridge_provider.connection import config_from_connection
 
 
