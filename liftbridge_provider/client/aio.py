@@ -25,7 +25,7 @@ import grpc.experimental
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
-from liftbridge_provider.client import cursor_advance, plans
+from liftbridge_provider.client import cursor_advance, cursor_plans, partition_plans, plans
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.aio_consumer import AsyncConsumer
@@ -90,7 +90,7 @@ class AsyncLiftbridgeClient:
         build.partition_metadata_request(stream, partition)
         deadline = self._deadline(timeout)
         return await self._run(
-            plans.partition_metadata(self.config, self._snapshot, deadline, stream, partition, settle=settle)
+            partition_plans.partition_metadata(self.config, self._snapshot, deadline, stream, partition, settle=settle)
         )
 
     async def fetch_cursor(self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None) -> int:
@@ -342,7 +342,7 @@ class AsyncLiftbridgeClient:
         snapshot = await self._run(plans.knowing(deadline, self._snapshot, build.CURSORS_STREAM))
         count = len(snapshot.stream(build.CURSORS_STREAM).partitions)
         target = build.cursor_partition(request.cursorId, request.stream, request.partition, count)
-        cursor_plan = plans.cursor_read if read else plans.cursor_call
+        cursor_plan = cursor_plans.cursor_read if read else cursor_plans.cursor_call
         plan = cursor_plan(self.config, snapshot, rpc, deadline, partition=target)
         try:
             return await self._run(plan)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import cursor_advance, offset_lookup, plans, watermarks
+from liftbridge_provider.client import admin_plans, cursor_advance, offset_lookup, partition_plans, plans, watermarks
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.connections import ConnectionPool
@@ -34,6 +34,7 @@ from liftbridge_provider.client.metadata import Metadata, PartitionInfo, StreamI
 from liftbridge_provider.client.options import ClientConfig, check_seconds, check_timeout
 from liftbridge_provider.client.partitioners import Partitioner, PartitionerName, resolve_partitioner
 from liftbridge_provider.client.plans import NotSent
+from liftbridge_provider.client.publish import plans as publish_plans
 from liftbridge_provider.client.publish.nats_publisher import NatsBatchPublisher, partition_subject
 from liftbridge_provider.client.publish.publish_stream import PublishStreams
 from liftbridge_provider.client.publish.publish_window import BatchResult, Failures, PublishFailure
@@ -163,9 +164,11 @@ class LiftbridgeClient:
         def create(stub: Any, remaining: float) -> Any:
             return stub.CreateStream(request, timeout=remaining)
 
-        ours = plans.stream_created_as(request.subject, request.partitions, self.config, deadline, name)
+        ours = admin_plans.stream_created_as(request.subject, request.partitions, self.config, deadline, name)
         snapshot = self._router.metadata.snapshot
-        self._router.run(plans.ambiguous_admin(self.config, snapshot, create, deadline, stream=name, already_done=ours))
+        self._router.run(
+            admin_plans.ambiguous_admin(self.config, snapshot, create, deadline, stream=name, already_done=ours)
+        )
         self._router.metadata.refresh(timeout=max(deadline.remaining(), 0.001))
 
     def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
@@ -183,7 +186,9 @@ class LiftbridgeClient:
 
         snapshot = self._router.metadata.snapshot
         self._router.run(
-            plans.ambiguous_admin(self.config, snapshot, delete, deadline, stream=name, already_done=plans.stream_gone)
+            admin_plans.ambiguous_admin(
+                self.config, snapshot, delete, deadline, stream=name, already_done=admin_plans.stream_gone
+            )
         )
         self._router.metadata.refresh(timeout=max(deadline.remaining(), 0.001))
 
@@ -421,7 +426,7 @@ class LiftbridgeClient:
             return None
         # A paused partition does not listen on its subject; a resume subscription wakes it, as a gRPC publish would.
         budget = self._router.deadline(deadline.remaining() if deadline is not None else None)
-        resume = plans.resume_rpc(stream, partition)
+        resume = partition_plans.resume_rpc(stream, partition)
         snapshot = self._router.metadata.snapshot
         try:
             self._router.run(
@@ -543,7 +548,7 @@ class LiftbridgeClient:
         deadline = self._router.deadline(timeout)
         snapshot = self._router.metadata.snapshot
         return self._router.run(
-            plans.send_once(self.config, snapshot, send, deadline, stream=stream, partition=partition)
+            publish_plans.send_once(self.config, snapshot, send, deadline, stream=stream, partition=partition)
         )
 
     # -- reading ---------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import plans, watermarks
+from liftbridge_provider.client import cursor_plans, partition_plans, plans, watermarks
 from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.connections import ConnectionPool
 from liftbridge_provider.client.errors import LiftbridgeError, UnavailableError
@@ -114,9 +114,9 @@ class Router:
 
     def cursor_call(self, partition: int, rpc: plans.Rpc, *, timeout: float | None = None, read: bool = False) -> Any:
         """SetCursor (``read``: FetchCursor, once the high watermark settled) on the leader of a ``__cursors``
-        partition that a majority of brokers name (plans.cursor_call, plans.cursor_read)."""
+        partition that a majority of brokers name (cursor_plans.cursor_call, cursor_plans.cursor_read)."""
         deadline = self.deadline(timeout)
-        plan = plans.cursor_read if read else plans.cursor_call
+        plan = cursor_plans.cursor_read if read else cursor_plans.cursor_call
         return self.run(plan(self.config, self.metadata.snapshot, rpc, deadline, partition=partition))
 
     def partition_metadata(
@@ -124,7 +124,9 @@ class Router:
     ) -> PartitionInfo:
         deadline = self.deadline(timeout)
         return self.run(
-            plans.partition_metadata(self.config, self.metadata.snapshot, deadline, stream, partition, settle=settle)
+            partition_plans.partition_metadata(
+                self.config, self.metadata.snapshot, deadline, stream, partition, settle=settle
+            )
         )
 
     def high_watermark_reaching(
