@@ -170,6 +170,17 @@ async def _first_then_cancel(call: Any) -> Any:
         call.cancel()
 
 
+def running(config: ClientConfig, snapshot: Metadata, deadline: Deadline, stream: str, partition: int) -> Plan[Any]:
+    """FetchPartitionMetadata on the leader: PartitionPausedError if the partition is paused (its metadata flag
+    sticks after a resume, and a paused partition's leader refuses the call)."""
+    request = api.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+
+    def fetch(stub: Any, timeout: float) -> Any:
+        return stub.FetchPartitionMetadata(request, timeout=timeout)
+
+    return (yield from leader_call(config, snapshot, fetch, deadline, stream=stream, partition=partition))
+
+
 def leader_view(
     config: ClientConfig, snapshot: Metadata, deadline: Deadline, stream: str, address: str
 ) -> Plan[Metadata]:

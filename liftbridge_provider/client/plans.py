@@ -4,12 +4,12 @@ A plan is a generator. It yields actions (:class:`Attempt`, :class:`Sleep`,
 :class:`Refresh`) and receives their outcomes: the attempt's result or the
 refreshed metadata is sent back; a failed attempt's ``grpc.RpcError`` (or a
 refresh's ``LiftbridgeError``) is thrown in. The plan returns the call's
-result or raises its typed error. The synchronous client
-(:meth:`Router.run <liftbridge_provider.client.routing.Router.run>`) and the
-asyncio client (:meth:`AsyncLiftbridgeClient._run`) only carry actions out, so
-every decision (routing, retries, deadlines, paused partitions, ambiguous
-admin calls) is written once, in the manner of h11's sans-I/O state
-machines.
+result or raises its typed error. The drivers, synchronous
+(:meth:`Router.run <liftbridge_provider.client.routing.Router.run>`) and
+asyncio (:meth:`AsyncRouter.run <liftbridge_provider.client.routing.AsyncRouter.run>`),
+only carry actions out, so every decision (routing, retries, deadlines, paused
+partitions, ambiguous admin calls) is written once, in the manner of h11's
+sans-I/O state machines.
 
 This module holds the actions and the routing every other plan builds on:
 :func:`any_broker`, :func:`leader_call` (optionally to the leader a majority
@@ -22,6 +22,7 @@ unsettled partitions), ``cursor_plans.py`` (``__cursors`` calls),
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -95,6 +96,11 @@ class Attempt:
         """Raise :class:`NotSent` unless the RPC may go out on a channel that ended its wait so."""
         if connection is Connection.SILENT or (self.connect_first and connection is not Connection.READY):
             raise NotSent(self.address, connection)
+
+    def rpc_timeout(self, connect_started: float) -> float:
+        """Seconds the RPC gets after a connection wait that began at ``connect_started`` (``time.monotonic()``):
+        what is left of :attr:`timeout`, at least 1 ms (a call given no time fails as timed out)."""
+        return max(self.timeout - (time.monotonic() - connect_started), 0.001)
 
 
 @dataclass(frozen=True)
@@ -198,6 +204,30 @@ def any_broker(
                 break
         else:
             yield Sleep(state.pause())
+
+
+def broker_call(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, broker_id: str) -> Plan[Any]:
+    """``rpc`` on the broker ``broker_id`` (a consumer group's coordinator), retried there only (as
+    :func:`any_broker`); the metadata is refreshed once when it does not name that broker."""
+    if broker_id not in snapshot.brokers:
+        snapshot = yield Refresh(deadline.remaining())
+    broker = snapshot.brokers.get(broker_id)
+    if broker is None:
+        raise UnavailableError(f"broker {broker_id!r} is not in the cluster's metadata")
+    return (yield from any_broker(config, snapshot, rpc, deadline, addresses=[broker.address]))
+
+
+def fetch_metadata(
+    config: ClientConfig, snapshot: Metadata, streams: list[str], deadline: Deadline
+) -> Plan[api.FetchMetadataResponse]:
+    """The cluster's FetchMetadata answer (all streams, or ``streams``) from any broker."""
+    request = api.FetchMetadataRequest(streams=streams)
+
+    def fetch(stub: Any, timeout: float) -> Any:
+        return stub.FetchMetadata(request, timeout=timeout)
+
+    response: api.FetchMetadataResponse = yield from any_broker(config, snapshot, fetch, deadline)
+    return response
 
 
 def note_if_hung(state: RetryState, address: str, exc: grpc.RpcError) -> None:
