@@ -1,10 +1,10 @@
 """Unary calls as plans without I/O: the actions a plan yields, and routing (any broker, the leader).
 
 A plan is a generator. It yields actions (:class:`Attempt`, :class:`Sleep`,
-:class:`Refresh`) and receives their outcomes: the attempt's result or the
-refreshed metadata is sent back; a failed attempt's ``grpc.RpcError`` (or a
-refresh's ``LiftbridgeError``) is thrown in. The plan returns the call's
-result or raises its typed error. The drivers, synchronous
+:class:`Refresh`, :class:`Dispatch`) and receives their outcomes: the
+attempt's result or the refreshed metadata is sent back; a failed attempt's
+``grpc.RpcError`` (or a refresh's ``LiftbridgeError``) is thrown in. The plan
+returns the call's result or raises its typed error. The drivers, synchronous
 (:meth:`Router.run <liftbridge_provider.client.routing.Router.run>`) and
 asyncio (:meth:`AsyncRouter.run <liftbridge_provider.client.routing.AsyncRouter.run>`),
 only carry actions out, so every decision (routing, retries, deadlines, paused
@@ -116,8 +116,22 @@ class Refresh:
     streams: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Dispatch:
+    """Call ``send(addresses)`` with the addresses of the brokers the client knows when it runs (read afresh
+    each time: another call may have refreshed the metadata meanwhile) and send back its result; ``send`` picks
+    the broker itself (a single publish on the shared PublishAsync streams). An awaitable of the result on the
+    asyncio side, as for :data:`Rpc`."""
+
+    send: Callable[[list[str]], Any]
+
+
 PlanAction = Attempt | Sleep | Refresh
 Plan = Generator[PlanAction, Any, T]
+DriverAction = PlanAction | Dispatch
+"""What the drivers carry out: the actions of any plan, :class:`Dispatch` included (only a single publish on the
+shared streams yields it)."""
+AnyPlan = Generator[DriverAction, Any, T]
 
 
 class NotSent(grpc.RpcError):

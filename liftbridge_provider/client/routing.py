@@ -39,13 +39,13 @@ class PlanRun(Generic[T]):
     """One plan being carried out: :meth:`next_action` sends the last outcome in (or throws the last
     failure) and returns the next action, or None once the plan returned (its value: :attr:`result`)."""
 
-    def __init__(self, plan: plans.Plan[T]) -> None:
+    def __init__(self, plan: plans.AnyPlan[T]) -> None:
         self._plan = plan
         self._outcome: Any = None
         self._failure: BaseException | None = None
         self.result: T
 
-    def next_action(self) -> plans.PlanAction | None:
+    def next_action(self) -> plans.DriverAction | None:
         outcome, failure = self._outcome, self._failure
         self._outcome, self._failure = None, None
         try:
@@ -80,7 +80,7 @@ class Router:
         """One deadline for a call: ``timeout`` seconds, or the client's request_timeout."""
         return call_deadline(self.config, timeout)
 
-    def run(self, plan: plans.Plan[T]) -> T:
+    def run(self, plan: plans.AnyPlan[T]) -> T:
         """Carry out ``plan`` until it returns (or raises)."""
         steps = PlanRun(plan)
         while (action := steps.next_action()) is not None:
@@ -90,7 +90,7 @@ class Router:
                 steps.failed(exc)
         return steps.result
 
-    def _execute(self, action: plans.PlanAction) -> Any:
+    def _execute(self, action: plans.DriverAction) -> Any:
         if isinstance(action, plans.Attempt):
             with self.pool.lease(action.address) as pooled:
                 timeout, budget = action.timeout, action.connect_budget()
@@ -104,6 +104,8 @@ class Router:
         if isinstance(action, plans.Sleep):
             time.sleep(action.seconds)
             return None
+        if isinstance(action, plans.Dispatch):
+            return action.send(self.broker_addresses())
         return self.metadata.refresh(action.streams, timeout=action.timeout)
 
     # -- shortcuts for the client ------------------------------------------------------------------
@@ -218,7 +220,7 @@ class AsyncRouter:
         """One deadline for a call: ``timeout`` seconds, or the client's request_timeout."""
         return call_deadline(self.config, timeout)
 
-    async def run(self, plan: plans.Plan[T]) -> T:
+    async def run(self, plan: plans.AnyPlan[T]) -> T:
         """Carry out ``plan`` until it returns (or raises)."""
         steps = PlanRun(plan)
         while (action := steps.next_action()) is not None:
@@ -228,7 +230,7 @@ class AsyncRouter:
                 steps.failed(exc)
         return steps.result
 
-    async def _execute(self, action: plans.PlanAction) -> Any:
+    async def _execute(self, action: plans.DriverAction) -> Any:
         if isinstance(action, plans.Attempt):
             stub = self.stub(action.address)
             timeout, budget = action.timeout, action.connect_budget()
@@ -242,6 +244,8 @@ class AsyncRouter:
         if isinstance(action, plans.Sleep):
             await asyncio.sleep(action.seconds)
             return None
+        if isinstance(action, plans.Dispatch):
+            return await action.send(broker_addresses(self.config, self.snapshot))
         return await self.refresh(action.streams, action.timeout)
 
     async def refresh(self, streams: Iterable[str], timeout: float | None) -> Metadata:

@@ -108,7 +108,7 @@ def test_acks_in_order_then_an_idle_stream_closes_itself_and_the_next_publish_op
         before = set(publish_threads())
         acks = [client.publish(name, f"m{i}".encode()) for i in range(50)]
         assert [ack.offset for ack in acks if ack is not None] == list(range(50))
-        (stream,) = client._publish_streams._streams.values()
+        (stream,) = client._publishing.shared_streams._streams.values()
         assert stream.direct is direct
         (reader,) = set(publish_threads()) - before
         reader.join(timeout=10)

@@ -1,7 +1,14 @@
-"""Publishes as plans without I/O: a publish is never sent twice once it may have reached a server."""
+"""Publishes as plans without I/O: a publish is never sent twice once it may have reached a server.
+
+:func:`send_once` is a unary Publish or PublishToSubject call;
+:func:`on_shared_streams` a single publish on the PublishAsync streams every
+publish of a client shares (``publish_stream.py``). Both drivers of
+:mod:`~liftbridge_provider.client.routing` carry them out.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -10,8 +17,8 @@ from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.errors import AckTimeoutError, LiftbridgeError, UnavailableError, error_from_rpc
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.plans import CONNECT_TRY, Attempt, NotSent, Plan, Rpc, Sleep
-from liftbridge_provider.client.retry import Deadline, RetryState
+from liftbridge_provider.client.plans import CONNECT_TRY, AnyPlan, Attempt, Dispatch, NotSent, Plan, Rpc, Sleep
+from liftbridge_provider.client.retry import Deadline, RetryState, backoff_delay
 
 
 def send_once(
@@ -39,6 +46,38 @@ def send_once(
             except grpc.RpcError as exc:
                 raise after_send_error(exc, stream, partition) from exc
         yield Sleep(state.pause())
+
+
+def on_shared_streams(
+    send: Callable[[list[str]], Any], deadline: Deadline, *, stream: str, partition: int
+) -> AnyPlan[Any]:
+    """A single publish on the shared PublishAsync streams: ``send(addresses)`` (a :class:`Dispatch`, with the
+    brokers the client knows at that moment) tries them in the partition's order and raises NotSent when none
+    connected, so nothing was sent.
+
+    Then every broker is tried again after a jittered backoff
+    (:func:`~liftbridge_provider.client.retry.backoff_delay` from its second
+    step: 10-20 ms first, growing to 500 ms), as long as the pause ends
+    before the deadline; otherwise UnavailableError (nothing was sent). Any
+    other failure is ``send``'s own and raised as it is: once written, a
+    message is never re-sent (``publish_stream.py`` names whether it may be
+    stored).
+    """
+    attempt = 0
+    while True:
+        try:
+            return (yield Dispatch(send))
+        except NotSent as exc:
+            attempt += 1
+            pause = backoff_delay(attempt)
+            if pause >= deadline.remaining():
+                raise UnavailableError(
+                    f"no broker connected within {deadline.timeout:g}s ({exc.details()}); nothing was sent",
+                    stream=stream,
+                    partition=partition,
+                    code=grpc.StatusCode.UNAVAILABLE,
+                ) from exc
+        yield Sleep(pause)
 
 
 def after_send_error(exc: grpc.RpcError, stream: str | None, partition: int | None) -> LiftbridgeError:
