@@ -8,12 +8,41 @@ from typing import Any
 
 import grpc
 
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.errors import LiftbridgeError, NoSuchStreamError, StreamExistsError, error_from_rpc
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import CONNECT_TRY, Attempt, NotSent, Plan, Refresh, Rpc, Sleep, note_if_hung
 from liftbridge_provider.client.retry import Action, Deadline, RetryState
+
+
+def create_stream(
+    config: ClientConfig, snapshot: Metadata, request: api.CreateStreamRequest, deadline: Deadline
+) -> Plan[None]:
+    """CreateStream as :func:`ambiguous_admin` sends it (a lost answer's AlreadyExists is ours when the stream has
+    our subject and partition count), then the metadata refreshed within the deadline (at least 1 ms)."""
+
+    def create(stub: Any, timeout: float) -> Any:
+        return stub.CreateStream(request, timeout=timeout)
+
+    name = request.name
+    ours = stream_created_as(request.subject, request.partitions, config, deadline, name)
+    yield from ambiguous_admin(config, snapshot, create, deadline, stream=name, already_done=ours)
+    yield Refresh(max(deadline.remaining(), 0.001))
+
+
+def delete_stream(
+    config: ClientConfig, snapshot: Metadata, request: api.DeleteStreamRequest, deadline: Deadline
+) -> Plan[None]:
+    """DeleteStream as :func:`ambiguous_admin` sends it (a lost answer's NotFound means it was deleted), then the
+    metadata refreshed within the deadline (at least 1 ms)."""
+
+    def delete(stub: Any, timeout: float) -> Any:
+        return stub.DeleteStream(request, timeout=timeout)
+
+    yield from ambiguous_admin(config, snapshot, delete, deadline, stream=request.name, already_done=stream_gone)
+    yield Refresh(max(deadline.remaining(), 0.001))
 
 
 def ambiguous_admin(

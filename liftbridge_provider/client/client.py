@@ -6,18 +6,16 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import admin_plans, cursor_advance, offset_lookup, watermarks
+from liftbridge_provider.client import admin_plans, cursor_advance, offset_lookup, range_read
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.connections import ConnectionPool
 from liftbridge_provider.client.consumer import AutoOffset, Consumer
 from liftbridge_provider.client.cursor_advance import CursorMove
 from liftbridge_provider.client.errors import (
-    BeyondHighWatermarkError,
-    InvalidArgumentError,
     LiftbridgeError,
 )
 from liftbridge_provider.client.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
@@ -27,14 +25,13 @@ from liftbridge_provider.client.partitioners import Partitioner, PartitionerName
 from liftbridge_provider.client.publish.paths import PublishPaths
 from liftbridge_provider.client.publish.prepare import PublishMessage
 from liftbridge_provider.client.publish.publish_window import BatchResult
+from liftbridge_provider.client.range_read import BeyondHighWatermark
 from liftbridge_provider.client.reading import SubscriptionState
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.subscription import Subscription
 
 log = logging.getLogger(__name__)
-
-BeyondHighWatermark = Literal["refuse", "wait", "truncate"]
 
 
 class LiftbridgeClient:
@@ -124,16 +121,7 @@ class LiftbridgeClient:
         check_timeout("timeout", timeout)
         request = build.create_stream_request(subject, name, **options)
         deadline = self._router.deadline(timeout)
-
-        def create(stub: Any, remaining: float) -> Any:
-            return stub.CreateStream(request, timeout=remaining)
-
-        ours = admin_plans.stream_created_as(request.subject, request.partitions, self.config, deadline, name)
-        snapshot = self._router.metadata.snapshot
-        self._router.run(
-            admin_plans.ambiguous_admin(self.config, snapshot, create, deadline, stream=name, already_done=ours)
-        )
-        self._router.metadata.refresh(timeout=max(deadline.remaining(), 0.001))
+        self._router.run(admin_plans.create_stream(self.config, self._router.metadata.snapshot, request, deadline))
 
     def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
         """Delete a stream and its data. Raises NoSuchStreamError if there is none.
@@ -144,17 +132,7 @@ class LiftbridgeClient:
         check_timeout("timeout", timeout)
         request = api.DeleteStreamRequest(name=build.check_stream_name(name))
         deadline = self._router.deadline(timeout)
-
-        def delete(stub: Any, remaining: float) -> Any:
-            return stub.DeleteStream(request, timeout=remaining)
-
-        snapshot = self._router.metadata.snapshot
-        self._router.run(
-            admin_plans.ambiguous_admin(
-                self.config, snapshot, delete, deadline, stream=name, already_done=admin_plans.stream_gone
-            )
-        )
-        self._router.metadata.refresh(timeout=max(deadline.remaining(), 0.001))
+        self._router.run(admin_plans.delete_stream(self.config, self._router.metadata.snapshot, request, deadline))
 
     def pause_stream(
         self,
@@ -455,51 +433,17 @@ class LiftbridgeClient:
         """The subscription :meth:`read_range` iterates (same parameters, checks and errors), None for an
         empty range: for callers that manage it themselves (use it as a context manager) or want the
         received protobufs (``raw_messages()``, as the Spark source does)."""
-        check_timeout("timeout", timeout)
-        check_timeout("idle_timeout", idle_timeout)
-        build.check_flag(resume, "resume")
-        if read_isr_replica is not None:
-            build.check_flag(read_isr_replica, "read_isr_replica")
-        build.check_stream_name(stream)
-        build.check_offset(start, "start")
-        build.check_offset(end, "end")
-        if end < start:
-            raise InvalidArgumentError(f"range end {end} is before start {start}", stream=stream, partition=partition)
-        if beyond_high_watermark not in ("refuse", "wait", "truncate"):
-            raise InvalidArgumentError(
-                f"beyond_high_watermark must be 'refuse', 'wait' or 'truncate', got {beyond_high_watermark!r}"
-            )
-        if start == end:
-            return None
-        deadline = Deadline(timeout) if timeout is not None else None
-        last = end - 1
-        if beyond_high_watermark != "wait":
-            wait = max(deadline.remaining(), 0.001) if deadline is not None else self.config.request_timeout
-            if beyond_high_watermark == "refuse":
-                info = self.wait_for_commit(stream, partition, last, timeout=wait)
-            else:
-                info = self.fetch_partition_metadata(stream, partition)
-            high_watermark = info.high_watermark
-            if last > high_watermark and beyond_high_watermark == "refuse":
-                raise BeyondHighWatermarkError(
-                    f"range [{start}, {end}) goes beyond the committed high watermark {high_watermark}: "
-                    f"{watermarks.why_not_committed(info, last, wait)} (retry later, or read with "
-                    "beyond_high_watermark='wait')",
-                    stream=stream,
-                    partition=partition,
-                )
-            last = min(last, high_watermark)
-            if start > last:
-                return None
-        return self.subscribe(
+        return range_read.range_subscription(
+            self,
             stream,
-            partition=partition,
-            start=StartPosition.at_offset(start),
-            stop=StopPosition.at_offset(last),
+            partition,
+            start,
+            end,
+            beyond_high_watermark=beyond_high_watermark,
+            timeout=timeout,
+            idle_timeout=idle_timeout,
             read_isr_replica=read_isr_replica,
             resume=resume,
-            timeout=deadline.remaining() if deadline is not None else None,
-            idle_timeout=idle_timeout,
         )
 
     def wait_for_high_watermark(self, stream: str, partition: int, offset: int, *, timeout: float | None = None) -> int:
