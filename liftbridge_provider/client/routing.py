@@ -1,8 +1,9 @@
 """The drivers of call plans: they carry out what :mod:`~liftbridge_provider.client.plans` decides.
 
 :class:`Router` (synchronous) leases channels from the pool for attempts,
-sleeps, and refreshes the metadata cache; :class:`AsyncRouter` does the same
-on ``grpc.aio`` channels for the asyncio client. Each action is bounded by
+sleeps, refreshes the metadata cache and hands a dispatch the brokers it
+knows; :class:`AsyncRouter` does the same on ``grpc.aio`` channels for the
+asyncio client. Each action is bounded by
 the time the plan gives it. Both step a plan through :class:`PlanRun`, so
 they agree on what goes back into it; neither makes a decision of its own.
 """
