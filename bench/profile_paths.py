@@ -38,11 +38,12 @@ from functools import partial
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import LiftbridgeClient, NatsConfig, columns
 from liftbridge_provider.client import requests as build
-from liftbridge_provider.client.direct_call import DirectCall
 from liftbridge_provider.client.messages import AckPolicy
-from liftbridge_provider.client.nats_publisher import NatsBatchPublisher
-from liftbridge_provider.client.publish_stream import Answer
-from liftbridge_provider.client.publisher import BatchPublisher
+from liftbridge_provider.client.publish.direct_call import DirectCall
+from liftbridge_provider.client.publish.nats_publisher import NatsBatchPublisher
+from liftbridge_provider.client.publish.prepare import batch_requests
+from liftbridge_provider.client.publish.publish_stream import Answer
+from liftbridge_provider.client.publish.publisher import BatchPublisher
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.spark.batches import arrow_batch, record_batches
 from liftbridge_provider.spark.options import parse_options
@@ -147,7 +148,7 @@ def grpc_publish(server: DevServer, client: LiftbridgeClient, count: int, top: i
     def publish_all() -> None:
         name = with_stream(server, client, f"grpc-{next(names)}")
         started = time.process_time()
-        requests = client._batch_requests(name, [VALUE] * count, None, AckPolicy.LEADER, None)
+        requests = batch_requests(client._router, name, [VALUE] * count, None, policy=AckPolicy.LEADER, deadline=None)
         built = time.process_time() - started
         publisher = BatchPublisher(client._router, requests, window=1024, ack_wait=5, deadline=None)
         loop = asyncio.new_event_loop()  # on this thread (see nats_publish), plain asyncio

@@ -12,7 +12,7 @@ with LiftbridgeClient("127.0.0.1:9292") as client:
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.aio import AsyncLiftbridgeClient
 from liftbridge_provider.client.aio_consumer import AsyncConsumer
-from liftbridge_provider.client.client import LiftbridgeClient, PublishMessage
+from liftbridge_provider.client.client import LiftbridgeClient
 from liftbridge_provider.client.consumer import Consumer, ConsumerError
 from liftbridge_provider.client.cursor_advance import CursorMove, CursorStep
 from liftbridge_provider.client.errors import (
@@ -42,7 +42,8 @@ from liftbridge_provider.client.messages import Ack, AckPolicy, Message, StartPo
 from liftbridge_provider.client.metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
 from liftbridge_provider.client.options import ClientConfig, NatsConfig, TLSConfig
 from liftbridge_provider.client.partitioners import Partitioner, partition_by_key, partition_by_round_robin
-from liftbridge_provider.client.publish_window import BatchPublishError, BatchResult, PublishFailure
+from liftbridge_provider.client.publish.prepare import PublishMessage
+from liftbridge_provider.client.publish.publish_window import BatchPublishError, BatchResult, PublishFailure
 from liftbridge_provider.client.requests import ALL_BROKERS
 from liftbridge_provider.client.stream_options import StreamOptions
 from liftbridge_provider.client.subscription import Subscription

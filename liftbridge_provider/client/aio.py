@@ -4,9 +4,11 @@ It covers what triggers need: metadata, partition metadata (from the leader,
 paused partitions included), cursors, and subscriptions that follow the
 partition leader. It is a second front end over the same cores as the sync
 client: request building and validation (:mod:`requests`), call plans
-(:mod:`plans`: routing, retries, deadlines) and the subscription state
-machine (:mod:`reading`). Only the waiting (``await``) differs. One
-``grpc.aio`` channel per broker, closed by ``close()``.
+(:mod:`plans`: routing, retries, deadlines), carried out by
+:class:`~liftbridge_provider.client.routing.AsyncRouter` (the sync client's
+``Router`` drives the same plans), and the subscription state machine
+(:mod:`reading`). Only the waiting (``await``) differs. One ``grpc.aio``
+channel per broker, closed by ``close()``.
 """
 
 from __future__ import annotations
@@ -14,35 +16,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
-import grpc.aio
-import grpc.experimental
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
-from liftbridge_provider.client import cursor_advance, plans
+from liftbridge_provider.client import cursor_advance, cursor_plans, partition_plans, plans
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.aio_consumer import AsyncConsumer
-from liftbridge_provider.client.connections import aio_connect
 from liftbridge_provider.client.cursor_advance import CursorMove, Fetch
-from liftbridge_provider.client.errors import ClientClosedError, LiftbridgeError, UnavailableError
+from liftbridge_provider.client.errors import LiftbridgeError
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
-from liftbridge_provider.client.metadata import EMPTY, Metadata, PartitionInfo, metadata_from_response
+from liftbridge_provider.client.metadata import Metadata, PartitionInfo
 from liftbridge_provider.client.options import ClientConfig, check_timeout
 from liftbridge_provider.client.reading import NoLeaderYet, SubscriptionState, Verdict
 from liftbridge_provider.client.retry import Deadline
+from liftbridge_provider.client.routing import AsyncRouter
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 class AsyncLiftbridgeClient:
@@ -50,17 +46,11 @@ class AsyncLiftbridgeClient:
 
     def __init__(self, brokers: str | Sequence[str] | ClientConfig, **options: Any) -> None:
         self.config = ClientConfig.of(brokers, **options)
-        self._credentials = self.config.tls.credentials() if self.config.tls is not None else None
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._snapshot = EMPTY
-        self._closed = False
+        self._router = AsyncRouter(self.config)
 
     async def close(self) -> None:
         """Close every channel; idempotent."""
-        self._closed = True
-        channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            await channel.close()
+        await self._router.close()
 
     async def __aenter__(self) -> AsyncLiftbridgeClient:
         return self
@@ -71,7 +61,7 @@ class AsyncLiftbridgeClient:
         await self.close()
 
     def open_channels(self) -> int:
-        return len(self._channels)
+        return self._router.open_channels()
 
     # -- calls -------------------------------------------------------------------------------------
 
@@ -79,7 +69,7 @@ class AsyncLiftbridgeClient:
         """Ask the cluster for metadata (all streams, or only ``streams``); the result is also cached."""
         check_timeout("timeout", timeout)
         names = build.check_stream_names(streams)
-        return await self._refresh(names, timeout)
+        return await self._router.refresh(names, timeout)
 
     async def fetch_partition_metadata(
         self, stream: str, partition: int = 0, *, timeout: float | None = None, settle: bool = True
@@ -88,9 +78,11 @@ class AsyncLiftbridgeClient:
         a paused partition answers too, resumed only when unsettled (as for the sync client)."""
         check_timeout("timeout", timeout)
         build.partition_metadata_request(stream, partition)
-        deadline = self._deadline(timeout)
-        return await self._run(
-            plans.partition_metadata(self.config, self._snapshot, deadline, stream, partition, settle=settle)
+        deadline = self._router.deadline(timeout)
+        return await self._router.run(
+            partition_plans.partition_metadata(
+                self.config, self._router.snapshot, deadline, stream, partition, settle=settle
+            )
         )
 
     async def fetch_cursor(self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None) -> int:
@@ -239,7 +231,7 @@ class AsyncLiftbridgeClient:
                 log.info("subscription to %s/%d lost (%s); resubscribing", stream, partition, failure)
                 await asyncio.sleep(reopen.delay)
                 with contextlib.suppress(LiftbridgeError):
-                    await self._refresh((), reopen.refresh)
+                    await self._router.refresh((), reopen.refresh)
 
     async def activity(
         self, *, start: StartPosition | None = None, timeout: float | None = None
@@ -274,23 +266,17 @@ class AsyncLiftbridgeClient:
         self, method: str, request: Any, *, broker: str | None = None, timeout: float | None = None
     ) -> Any:
         """A consumer group RPC (or FetchMetadata for a group): on any broker, or on ``broker``."""
-        deadline = self._deadline(timeout)
-        addresses = None
-        if broker is not None:
-            if broker not in self._snapshot.brokers:
-                await self._refresh((), deadline.remaining())
-            known = self._snapshot.brokers.get(broker)
-            if known is None:
-                raise UnavailableError(f"broker {broker!r} is not in the cluster's metadata")
-            addresses = [known.address]
+        deadline = self._router.deadline(timeout)
         rpc: plans.Rpc = lambda stub, t: getattr(stub, method)(request, timeout=t)  # noqa: E731
-        return await self._run(plans.any_broker(self.config, self._snapshot, rpc, deadline, addresses=addresses))
+        if broker is None:
+            return await self._router.run(plans.any_broker(self.config, self._router.snapshot, rpc, deadline))
+        return await self._router.run(plans.broker_call(self.config, self._router.snapshot, rpc, deadline, broker))
 
     async def _open_and_read(self, state: SubscriptionState) -> AsyncIterator[api.Message]:
         """One Subscribe call as the state asks, without its empty confirmation message."""
-        snapshot = self._snapshot
+        snapshot = self._router.snapshot
         if not state.established:
-            snapshot = await self._run(plans.knowing(Deadline(state.request_budget()), snapshot, state.stream))
+            snapshot = await self._router.run(plans.knowing(Deadline(state.request_budget()), snapshot, state.stream))
         step = state.open(snapshot)
         if step.moved_from is not None:
             log.info(
@@ -304,7 +290,7 @@ class AsyncLiftbridgeClient:
             await self._partition_running(state.stream, state.partition, state.request_budget())
         if step.address is None:
             raise NoLeaderYet()
-        call = self._stub(step.address).Subscribe(step.request, timeout=step.timeout)
+        call = self._router.stub(step.address).Subscribe(step.request, timeout=step.timeout)
         try:
             confirmed = False
             async for raw in call:
@@ -319,97 +305,25 @@ class AsyncLiftbridgeClient:
 
     async def _partition_running(self, stream: str, partition: int, timeout: float) -> None:
         """Raise PartitionPausedError if the partition is paused (its metadata flag sticks after a resume)."""
-        request = api.FetchPartitionMetadataRequest(stream=stream, partition=partition)
-        await self._run(
-            plans.leader_call(
-                self.config,
-                self._snapshot,
-                lambda stub, t: stub.FetchPartitionMetadata(request, timeout=t),
-                Deadline(timeout),
-                stream=stream,
-                partition=partition,
-            )
+        await self._router.run(
+            partition_plans.running(self.config, self._router.snapshot, Deadline(timeout), stream, partition)
         )
 
     async def _check_cursor_target(self, stream: str, partition: int) -> None:
         """Cursors are enabled and the partition exists (metadata refreshed once if unknown)."""
-        if not build.knows_cursor_target(self._snapshot, stream, partition):
+        if not build.knows_cursor_target(self._router.snapshot, stream, partition):
             await self.fetch_metadata()
-        build.check_cursor_target(self._snapshot, stream, partition)
+        build.check_cursor_target(self._router.snapshot, stream, partition)
 
     async def _cursor_call(self, request: Any, rpc: plans.Rpc, timeout: float | None, *, read: bool = False) -> Any:
-        deadline = self._deadline(timeout)
-        snapshot = await self._run(plans.knowing(deadline, self._snapshot, build.CURSORS_STREAM))
+        deadline = self._router.deadline(timeout)
+        snapshot = await self._router.run(plans.knowing(deadline, self._router.snapshot, build.CURSORS_STREAM))
         count = len(snapshot.stream(build.CURSORS_STREAM).partitions)
         target = build.cursor_partition(request.cursorId, request.stream, request.partition, count)
-        cursor_plan = plans.cursor_read if read else plans.cursor_call
+        cursor_plan = cursor_plans.cursor_read if read else cursor_plans.cursor_call
         plan = cursor_plan(self.config, snapshot, rpc, deadline, partition=target)
         try:
-            return await self._run(plan)
+            return await self._router.run(plan)
         except LiftbridgeError as exc:
             exc.stream, exc.partition = request.stream, request.partition
             raise
-
-    # -- the driver of call plans ------------------------------------------------------------------
-
-    def _deadline(self, timeout: float | None) -> Deadline:
-        return Deadline(timeout if timeout is not None else self.config.request_timeout)
-
-    async def _run(self, plan: plans.Plan[T]) -> T:
-        """Carry out ``plan`` until it returns (or raises)."""
-        outcome: Any = None
-        failure: BaseException | None = None
-        while True:
-            try:
-                action = plan.throw(failure) if failure is not None else plan.send(outcome)
-            except StopIteration as done:
-                result: T = done.value
-                return result
-            outcome, failure = None, None
-            try:
-                outcome = await self._execute(action)
-            except (grpc.RpcError, LiftbridgeError) as exc:
-                failure = exc
-
-    async def _execute(self, action: plans.PlanAction) -> Any:
-        if isinstance(action, plans.Attempt):
-            stub = self._stub(action.address)
-            timeout, budget = action.timeout, action.connect_budget()
-            if budget is not None:
-                started = time.monotonic()
-                action.after_connect(await aio_connect(self._channels[action.address], budget))
-                timeout = max(timeout - (time.monotonic() - started), 0.001)
-            answer = await action.rpc(stub, timeout)
-            HEALTH.answered(action.address)
-            return answer
-        if isinstance(action, plans.Sleep):
-            await asyncio.sleep(action.seconds)
-            return None
-        return await self._refresh(action.streams, action.timeout)
-
-    async def _refresh(self, streams: Iterable[str], timeout: float | None) -> Metadata:
-        request = api.FetchMetadataRequest(streams=list(streams))
-        response = await self._run(
-            plans.any_broker(
-                self.config,
-                self._snapshot,
-                lambda stub, t: stub.FetchMetadata(request, timeout=t),
-                self._deadline(timeout),
-            )
-        )
-        self._snapshot = metadata_from_response(response, self._snapshot, list(streams))
-        return self._snapshot
-
-    def _stub(self, address: str) -> Any:
-        if self._closed:
-            raise ClientClosedError("the Liftbridge client is closed")
-        channel = self._channels.get(address)
-        if channel is None:
-            sync_only = grpc.experimental.ChannelOptions.SingleThreadedUnaryStream
-            options = [o for o in self.config.channel_options() if o[0] != sync_only]
-            if self._credentials is not None:
-                channel = grpc.aio.secure_channel(address, self._credentials, options=options)
-            else:
-                channel = grpc.aio.insecure_channel(address, options=options)
-            self._channels[address] = channel
-        return api_grpc.APIStub(channel)

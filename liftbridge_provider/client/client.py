@@ -3,73 +3,35 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from functools import partial
 from types import TracebackType
-from typing import Any, Literal
-
-import grpc
+from typing import Any
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import cursor_advance, offset_lookup, plans, watermarks
+from liftbridge_provider.client import admin_plans, cursor_advance, offset_lookup, range_read
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.connections import ConnectionPool
 from liftbridge_provider.client.consumer import AutoOffset, Consumer
 from liftbridge_provider.client.cursor_advance import CursorMove
 from liftbridge_provider.client.errors import (
-    AckTimeoutError,
-    BeyondHighWatermarkError,
-    InvalidArgumentError,
     LiftbridgeError,
-    MessageTooLargeError,
-    ReadonlyPartitionError,
-    UnavailableError,
 )
 from liftbridge_provider.client.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, StreamInfo
-from liftbridge_provider.client.nats_publisher import NatsBatchPublisher, partition_subject
 from liftbridge_provider.client.options import ClientConfig, check_seconds, check_timeout
-from liftbridge_provider.client.partitioners import Partitioner, PartitionerName, resolve_partitioner
-from liftbridge_provider.client.plans import NotSent
-from liftbridge_provider.client.publish_stream import PublishStreams
-from liftbridge_provider.client.publish_window import BatchResult, Failures, PublishFailure
-from liftbridge_provider.client.publisher import BatchPublisher, async_error
+from liftbridge_provider.client.partitioners import Partitioner, PartitionerName
+from liftbridge_provider.client.publish.paths import PublishPaths
+from liftbridge_provider.client.publish.prepare import PublishMessage
+from liftbridge_provider.client.publish.publish_window import BatchResult
+from liftbridge_provider.client.range_read import BeyondHighWatermark
 from liftbridge_provider.client.reading import SubscriptionState
-from liftbridge_provider.client.retry import Deadline, backoff_delay
+from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.subscription import Subscription
 
 log = logging.getLogger(__name__)
-
-BeyondHighWatermark = Literal["refuse", "wait", "truncate"]
-
-
-@dataclass(frozen=True)
-class PublishMessage:
-    """One message of a batch. ``partition`` None means: ask the batch's partitioner (else 0)."""
-
-    value: bytes
-    key: bytes | None = None
-    headers: Mapping[str, bytes] | None = None
-    partition: int | None = None
-    expected_offset: int | None = None
-
-
-class _PreparedTooLong(Exception):
-    """The batch deadline passed while the messages were checked: nothing was sent."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-
-    def result(self, stream: str, timeout: float) -> BatchResult:
-        error = AckTimeoutError(
-            f"not sent: the batch deadline ({timeout:g}s) passed while the messages were checked", stream=stream
-        )
-        return BatchResult([None] * self.count, Failures(size=self.count, unsent_error=error))
 
 
 class LiftbridgeClient:
@@ -85,13 +47,13 @@ class LiftbridgeClient:
         self.config = ClientConfig.of(brokers, **options)
         self._pool = ConnectionPool(self.config)
         self._router = Router(self.config, self._pool)
-        self._publish_streams = PublishStreams(self._pool, idle_close=self.config.keep_alive_time)
+        self._publishing = PublishPaths(self.config, self._pool, self._router)
 
     # -- lifecycle -------------------------------------------------------------
 
     def close(self) -> None:
         """Close every channel. Idempotent; the client cannot be used afterwards."""
-        self._publish_streams.close()
+        self._publishing.close()
         self._pool.close()
 
     def __enter__(self) -> LiftbridgeClient:
@@ -159,14 +121,7 @@ class LiftbridgeClient:
         check_timeout("timeout", timeout)
         request = build.create_stream_request(subject, name, **options)
         deadline = self._router.deadline(timeout)
-
-        def create(stub: Any, remaining: float) -> Any:
-            return stub.CreateStream(request, timeout=remaining)
-
-        ours = plans.stream_created_as(request.subject, request.partitions, self.config, deadline, name)
-        snapshot = self._router.metadata.snapshot
-        self._router.run(plans.ambiguous_admin(self.config, snapshot, create, deadline, stream=name, already_done=ours))
-        self._router.metadata.refresh(timeout=max(deadline.remaining(), 0.001))
+        self._router.run(admin_plans.create_stream(self.config, self._router.metadata.snapshot, request, deadline))
 
     def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
         """Delete a stream and its data. Raises NoSuchStreamError if there is none.
@@ -177,15 +132,7 @@ class LiftbridgeClient:
         check_timeout("timeout", timeout)
         request = api.DeleteStreamRequest(name=build.check_stream_name(name))
         deadline = self._router.deadline(timeout)
-
-        def delete(stub: Any, remaining: float) -> Any:
-            return stub.DeleteStream(request, timeout=remaining)
-
-        snapshot = self._router.metadata.snapshot
-        self._router.run(
-            plans.ambiguous_admin(self.config, snapshot, delete, deadline, stream=name, already_done=plans.stream_gone)
-        )
-        self._router.metadata.refresh(timeout=max(deadline.remaining(), 0.001))
+        self._router.run(admin_plans.delete_stream(self.config, self._router.metadata.snapshot, request, deadline))
 
     def pause_stream(
         self,
@@ -271,60 +218,19 @@ class LiftbridgeClient:
         for it and returns it). With either the message goes by a unary Publish:
         the server ignores a client's inbox on PublishAsync.
         """
-        check_timeout("timeout", timeout)
-        policy = AckPolicy.parse(ack_policy)
-        if correlation_id is not None and (not isinstance(correlation_id, str) or not correlation_id):
-            raise InvalidArgumentError(f"correlation_id must be a non-empty string, got {correlation_id!r}")
-        chosen = self._choose_partition(stream, key, value, partition, resolve_partitioner(partitioner))
-        request = build.publish_request(
+        return self._publishing.publish(
             stream,
             value,
-            partition=chosen,
             key=key,
             headers=headers,
-            ack_policy=policy,
+            partition=partition,
+            partitioner=partitioner,
+            ack_policy=ack_policy,
             expected_offset=expected_offset,
-            correlation_id=correlation_id or "",
-            ack_inbox=ack_inbox or "",
+            ack_inbox=ack_inbox,
+            correlation_id=correlation_id,
+            timeout=timeout,
         )
-
-        try:
-            if policy == AckPolicy.NONE or self._may_be_authorized() or ack_inbox or correlation_id:
-                response = self._send_once("Publish", request, timeout, stream, chosen)
-                return None if policy == AckPolicy.NONE or not response.HasField("ack") else Ack(response.ack, chosen)
-            response = self._publish_on_stream(request, timeout)
-            if response.HasField("asyncError"):
-                raise async_error(response, stream, chosen)
-        except MessageTooLargeError as exc:
-            raise exc.with_size(request.ByteSize()) from exc
-        return Ack(response.ack, chosen)
-
-    def _may_be_authorized(self) -> bool:
-        """A client certificate is given, so the server may check authorization (it needs one to name the
-        client): unary Publish then, since v1.9.0 stores a message PublishAsync was denied (docs/tls.md)."""
-        return self.config.tls is not None and self.config.tls.cert is not None
-
-    def _publish_on_stream(self, request: api.PublishRequest, timeout: float | None) -> api.PublishResponse:
-        """Publish on a broker's shared PublishAsync stream (see ``publish_stream.py``); brokers that do not
-        connect are tried again, with backoff, until ``timeout`` (nothing was sent to them)."""
-        request.correlationId = self._publish_streams.next_correlation_id()
-        seconds = timeout if timeout is not None else self.config.request_timeout
-        deadline = time.monotonic() + seconds
-        attempt = 0
-        while True:
-            try:
-                return self._publish_streams.publish(self._router.broker_addresses(), request, deadline)
-            except NotSent as exc:
-                attempt += 1
-                pause = backoff_delay(attempt)
-                if time.monotonic() + pause >= deadline:
-                    raise UnavailableError(
-                        f"no broker connected within {seconds:g}s ({exc.details()}); nothing was sent",
-                        stream=request.stream,
-                        partition=request.partition,
-                        code=grpc.StatusCode.UNAVAILABLE,
-                    ) from exc
-                time.sleep(pause)
 
     def publish_batch(
         self,
@@ -353,151 +259,17 @@ class LiftbridgeClient:
         ``partitioner``, a callable or ``"key"`` / ``"round_robin"``, chooses for
         each message without a ``partition`` of its own (default: partition 0).
         """
-        check_timeout("ack_wait", ack_wait)
-        check_timeout("timeout", timeout)
-        build.check_flag(raise_on_error, "raise_on_error")
-        build.check_batch_messages(messages)
-        chooser = resolve_partitioner(partitioner)
-        if partition is not None:
-            if chooser is not None:
-                raise InvalidArgumentError("give either partition or partitioner, not both", stream=stream)
-            chooser = _to_partition(build.check_offset(partition, "partition"))
-        policy = AckPolicy.parse(ack_policy)
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-            raise InvalidArgumentError(f"window must be a whole number >= 1, got {window!r}")
-        deadline = Deadline(timeout) if timeout is not None else None
-        try:
-            requests = self._batch_requests(stream, messages, chooser, policy, deadline)
-        except _PreparedTooLong as late:
-            result = late.result(stream, timeout or 0.0)
-        else:
-            if not requests:
-                return BatchResult([])
-            wait = ack_wait if ack_wait is not None else self.config.ack_wait
-            if self.config.nats is not None:
-                result = self._publish_over_nats(stream, requests, window=window, ack_wait=wait, deadline=deadline)
-            else:
-                publisher = BatchPublisher(self._router, requests, window=window, ack_wait=wait, deadline=deadline)
-                result = publisher.run()
-            if isinstance(result.failures, Failures):
-                result.failures = result.failures.with_listed(partial(_sized, requests=requests))
-        if raise_on_error:
-            result.raise_for_failures()
-        return result
-
-    def _publish_over_nats(
-        self,
-        stream: str,
-        requests: Sequence[api.PublishRequest],
-        *,
-        window: int,
-        ack_wait: float,
-        deadline: Deadline | None,
-    ) -> BatchResult:
-        """The NATS fast path: fresh metadata names each partition's subject; readonly partitions are refused
-        and paused ones resumed before anything is sent, as the server's own publish does."""
-        assert self.config.nats is not None
-        budget = deadline.remaining() if deadline is not None else None
-        info = self._router.metadata.refresh([stream], timeout=budget).stream(stream)
-        used = sorted({request.partition for request in requests})
-        blocked = {partition: self._ready_for_nats(info.partition(partition), deadline) for partition in used}
-        refused = {
-            index: error for index, request in enumerate(requests) if (error := blocked[request.partition]) is not None
-        }
-        subjects = {partition: partition_subject(info.subject, partition) for partition in used}
-        publisher = NatsBatchPublisher(
-            self.config.nats, requests, subjects, window=window, ack_wait=ack_wait, deadline=deadline, refused=refused
+        return self._publishing.publish_batch(
+            stream,
+            messages,
+            partition=partition,
+            partitioner=partitioner,
+            ack_policy=ack_policy,
+            window=window,
+            ack_wait=ack_wait,
+            timeout=timeout,
+            raise_on_error=raise_on_error,
         )
-        return publisher.run()
-
-    def _ready_for_nats(self, info: PartitionInfo, deadline: Deadline | None) -> LiftbridgeError | None:
-        """None when messages may go to the partition's subject; else why not (nothing is sent to it)."""
-        stream, partition = info.stream, info.id
-        if info.readonly:
-            return ReadonlyPartitionError(
-                "the partition is readonly: publishes are refused; nothing was sent", stream=stream, partition=partition
-            )
-        if not info.paused:
-            return None
-        # A paused partition does not listen on its subject; a resume subscription wakes it, as a gRPC publish would.
-        budget = self._router.deadline(deadline.remaining() if deadline is not None else None)
-        resume = plans.resume_rpc(stream, partition)
-        snapshot = self._router.metadata.snapshot
-        try:
-            self._router.run(
-                plans.leader_call(self.config, snapshot, resume, budget, stream=stream, partition=partition)
-            )
-        except LiftbridgeError as exc:
-            message = f"could not resume the paused partition: {exc.message}; nothing was sent"
-            return type(exc)(message, stream=stream, partition=partition, code=exc.code)
-        return None
-
-    def _batch_requests(
-        self,
-        stream: str,
-        messages: Iterable[PublishMessage | bytes],
-        partitioner: Partitioner | None,
-        policy: AckPolicy,
-        deadline: Deadline | None,
-    ) -> list[api.PublishRequest]:
-        """Every message checked and built, before anything is sent; _PreparedTooLong past the deadline."""
-        count = self._router.partition_count(build.check_stream_name(stream))
-        requests = []
-        items = iter(messages)
-        plain = partial(api.PublishRequest, stream=stream, ackPolicy=policy.value, expectedOffset=-1)
-        for index, item in enumerate(items):
-            if deadline is not None and index % 1024 == 0 and deadline.expired:
-                left = sum(1 for _ in items) if not isinstance(messages, Sized) else len(messages) - index - 1
-                raise _PreparedTooLong(index + 1 + left)
-            if type(item) is bytes and partitioner is None:  # a bare value for partition 0: nothing else to check
-                requests.append(plain(value=item, correlationId=str(index)))
-                continue
-            message = item if isinstance(item, PublishMessage) else PublishMessage(value=item)
-            try:
-                partition = self._partition_for(
-                    stream, count, message.key, message.value, message.partition, partitioner
-                )
-                requests.append(
-                    build.publish_request(
-                        stream,
-                        message.value,
-                        partition=partition,
-                        key=message.key,
-                        headers=message.headers,
-                        ack_policy=policy,
-                        expected_offset=message.expected_offset,
-                        correlation_id=str(index),
-                    )
-                )
-            except InvalidArgumentError as exc:
-                raise InvalidArgumentError(f"message #{index}: {exc.message}; nothing was sent", stream=stream) from exc
-        return requests
-
-    def _choose_partition(
-        self,
-        stream: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        partitioner: Partitioner | None,
-    ) -> int:
-        count = self._router.partition_count(build.check_stream_name(stream))
-        return self._partition_for(stream, count, key, value, partition, partitioner)
-
-    @staticmethod
-    def _partition_for(  # noqa: PLR0917
-        stream: str,
-        count: int,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        partitioner: Partitioner | None,
-    ) -> int:
-        if partition is not None and partitioner is not None:
-            raise InvalidArgumentError("give either partition or partitioner, not both", stream=stream)
-        if partition is None:
-            partition = partitioner(stream, key, value, count) if partitioner is not None else 0
-        return build.check_partition(partition, count, stream)
 
     def publish_to_subject(
         self,
@@ -514,36 +286,8 @@ class LiftbridgeClient:
         Returns the first ack (None with ack policy NONE). Its ``partition`` is -1:
         the subject alone does not say which stream partition stored it.
         """
-        check_timeout("timeout", timeout)
-        policy = AckPolicy.parse(ack_policy)
-        request = api.PublishToSubjectRequest(
-            subject=build.check_subject(subject),
-            value=build.check_bytes(value, "value"),
-            key=b"" if key is None else build.check_bytes(key, "key"),
-            headers=build.check_headers(headers),
-            ackPolicy=policy.value,
-        )
-
-        try:
-            response = self._send_once("PublishToSubject", request, timeout, None, None)
-        except MessageTooLargeError as exc:
-            raise exc.with_size(request.ByteSize()) from exc
-        if policy == AckPolicy.NONE or not response.HasField("ack"):
-            return None
-        return Ack(response.ack, -1)
-
-    def _send_once(
-        self, method: str, request: Any, timeout: float | None, stream: str | None, partition: int | None
-    ) -> Any:
-        """Send a publish to one broker: re-sent elsewhere only if it could not connect (nothing was sent)."""
-
-        def send(stub: Any, remaining: float) -> Any:
-            return getattr(stub, method)(request, timeout=remaining)
-
-        deadline = self._router.deadline(timeout)
-        snapshot = self._router.metadata.snapshot
-        return self._router.run(
-            plans.send_once(self.config, snapshot, send, deadline, stream=stream, partition=partition)
+        return self._publishing.publish_to_subject(
+            subject, value, key=key, headers=headers, ack_policy=ack_policy, timeout=timeout
         )
 
     # -- reading ---------------------------------------------------------------
@@ -689,51 +433,17 @@ class LiftbridgeClient:
         """The subscription :meth:`read_range` iterates (same parameters, checks and errors), None for an
         empty range: for callers that manage it themselves (use it as a context manager) or want the
         received protobufs (``raw_messages()``, as the Spark source does)."""
-        check_timeout("timeout", timeout)
-        check_timeout("idle_timeout", idle_timeout)
-        build.check_flag(resume, "resume")
-        if read_isr_replica is not None:
-            build.check_flag(read_isr_replica, "read_isr_replica")
-        build.check_stream_name(stream)
-        build.check_offset(start, "start")
-        build.check_offset(end, "end")
-        if end < start:
-            raise InvalidArgumentError(f"range end {end} is before start {start}", stream=stream, partition=partition)
-        if beyond_high_watermark not in ("refuse", "wait", "truncate"):
-            raise InvalidArgumentError(
-                f"beyond_high_watermark must be 'refuse', 'wait' or 'truncate', got {beyond_high_watermark!r}"
-            )
-        if start == end:
-            return None
-        deadline = Deadline(timeout) if timeout is not None else None
-        last = end - 1
-        if beyond_high_watermark != "wait":
-            wait = max(deadline.remaining(), 0.001) if deadline is not None else self.config.request_timeout
-            if beyond_high_watermark == "refuse":
-                info = self.wait_for_commit(stream, partition, last, timeout=wait)
-            else:
-                info = self.fetch_partition_metadata(stream, partition)
-            high_watermark = info.high_watermark
-            if last > high_watermark and beyond_high_watermark == "refuse":
-                raise BeyondHighWatermarkError(
-                    f"range [{start}, {end}) goes beyond the committed high watermark {high_watermark}: "
-                    f"{watermarks.why_not_committed(info, last, wait)} (retry later, or read with "
-                    "beyond_high_watermark='wait')",
-                    stream=stream,
-                    partition=partition,
-                )
-            last = min(last, high_watermark)
-            if start > last:
-                return None
-        return self.subscribe(
+        return range_read.range_subscription(
+            self,
             stream,
-            partition=partition,
-            start=StartPosition.at_offset(start),
-            stop=StopPosition.at_offset(last),
+            partition,
+            start,
+            end,
+            beyond_high_watermark=beyond_high_watermark,
+            timeout=timeout,
+            idle_timeout=idle_timeout,
             read_isr_replica=read_isr_replica,
             resume=resume,
-            timeout=deadline.remaining() if deadline is not None else None,
-            idle_timeout=idle_timeout,
         )
 
     def wait_for_high_watermark(self, stream: str, partition: int, offset: int, *, timeout: float | None = None) -> int:
@@ -951,22 +661,6 @@ class LiftbridgeClient:
             return getattr(stub, method)(request, timeout=remaining)
 
         return self._router.call_any(call, timeout=timeout, stream=stream)
-
-
-def _to_partition(partition: int) -> Partitioner:
-    """A partitioner that sends every message to ``partition`` (checked against the stream's count later)."""
-
-    def chosen(stream: str, key: bytes | None, value: bytes, partitions: int) -> int:
-        return partition
-
-    return chosen
-
-
-def _sized(failure: PublishFailure, requests: Sequence[api.PublishRequest]) -> PublishFailure:
-    """A too-large failure names the message's size."""
-    if isinstance(failure.error, MessageTooLargeError) and failure.error.size is None:
-        return PublishFailure(failure.index, failure.error.with_size(requests[failure.index].ByteSize()))
-    return failure
 
 
 def _closing(subscription: Subscription) -> Iterator[Message]:

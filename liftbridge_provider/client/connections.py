@@ -26,10 +26,10 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.aio_timeout import within
 from liftbridge_provider.client.errors import ClientClosedError
-from liftbridge_provider.client.h2_transport import DirectStream, NotConnected, OnInput, open_call
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import Connection
+from liftbridge_provider.client.publish.h2_transport import DirectStream, NotConnected, OnInput, open_call
 
 log = logging.getLogger(__name__)
 

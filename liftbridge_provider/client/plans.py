@@ -1,19 +1,28 @@
-"""Unary calls as plans without I/O: where to send, when to retry, refresh or give up.
+"""Unary calls as plans without I/O: the actions a plan yields, and routing (any broker, the leader).
 
 A plan is a generator. It yields actions (:class:`Attempt`, :class:`Sleep`,
-:class:`Refresh`) and receives their outcomes: the attempt's result or the
-refreshed metadata is sent back; a failed attempt's ``grpc.RpcError`` (or a
-refresh's ``LiftbridgeError``) is thrown in. The plan returns the call's
-result or raises its typed error. The synchronous client
-(:meth:`Router.run <liftbridge_provider.client.routing.Router.run>`) and the
-asyncio client (:meth:`AsyncLiftbridgeClient._run`) only carry actions out, so
-every decision (routing, retries, deadlines, paused partitions, ambiguous
-admin calls) is written once, here, in the manner of h11's sans-I/O state
-machines.
+:class:`Refresh`, :class:`Dispatch`) and receives their outcomes: the
+attempt's result or the refreshed metadata is sent back; a failed attempt's
+``grpc.RpcError`` (or a refresh's ``LiftbridgeError``) is thrown in. The plan
+returns the call's result or raises its typed error. The drivers, synchronous
+(:meth:`Router.run <liftbridge_provider.client.routing.Router.run>`) and
+asyncio (:meth:`AsyncRouter.run <liftbridge_provider.client.routing.AsyncRouter.run>`),
+only carry actions out, so every decision (routing, retries, deadlines, paused
+partitions, ambiguous admin calls) is written once, in the manner of h11's
+sans-I/O state machines.
+
+This module holds the actions and the routing every other plan builds on:
+:func:`any_broker`, :func:`leader_call` (optionally to the leader a majority
+of brokers name, :func:`agreed_leader`), :func:`knowing` a stream. The others,
+one concern each: ``partition_plans.py`` (partition metadata, paused and
+unsettled partitions), ``cursor_plans.py`` (``__cursors`` calls),
+``admin_plans.py`` (creates and deletes whose answer may be lost),
+``publish/plans.py`` (publishes: never sent twice).
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -25,22 +34,16 @@ import grpc
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.addresses import broker_addresses, dial_address, replica_address
 from liftbridge_provider.client.errors import (
-    AckTimeoutError,
-    InvalidArgumentError,
     LiftbridgeError,
-    LiftbridgeTimeoutError,
     NoSuchPartitionError,
     NoSuchStreamError,
     PartitionPausedError,
-    PermissionDeniedError,
-    StreamExistsError,
     UnavailableError,
     error_from_rpc,
 )
 from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.requests import CURSORS_STREAM
 from liftbridge_provider.client.retry import Action, Deadline, RetryState
 
 T = TypeVar("T")
@@ -94,6 +97,11 @@ class Attempt:
         if connection is Connection.SILENT or (self.connect_first and connection is not Connection.READY):
             raise NotSent(self.address, connection)
 
+    def rpc_timeout(self, connect_started: float) -> float:
+        """Seconds the RPC gets after a connection wait that began at ``connect_started`` (``time.monotonic()``):
+        what is left of :attr:`timeout`, at least 1 ms (a call given no time fails as timed out)."""
+        return max(self.timeout - (time.monotonic() - connect_started), 0.001)
+
 
 @dataclass(frozen=True)
 class Sleep:
@@ -108,8 +116,22 @@ class Refresh:
     streams: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Dispatch:
+    """Call ``send(addresses)`` with the addresses of the brokers the client knows when it runs (read afresh
+    each time: another call may have refreshed the metadata meanwhile) and send back its result; ``send`` picks
+    the broker itself (a single publish on the shared PublishAsync streams). An awaitable of the result on the
+    asyncio side, as for :data:`Rpc`."""
+
+    send: Callable[[list[str]], Any]
+
+
 PlanAction = Attempt | Sleep | Refresh
 Plan = Generator[PlanAction, Any, T]
+DriverAction = PlanAction | Dispatch
+"""What the drivers carry out: the actions of any plan, :class:`Dispatch` included (only a single publish on the
+shared streams yields it)."""
+AnyPlan = Generator[DriverAction, Any, T]
 
 
 class NotSent(grpc.RpcError):
@@ -189,7 +211,7 @@ def any_broker(
             try:
                 return (yield Attempt(address, state.attempt_timeout(), rpc, connect_timeout=CONNECT_TRY))
             except grpc.RpcError as exc:
-                _note_if_hung(state, address, exc)
+                note_if_hung(state, address, exc)
                 action, delay = state.after_failure(exc)
             if action is not Action.NEXT_BROKER:
                 yield Sleep(delay)
@@ -198,7 +220,31 @@ def any_broker(
             yield Sleep(state.pause())
 
 
-def _note_if_hung(state: RetryState, address: str, exc: grpc.RpcError) -> None:
+def broker_call(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, broker_id: str) -> Plan[Any]:
+    """``rpc`` on the broker ``broker_id`` (a consumer group's coordinator), retried there only (as
+    :func:`any_broker`); the metadata is refreshed once when it does not name that broker."""
+    if broker_id not in snapshot.brokers:
+        snapshot = yield Refresh(deadline.remaining())
+    broker = snapshot.brokers.get(broker_id)
+    if broker is None:
+        raise UnavailableError(f"broker {broker_id!r} is not in the cluster's metadata")
+    return (yield from any_broker(config, snapshot, rpc, deadline, addresses=[broker.address]))
+
+
+def fetch_metadata(
+    config: ClientConfig, snapshot: Metadata, streams: list[str], deadline: Deadline
+) -> Plan[api.FetchMetadataResponse]:
+    """The cluster's FetchMetadata answer (all streams, or ``streams``) from any broker."""
+    request = api.FetchMetadataRequest(streams=streams)
+
+    def fetch(stub: Any, timeout: float) -> Any:
+        return stub.FetchMetadata(request, timeout=timeout)
+
+    response: api.FetchMetadataResponse = yield from any_broker(config, snapshot, fetch, deadline)
+    return response
+
+
+def note_if_hung(state: RetryState, address: str, exc: grpc.RpcError) -> None:
     """A broker that answered nothing in an attempt's own time, or never finished connecting within
     :data:`CONNECT_TRY` (a frozen peer accepts TCP and says nothing), goes last for the next calls."""
     silent = isinstance(exc, NotSent) and exc.connection is Connection.SILENT and not state.deadline.expired
@@ -311,7 +357,7 @@ def agreed_leader(
         try:
             response = yield Attempt(address, budget, fetch, connect_timeout=CONNECT_TRY)
         except grpc.RpcError as exc:
-            _note_if_hung(state, address, exc)
+            note_if_hung(state, address, exc)
             if state.is_final(exc) and exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:  # the call's deadline: no vote
                 raise error_from_rpc(exc, stream=stream, partition=partition) from exc
             tally.append(f"{address}: {exc.code().name.lower()}")
@@ -367,359 +413,3 @@ def _replica(
     except (NoSuchStreamError, NoSuchPartitionError):
         fresh: Metadata = yield Refresh(deadline.remaining())
         return replica_address(config, fresh, stream, partition, any_isr)
-
-
-def partition_metadata(
-    config: ClientConfig,
-    snapshot: Metadata,
-    deadline: Deadline,
-    stream: str,
-    partition: int,
-    *,
-    settle: bool = True,
-    agreed: KeptVote | None = None,
-) -> Plan[PartitionInfo]:
-    """Authoritative partition metadata from the leader; for a paused partition, the leader's metadata view.
-
-    A paused partition refuses FetchPartitionMetadata, but its high watermark is
-    known: no message arrives while it is paused (a publish resumes it). The
-    leader's FetchMetadata answer carries it, from the leader's own log, and
-    asking for it does not resume the partition, unless it is unsettled (see
-    :func:`unsettled`) and ``settle`` is on: then :func:`settled` resumes it.
-    """
-    request = api.FetchPartitionMetadataRequest(stream=stream, partition=partition)
-
-    def fetch(stub: Any, timeout: float) -> Any:
-        return stub.FetchPartitionMetadata(request, timeout=timeout)
-
-    def from_leader_view(address: str) -> Plan[PartitionInfo]:
-        view = yield from leader_view(config, snapshot, deadline, stream, address)
-        return view.partition(stream, partition)
-
-    response = yield from leader_call(
-        config,
-        snapshot,
-        fetch,
-        deadline,
-        stream=stream,
-        partition=partition,
-        agreed=agreed,
-        when_paused=from_leader_view,
-    )
-    if not isinstance(response, PartitionInfo):
-        return PartitionInfo.from_proto(stream, response.metadata)
-    if settle and unsettled(response):
-        return (yield from settled(config, snapshot, deadline, response))
-    return response
-
-
-SETTLE_WAIT = 5.0
-"""Seconds, at most, a call waits for a leader to commit what it holds after resuming a partition."""
-SETTLE_POLL = 0.1  # seconds between high watermark checks while settling
-RESUME_RETRY = 0.25  # seconds before a failed resume is tried again while settling
-
-
-def unsettled(info: PartitionInfo) -> bool:
-    """Paused while its leader held offsets above the high watermark.
-
-    A leader's high watermark moves only while its partition runs. A partition
-    that pauses right after a failover, before the new leader saw its followers
-    catch up, keeps acked offsets hidden until it runs again, which for an idle
-    partition can be never (newest offsets that were never acked look the same).
-    """
-    return info.paused and info.newest_offset > info.high_watermark
-
-
-def settled(config: ClientConfig, snapshot: Metadata, deadline: Deadline, paused: PartitionInfo) -> Plan[PartitionInfo]:
-    """Resume an unsettled partition and wait (at most :data:`SETTLE_WAIT` s) until its leader commits what it held.
-
-    Returns the last metadata seen, settled or not (offsets never acked may stay
-    above the high watermark); a partition that cannot be resumed in time
-    answers as it was.
-    """
-    stream, partition = paused.stream, paused.id
-    wait = Deadline(min(deadline.remaining(), SETTLE_WAIT))
-    snapshot = yield from refreshed(wait, snapshot, (stream,))
-    while True:
-        try:
-            yield from leader_call(
-                config, snapshot, resume_rpc(stream, partition), wait, stream=stream, partition=partition
-            )
-            break
-        except (PermissionDeniedError, InvalidArgumentError, NoSuchStreamError, NoSuchPartitionError):
-            return paused  # this client may not subscribe here, or the partition went: nothing to settle
-        except LiftbridgeError:  # e.g. "no responders": the metadata leader that applies a resume is changing
-            if wait.remaining() <= RESUME_RETRY:
-                return paused
-            yield Sleep(RESUME_RETRY)
-    latest = yield from committed(config, snapshot, wait, stream, partition, target=paused.newest_offset, seen=paused)
-    return latest or paused
-
-
-def committed(
-    config: ClientConfig,
-    snapshot: Metadata,
-    wait: Deadline,
-    stream: str,
-    partition: int,
-    *,
-    target: int | None = None,
-    seen: PartitionInfo | None = None,
-    agreed: KeptVote | None = None,
-) -> Plan[PartitionInfo | None]:
-    """Ask the leader (``agreed``: see :func:`leader_call`) every :data:`SETTLE_POLL` s until the high watermark
-    reaches ``target`` (default: the newest offset of each answer), ``wait`` runs out or no leader answers;
-    the last answer (or ``seen``)."""
-    while True:
-        if seen is not None:
-            if seen.high_watermark >= (seen.newest_offset if target is None else target):
-                return seen
-            if wait.remaining() <= SETTLE_POLL:
-                return seen
-            yield Sleep(SETTLE_POLL)
-        try:
-            seen = yield from partition_metadata(config, snapshot, wait, stream, partition, settle=False, agreed=agreed)
-        except LiftbridgeError:
-            return seen
-
-
-def cursor_read(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, *, partition: int) -> Plan[Any]:
-    """FetchCursor (``rpc``) on the leader of ``__cursors`` partition ``partition`` that a majority of brokers
-    name (see :func:`cursor_call`), once its high watermark covers what the leader held when first asked.
-
-    A new leader's high watermark lags after a failover until the dead leader
-    leaves the ISR (``clustering.replica.max.lag.time``). The server reads a
-    cursor only up to the high watermark and caches what it found, -1
-    included, until the cursor is set again (v1.9.0), so a read in that lag
-    would make a committed cursor read -1 for good. This waits for the lag to
-    end within the call's deadline and never reads before: when the deadline
-    comes first, LiftbridgeTimeoutError (try again later). If no leader answers
-    yet, the call itself retries and reports.
-    """
-    kept = KeptVote()
-    try:
-        seen: PartitionInfo | None = yield from partition_metadata(
-            config, snapshot, deadline, CURSORS_STREAM, partition, settle=False, agreed=kept
-        )
-    except LiftbridgeError:
-        seen = None
-    if seen is not None and seen.high_watermark < seen.newest_offset:
-        target = seen.newest_offset
-        seen = yield from committed(
-            config, snapshot, deadline, CURSORS_STREAM, partition, target=target, seen=seen, agreed=kept
-        )
-        if seen is None or seen.high_watermark < target:
-            watermark = "unknown" if seen is None else seen.high_watermark
-            raise LiftbridgeTimeoutError(
-                f"cursor read on {CURSORS_STREAM}/{partition}: its leader's high watermark ({watermark}) did not "
-                f"reach offset {target} by the deadline (a leader failover); not read, as the server would answer "
-                "-1 for a committed cursor and keep that answer; try again",
-                stream=CURSORS_STREAM,
-                partition=partition,
-            )
-    return (yield from cursor_call(config, snapshot, rpc, deadline, partition=partition, agreed=kept))
-
-
-def cursor_call(
-    config: ClientConfig,
-    snapshot: Metadata,
-    rpc: Rpc,
-    deadline: Deadline,
-    *,
-    partition: int,
-    agreed: KeptVote | None = None,
-) -> Plan[Any]:
-    """SetCursor or FetchCursor (``rpc``) on the leader of ``__cursors`` partition ``partition`` that more than
-    half of the brokers name.
-
-    A ``__cursors`` leader frozen past a failover still answers as leader for a
-    moment after it thaws (v1.9.0). A SetCursor it takes answers OK, and its
-    message even reaches the new leader's log, but only the broker that ran
-    SetCursor updates its cursor cache: the new leader keeps answering the
-    value it cached before, so a commit that reported success reads back the
-    old value (chaos seed 128). Asking the brokers which leader they name
-    costs one FetchMetadata per broker up to a majority (none with one broker),
-    once per call (or per ``agreed``, a vote already taken), again only after
-    an attempt on the leader it named failed.
-    """
-    kept = agreed or KeptVote()
-    return (
-        yield from leader_call(config, snapshot, rpc, deadline, stream=CURSORS_STREAM, partition=partition, agreed=kept)
-    )
-
-
-def resume_rpc(stream: str, partition: int) -> Rpc:
-    """Subscribe with ``resume`` (the server resumes a paused partition first), then cancel at once.
-
-    The server's first message is an empty one that confirms the subscription.
-    """
-    request = api.SubscribeRequest(stream=stream, partition=partition, resume=True)
-
-    def rpc(stub: Any, timeout: float) -> Any:
-        call = stub.Subscribe(request, timeout=timeout)
-        if isinstance(call, grpc.aio.Call):
-            return _first_then_cancel(call)
-        try:
-            return next(call)
-        finally:
-            call.cancel()
-
-    return rpc
-
-
-async def _first_then_cancel(call: Any) -> Any:
-    try:
-        return await call.read()
-    finally:
-        call.cancel()
-
-
-def leader_view(
-    config: ClientConfig, snapshot: Metadata, deadline: Deadline, stream: str, address: str
-) -> Plan[Metadata]:
-    """The stream's metadata as the broker at ``address`` sees it (any broker's, if that one does not answer)."""
-    request = api.FetchMetadataRequest(streams=[stream])
-
-    def fetch(stub: Any, timeout: float) -> Any:
-        return stub.FetchMetadata(request, timeout=timeout)
-
-    try:
-        response = yield Attempt(address, deadline.attempt_budget(), fetch)
-    except grpc.RpcError:
-        response = yield from any_broker(config, snapshot, fetch, deadline, stream=stream)
-    view = metadata_from_response(response, snapshot, [stream])
-    view.stream(stream)
-    return view
-
-
-def ambiguous_admin(
-    config: ClientConfig,
-    snapshot: Metadata,
-    rpc: Rpc,
-    deadline: Deadline,
-    *,
-    stream: str,
-    already_done: Callable[[LiftbridgeError], Plan[bool]],
-) -> Plan[Any]:
-    """A CreateStream or DeleteStream: retried only in a way that cannot misreport what happened.
-
-    An attempt that fails before anything was sent (no connection) goes to the
-    next broker. One that fails after sending may have been applied; it is sent
-    again, and if that answer is the error the first attempt would cause
-    (AlreadyExists for a create, NotFound for a delete), ``already_done(error)``
-    decides whether the first attempt did it (then the call succeeds).
-    """
-    state = RetryState(deadline, leader_directed=False, stream=stream)
-    maybe_applied = False
-    while True:
-        for address in broker_addresses(config, snapshot):
-            try:
-                attempt = Attempt(
-                    address, state.attempt_timeout(), rpc, connect_first=True, connect_timeout=CONNECT_TRY
-                )
-                return (yield attempt)
-            except grpc.RpcError as exc:
-                if maybe_applied and exc.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.NOT_FOUND):
-                    error = error_from_rpc(exc, stream=stream)
-                    if (yield from already_done(error)):
-                        return None
-                    raise error from exc
-                maybe_applied = maybe_applied or not isinstance(exc, NotSent)
-                _note_if_hung(state, address, exc)
-                action, delay = state.after_failure(_as_retryable(exc))
-            if action is not Action.NEXT_BROKER:
-                yield Sleep(delay)
-                break
-        else:
-            yield Sleep(state.pause())
-
-
-class _LostAnswer(grpc.RpcError):
-    """An admin call whose answer was lost after sending: retried (the retry finds out what happened)."""
-
-    def __init__(self, cause: grpc.RpcError) -> None:
-        self.cause = cause
-
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNAVAILABLE
-
-    def details(self) -> str:
-        return f"answer lost ({self.cause.code().name}: {self.cause.details()})"
-
-
-def _as_retryable(exc: grpc.RpcError) -> grpc.RpcError:
-    """Connection-level failures after sending (UNAVAILABLE, a hung attempt, a reset) are worth a retry."""
-    if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
-        return _LostAnswer(exc)
-    return exc
-
-
-def stream_created_as(
-    subject: str, partitions: int, config: ClientConfig, deadline: Deadline, name: str
-) -> Callable[[LiftbridgeError], Plan[bool]]:
-    """For a create whose answer was lost: the existing stream is ours if it has our subject and partition count."""
-
-    def check(error: LiftbridgeError) -> Plan[bool]:
-        if not isinstance(error, StreamExistsError):
-            return False
-        fresh: Metadata = yield Refresh(deadline.remaining(), (name,))
-        info = fresh.streams.get(name)
-        return info is not None and info.subject == subject and len(info.partitions) == partitions
-
-    return check
-
-
-def stream_gone(error: LiftbridgeError) -> Plan[bool]:
-    """For a delete whose answer was lost: NotFound means the lost attempt deleted it."""
-    gone = isinstance(error, NoSuchStreamError)
-    yield from ()  # a plan that needs no I/O
-    return gone
-
-
-def send_once(
-    config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, *, stream: str | None, partition: int | None
-) -> Plan[Any]:
-    """A publish: sent to one broker, never again once it may have arrived.
-
-    Brokers that refuse or do not connect within :data:`CONNECT_TRY` s are
-    skipped (nothing was sent); the first one that connects gets the rest of
-    the time. A failure after
-    sending is raised with ``may_be_stored=True`` where the message may have
-    been stored.
-    """
-    state = RetryState(deadline, leader_directed=False, stream=stream)
-    while True:
-        for address in broker_addresses(config, snapshot):
-            try:
-                return (
-                    yield Attempt(
-                        address, max(deadline.remaining(), 0.001), rpc, connect_first=True, connect_timeout=CONNECT_TRY
-                    )
-                )
-            except NotSent as exc:
-                state.after_failure(exc)
-            except grpc.RpcError as exc:
-                raise after_send_error(exc, stream, partition) from exc
-        yield Sleep(state.pause())
-
-
-def after_send_error(exc: grpc.RpcError, stream: str | None, partition: int | None) -> LiftbridgeError:
-    """A publish failed after it was sent: never retried, since it may have been stored."""
-    code = exc.code()
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return AckTimeoutError(
-            "no ack before the deadline; the message may have been stored",
-            stream=stream,
-            partition=partition,
-            code=code,
-            may_be_stored=True,
-        )
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return UnavailableError(
-            f"connection lost during publish ({exc.details()}); the message may have been stored",
-            stream=stream,
-            partition=partition,
-            code=code,
-            may_be_stored=True,
-        )
-    return error_from_rpc(exc, stream=stream, partition=partition)

@@ -83,6 +83,11 @@ class Deadline:
         self.timeout = timeout
         self._end = time.monotonic() + timeout
 
+    @property
+    def end(self) -> float:
+        """When the deadline passes, as a ``time.monotonic()`` reading."""
+        return self._end
+
     def remaining(self) -> float:
         return max(self._end - time.monotonic(), 0.0)
 

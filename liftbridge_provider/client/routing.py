@@ -1,29 +1,72 @@
-"""The synchronous driver of call plans: it carries out what :mod:`~liftbridge_provider.client.plans` decides.
+"""The drivers of call plans: they carry out what :mod:`~liftbridge_provider.client.plans` decides.
 
-:class:`Router` leases channels from the pool for attempts, sleeps, and
-refreshes the metadata cache, each bounded by the time the plan gives it. It
-makes no decision of its own; the asyncio client drives the same plans.
+:class:`Router` (synchronous) leases channels from the pool for attempts,
+sleeps, refreshes the metadata cache and hands a dispatch the brokers it
+knows; :class:`AsyncRouter` does the same on ``grpc.aio`` channels for the
+asyncio client. Each action is bounded by
+the time the plan gives it. Both step a plan through :class:`PlanRun`, so
+they agree on what goes back into it; neither makes a decision of its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import grpc
+import grpc.aio
+import grpc.experimental
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import plans, watermarks
+from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
+from liftbridge_provider.client import cursor_plans, partition_plans, plans, watermarks
 from liftbridge_provider.client.addresses import broker_addresses
-from liftbridge_provider.client.connections import ConnectionPool
-from liftbridge_provider.client.errors import LiftbridgeError, UnavailableError
+from liftbridge_provider.client.connections import ConnectionPool, aio_connect
+from liftbridge_provider.client.errors import ClientClosedError, LiftbridgeError
 from liftbridge_provider.client.health import HEALTH
-from liftbridge_provider.client.metadata import Metadata, MetadataCache, PartitionInfo
+from liftbridge_provider.client.metadata import EMPTY, Metadata, MetadataCache, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.retry import Deadline
 
 T = TypeVar("T")
+
+PLAN_FAILURES = (grpc.RpcError, LiftbridgeError)
+"""What a driver throws back into the plan: a failed attempt or refresh. Anything else ends the call as it is."""
+
+
+class PlanRun(Generic[T]):
+    """One plan being carried out: :meth:`next_action` sends the last outcome in (or throws the last
+    failure) and returns the next action, or None once the plan returned (its value: :attr:`result`)."""
+
+    def __init__(self, plan: plans.AnyPlan[T]) -> None:
+        self._plan = plan
+        self._outcome: Any = None
+        self._failure: BaseException | None = None
+        self.result: T
+
+    def next_action(self) -> plans.DriverAction | None:
+        outcome, failure = self._outcome, self._failure
+        self._outcome, self._failure = None, None
+        try:
+            return self._plan.throw(failure) if failure is not None else self._plan.send(outcome)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+
+    def answered(self, outcome: Any) -> None:
+        """The last action's outcome, sent in by the next :meth:`next_action`."""
+        self._outcome = outcome
+
+    def failed(self, failure: BaseException) -> None:
+        """The last action's failure (one of :data:`PLAN_FAILURES`), thrown in by the next :meth:`next_action`."""
+        self._failure = failure
+
+
+def call_deadline(config: ClientConfig, timeout: float | None) -> Deadline:
+    """One deadline for a call: ``timeout`` seconds, or the client's request_timeout."""
+    return Deadline(timeout if timeout is not None else config.request_timeout)
 
 
 class Router:
@@ -36,38 +79,34 @@ class Router:
 
     def deadline(self, timeout: float | None) -> Deadline:
         """One deadline for a call: ``timeout`` seconds, or the client's request_timeout."""
-        return Deadline(timeout if timeout is not None else self.config.request_timeout)
+        return call_deadline(self.config, timeout)
 
-    def run(self, plan: plans.Plan[T]) -> T:
+    def run(self, plan: plans.AnyPlan[T]) -> T:
         """Carry out ``plan`` until it returns (or raises)."""
-        outcome: Any = None
-        failure: BaseException | None = None
-        while True:
+        steps = PlanRun(plan)
+        while (action := steps.next_action()) is not None:
             try:
-                action = plan.throw(failure) if failure is not None else plan.send(outcome)
-            except StopIteration as done:
-                result: T = done.value
-                return result
-            outcome, failure = None, None
-            try:
-                outcome = self._execute(action)
-            except (grpc.RpcError, LiftbridgeError) as exc:
-                failure = exc
+                steps.answered(self._execute(action))
+            except PLAN_FAILURES as exc:
+                steps.failed(exc)
+        return steps.result
 
-    def _execute(self, action: plans.PlanAction) -> Any:
+    def _execute(self, action: plans.DriverAction) -> Any:
         if isinstance(action, plans.Attempt):
             with self.pool.lease(action.address) as pooled:
                 timeout, budget = action.timeout, action.connect_budget()
                 if budget is not None:
                     started = time.monotonic()
                     action.after_connect(pooled.connect(budget))
-                    timeout = max(timeout - (time.monotonic() - started), 0.001)
+                    timeout = action.rpc_timeout(started)
                 answer = action.rpc(pooled.stub, timeout)
                 HEALTH.answered(action.address)
                 return answer
         if isinstance(action, plans.Sleep):
             time.sleep(action.seconds)
             return None
+        if isinstance(action, plans.Dispatch):
+            return action.send(self.broker_addresses())
         return self.metadata.refresh(action.streams, timeout=action.timeout)
 
     # -- shortcuts for the client ------------------------------------------------------------------
@@ -81,13 +120,7 @@ class Router:
     def call_broker(self, broker_id: str, rpc: plans.Rpc, *, timeout: float | None = None) -> Any:
         """``rpc`` on the broker ``broker_id`` (e.g. a consumer group's coordinator), retried there only."""
         deadline = self.deadline(timeout)
-        snapshot = self.metadata.snapshot
-        if broker_id not in snapshot.brokers:
-            snapshot = self.metadata.refresh(timeout=deadline.remaining())
-        broker = snapshot.brokers.get(broker_id)
-        if broker is None:
-            raise UnavailableError(f"broker {broker_id!r} is not in the cluster's metadata")
-        return self.run(plans.any_broker(self.config, snapshot, rpc, deadline, addresses=[broker.address]))
+        return self.run(plans.broker_call(self.config, self.metadata.snapshot, rpc, deadline, broker_id))
 
     def call_leader(
         self,
@@ -114,9 +147,9 @@ class Router:
 
     def cursor_call(self, partition: int, rpc: plans.Rpc, *, timeout: float | None = None, read: bool = False) -> Any:
         """SetCursor (``read``: FetchCursor, once the high watermark settled) on the leader of a ``__cursors``
-        partition that a majority of brokers name (plans.cursor_call, plans.cursor_read)."""
+        partition that a majority of brokers name (cursor_plans.cursor_call, cursor_plans.cursor_read)."""
         deadline = self.deadline(timeout)
-        plan = plans.cursor_read if read else plans.cursor_call
+        plan = cursor_plans.cursor_read if read else cursor_plans.cursor_call
         return self.run(plan(self.config, self.metadata.snapshot, rpc, deadline, partition=partition))
 
     def partition_metadata(
@@ -124,7 +157,9 @@ class Router:
     ) -> PartitionInfo:
         deadline = self.deadline(timeout)
         return self.run(
-            plans.partition_metadata(self.config, self.metadata.snapshot, deadline, stream, partition, settle=settle)
+            partition_plans.partition_metadata(
+                self.config, self.metadata.snapshot, deadline, stream, partition, settle=settle
+            )
         )
 
     def high_watermark_reaching(
@@ -140,16 +175,8 @@ class Router:
 
     def partition_running(self, stream: str, partition: int, *, timeout: float | None = None) -> None:
         """Raise PartitionPausedError if the partition is paused (its metadata flag sticks after a resume)."""
-        request = api.FetchPartitionMetadataRequest(stream=stream, partition=partition)
-
-        def fetch(stub: Any, remaining: float) -> Any:
-            return stub.FetchPartitionMetadata(request, timeout=remaining)
-
-        self.run(
-            plans.leader_call(
-                self.config, self.metadata.snapshot, fetch, self.deadline(timeout), stream=stream, partition=partition
-            )
-        )
+        deadline = self.deadline(timeout)
+        self.run(partition_plans.running(self.config, self.metadata.snapshot, deadline, stream, partition))
 
     def snapshot_with(self, stream: str, *, timeout: float | None = None) -> Metadata:
         """A snapshot that knows ``stream``: refreshed once if the cached one does not."""
@@ -165,12 +192,82 @@ class Router:
         return broker_addresses(self.config, self.metadata.snapshot)
 
     def _fetch_metadata(self, streams: Iterable[str], timeout: float | None) -> api.FetchMetadataResponse:
-        request = api.FetchMetadataRequest(streams=list(streams))
+        deadline = self.deadline(timeout)
+        return self.run(plans.fetch_metadata(self.config, self.metadata.snapshot, list(streams), deadline))
 
-        def fetch(stub: Any, remaining: float) -> Any:
-            return stub.FetchMetadata(request, timeout=remaining)
 
-        response: api.FetchMetadataResponse = self.run(
-            plans.any_broker(self.config, self.metadata.snapshot, fetch, self.deadline(timeout))
-        )
-        return response
+class AsyncRouter:
+    """The asyncio driver of the same plans (for :class:`~liftbridge_provider.client.aio.AsyncLiftbridgeClient`):
+    one ``grpc.aio`` channel per broker, opened on first use, and the metadata snapshot it refreshes."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.snapshot = EMPTY
+        self._credentials = config.tls.credentials() if config.tls is not None else None
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._closed = False
+
+    async def close(self) -> None:
+        """Close every channel; later calls raise ClientClosedError. Idempotent."""
+        self._closed = True
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()
+
+    def open_channels(self) -> int:
+        return len(self._channels)
+
+    def deadline(self, timeout: float | None) -> Deadline:
+        """One deadline for a call: ``timeout`` seconds, or the client's request_timeout."""
+        return call_deadline(self.config, timeout)
+
+    async def run(self, plan: plans.AnyPlan[T]) -> T:
+        """Carry out ``plan`` until it returns (or raises)."""
+        steps = PlanRun(plan)
+        while (action := steps.next_action()) is not None:
+            try:
+                steps.answered(await self._execute(action))
+            except PLAN_FAILURES as exc:
+                steps.failed(exc)
+        return steps.result
+
+    async def _execute(self, action: plans.DriverAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            stub = self.stub(action.address)
+            timeout, budget = action.timeout, action.connect_budget()
+            if budget is not None:
+                started = time.monotonic()
+                action.after_connect(await aio_connect(self._channels[action.address], budget))
+                timeout = action.rpc_timeout(started)
+            answer = await action.rpc(stub, timeout)
+            HEALTH.answered(action.address)
+            return answer
+        if isinstance(action, plans.Sleep):
+            await asyncio.sleep(action.seconds)
+            return None
+        if isinstance(action, plans.Dispatch):
+            return await action.send(broker_addresses(self.config, self.snapshot))
+        return await self.refresh(action.streams, action.timeout)
+
+    async def refresh(self, streams: Iterable[str], timeout: float | None) -> Metadata:
+        """Ask the cluster (all streams, or ``streams``) within ``timeout`` s (None: the client's) and install the
+        new snapshot."""
+        names = list(streams)
+        response = await self.run(plans.fetch_metadata(self.config, self.snapshot, names, self.deadline(timeout)))
+        self.snapshot = metadata_from_response(response, self.snapshot, names)
+        return self.snapshot
+
+    def stub(self, address: str) -> Any:
+        """The API stub on the channel to ``address`` (opened now if there is none)."""
+        if self._closed:
+            raise ClientClosedError("the Liftbridge client is closed")
+        channel = self._channels.get(address)
+        if channel is None:
+            sync_only = grpc.experimental.ChannelOptions.SingleThreadedUnaryStream
+            options = [o for o in self.config.channel_options() if o[0] != sync_only]
+            if self._credentials is not None:
+                channel = grpc.aio.secure_channel(address, self._credentials, options=options)
+            else:
+                channel = grpc.aio.insecure_channel(address, options=options)
+            self._channels[address] = channel
+        return api_grpc.APIStub(channel)

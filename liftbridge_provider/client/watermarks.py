@@ -24,7 +24,8 @@ from enum import Enum
 from liftbridge_provider.client.errors import LiftbridgeError
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.plans import Plan, Sleep, partition_metadata
+from liftbridge_provider.client.partition_plans import partition_metadata
+from liftbridge_provider.client.plans import Plan, Sleep
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 
 

@@ -25,7 +25,7 @@ from liftbridge_provider.client import (
     PermissionDeniedError,
     UnavailableError,
 )
-from liftbridge_provider.client.nats_publisher import probe_nats
+from liftbridge_provider.client.publish.nats_publisher import probe_nats
 from liftbridge_provider.client.requests import CURSORS_STREAM
 
 # The pure connection -> ClientConfig mapping lives in liftbridge_provider.connection (no Airflow import);

@@ -39,11 +39,11 @@ from liftbridge_provider.client import (
     StopPosition,
     StreamExistsError,
     UnavailableError,
-    envelope,
     partition_by_key,
     partition_by_round_robin,
 )
-from liftbridge_provider.client.envelope import decode_ack
+from liftbridge_provider.client.publish import envelope
+from liftbridge_provider.client.publish.envelope import decode_ack
 from liftbridge_provider.client.requests import cursor_partition
 from liftbridge_provider.client.stream_reader import fast_path_available, messages_of
 from liftbridge_provider.devserver import DevServer, start_single

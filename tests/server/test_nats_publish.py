@@ -27,10 +27,10 @@ from liftbridge_provider.client import (
     PublishMessage,
     ReadonlyPartitionError,
     UnavailableError,
-    nats_publisher,
     partition_by_key,
 )
-from liftbridge_provider.client.nats_direct import deliver_directly
+from liftbridge_provider.client.publish import nats_publisher
+from liftbridge_provider.client.publish.nats_direct import deliver_directly
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.proxy import FaultProxy
 

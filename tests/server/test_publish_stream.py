@@ -1,4 +1,4 @@
-"""Single publishes over the shared PublishAsync streams (client/publish_stream.py), against real servers."""
+"""Single publishes over the shared PublishAsync streams (client/publish/publish_stream.py), against real servers."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from liftbridge_provider.client import (
     LiftbridgeTimeoutError,
     ReadonlyPartitionError,
     UnavailableError,
-    publish_stream,
 )
-from liftbridge_provider.client.direct_call import DirectCall, open_direct_call
-from liftbridge_provider.client.publish_stream import sticky_order
+from liftbridge_provider.client.publish import publish_stream
+from liftbridge_provider.client.publish.direct_call import DirectCall, open_direct_call
+from liftbridge_provider.client.publish.publish_stream import sticky_order
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.cluster import Node
 
@@ -101,7 +101,7 @@ def test_acks_in_order_then_an_idle_stream_closes_itself_and_the_next_publish_op
         before = set(publish_threads())
         acks = [client.publish(name, f"m{i}".encode()) for i in range(50)]
         assert [ack.offset for ack in acks if ack is not None] == list(range(50))
-        (stream,) = client._publish_streams._streams.values()
+        (stream,) = client._publishing.shared_streams._streams.values()
         assert stream.direct is direct
         (reader,) = set(publish_threads()) - before
         reader.join(timeout=10)

@@ -24,12 +24,16 @@ from liftbridge_provider.client import (
     PartitionPausedError,
     StreamExistsError,
     UnavailableError,
+    admin_plans,
+    cursor_plans,
+    partition_plans,
     plans,
 )
 from liftbridge_provider.client.addresses import broker_addresses, leader_first
 from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
 from liftbridge_provider.client.options import ClientConfig
+from liftbridge_provider.client.publish import plans as publish_plans
 from liftbridge_provider.client.reading import NoLeaderYet, Reopen, SubscriptionState, Verdict
 from liftbridge_provider.client.requests import CURSORS_STREAM
 from liftbridge_provider.client.retry import Deadline
@@ -116,7 +120,7 @@ def test_partition_metadata_of_a_paused_partition_comes_from_the_leaders_view() 
             return snapshot(paused=True)
         return no_sleep(action)
 
-    info, _ = drive(plans.partition_metadata(CONFIG, snapshot(), Deadline(5), "s", 0), answer)
+    info, _ = drive(partition_plans.partition_metadata(CONFIG, snapshot(), Deadline(5), "s", 0), answer)
     assert (info.high_watermark, info.paused) == (41, True)
     assert calls == ["a.example:9292", "a.example:9292"]
 
@@ -180,16 +184,19 @@ def test_a_create_whose_answer_was_lost_succeeds_when_the_stream_is_ours() -> No
         return no_sleep(action)
 
     deadline = Deadline(5)
-    ours = plans.stream_created_as("s", 1, CONFIG, deadline, "s")
+    ours = admin_plans.stream_created_as("s", 1, CONFIG, deadline, "s")
     result, _ = drive(
-        plans.ambiguous_admin(CONFIG, snapshot(), lambda s, t: None, deadline, stream="s", already_done=ours), answer
+        admin_plans.ambiguous_admin(CONFIG, snapshot(), lambda s, t: None, deadline, stream="s", already_done=ours),
+        answer,
     )
     assert result is None
-    other = plans.stream_created_as("s", 4, CONFIG, Deadline(5), "s")  # another shape: not ours
+    other = admin_plans.stream_created_as("s", 4, CONFIG, Deadline(5), "s")  # another shape: not ours
     attempts = 0
     with pytest.raises(StreamExistsError):
         drive(
-            plans.ambiguous_admin(CONFIG, snapshot(), lambda s, t: None, Deadline(5), stream="s", already_done=other),
+            admin_plans.ambiguous_admin(
+                CONFIG, snapshot(), lambda s, t: None, Deadline(5), stream="s", already_done=other
+            ),
             answer,
         )
 
@@ -198,10 +205,12 @@ def test_a_create_refused_at_once_is_not_excused() -> None:
     def answer(action: plans.PlanAction) -> Any:
         raise Rpc(grpc.StatusCode.ALREADY_EXISTS, "stream already exists")
 
-    ours = plans.stream_created_as("s", 1, CONFIG, Deadline(5), "s")
+    ours = admin_plans.stream_created_as("s", 1, CONFIG, Deadline(5), "s")
     with pytest.raises(StreamExistsError):
         drive(
-            plans.ambiguous_admin(CONFIG, snapshot(), lambda s, t: None, Deadline(5), stream="s", already_done=ours),
+            admin_plans.ambiguous_admin(
+                CONFIG, snapshot(), lambda s, t: None, Deadline(5), stream="s", already_done=ours
+            ),
             answer,
         )
 
@@ -217,7 +226,9 @@ def test_a_publish_is_never_sent_twice() -> None:
 
     config = ClientConfig(brokers=("a.example:9292", "b.example:9292"))
     with pytest.raises(UnavailableError) as failure:
-        drive(plans.send_once(config, snapshot(), lambda s, t: None, Deadline(5), stream="s", partition=0), answer)
+        drive(
+            publish_plans.send_once(config, snapshot(), lambda s, t: None, Deadline(5), stream="s", partition=0), answer
+        )
     assert failure.value.may_be_stored
     assert len(sent) == 1
 
@@ -232,7 +243,7 @@ def test_a_publish_goes_on_to_a_broker_that_connects() -> None:
 
     config = ClientConfig(brokers=("a.example:9292", "b.example:9292"))
     result, _ = drive(
-        plans.send_once(config, snapshot(), lambda s, t: None, Deadline(5), stream="s", partition=0), answer
+        publish_plans.send_once(config, snapshot(), lambda s, t: None, Deadline(5), stream="s", partition=0), answer
     )
     assert result == "acked"
 
@@ -413,7 +424,7 @@ def test_unsettled_means_paused_with_offsets_above_the_high_watermark(
 ) -> None:
     """Chaos seeds 29/35: only a paused partition whose leader holds more than it committed is resumed."""
     info = PartitionInfo("s", 0, "a", ("a", "b"), ("a", "b"), high_watermark, newest, paused, False)
-    assert plans.unsettled(info) is expected
+    assert partition_plans.unsettled(info) is expected
 
 
 def test_brokers_are_tried_in_the_order_the_selection_picks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -670,7 +681,7 @@ def test_a_cursor_read_asks_for_one_vote_and_sends_everything_to_the_leader_it_n
     def fetch_cursor(stub: Any, timeout: float) -> Any:
         return stub.FetchCursor(None, timeout=timeout)
 
-    result, _ = drive(plans.cursor_read(CONFIG, metadata, fetch_cursor, Deadline(5), partition=0), answer)
+    result, _ = drive(cursor_plans.cursor_read(CONFIG, metadata, fetch_cursor, Deadline(5), partition=0), answer)
     assert result == "FetchCursor answered by b.example:9292"
     assert sent == [
         "FetchMetadata a.example:9292",
@@ -702,7 +713,7 @@ def test_a_cursor_call_asks_again_when_the_leader_it_was_sent_to_fails(monkeypat
     def fetch_cursor(stub: Any, timeout: float) -> Any:
         return stub.FetchCursor(None, timeout=timeout)
 
-    result, _ = drive(plans.cursor_read(CONFIG, metadata, fetch_cursor, Deadline(5), partition=0), answer)
+    result, _ = drive(cursor_plans.cursor_read(CONFIG, metadata, fetch_cursor, Deadline(5), partition=0), answer)
     assert result == "FetchCursor answered by b.example:9292"
     assert failed == ["FetchCursor b.example:9292"]
     assert [s for s in sent if s.startswith("FetchMetadata")] == [

@@ -9,7 +9,8 @@ from collections.abc import Callable
 import pytest
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.envelope import (
+from liftbridge_provider.client.errors import EnvelopeError, InvalidArgumentError
+from liftbridge_provider.client.publish.envelope import (
     MAGIC,
     MessageType,
     crc32c,
@@ -18,7 +19,6 @@ from liftbridge_provider.client.envelope import (
     encode_ack,
     encode_message,
 )
-from liftbridge_provider.client.errors import EnvelopeError, InvalidArgumentError
 
 # An envelope header by hand: magic, version 0, header length, flags, type.
 PUBLISH_HEADER = bytes([0xB9, 0x0E, 0x43, 0xB4, 0x00, 0x08, 0x00, 0x00])

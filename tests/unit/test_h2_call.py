@@ -1,4 +1,4 @@
-"""The HTTP/2 call of publish_batch and publish (client/h2_call.py) as pure logic, no sockets: its peer is h2's
+"""The HTTP/2 call of publish_batch and publish (client/publish/h2_call.py) as pure logic, no sockets: its peer is h2's
 own server side (an H2Connection with client_side=False), and frames h2 would not send are built with
 hyperframe."""
 
@@ -26,8 +26,8 @@ from h2.events import (
 from h2.settings import SettingCodes
 from hyperframe.frame import ContinuationFrame, DataFrame, Frame, HeadersFrame, PushPromiseFrame
 
-from liftbridge_provider.client.h2_call import DEFAULT_WINDOW, RECEIVE_WINDOW, STREAM, CallState
-from liftbridge_provider.client.publish_window import PublishWindow
+from liftbridge_provider.client.publish.h2_call import DEFAULT_WINDOW, RECEIVE_WINDOW, STREAM, CallState
+from liftbridge_provider.client.publish.publish_window import PublishWindow
 
 MAX_FRAME = 16_384  # the largest frame until a peer's setting says otherwise
 

@@ -28,11 +28,11 @@ from liftbridge_provider.client import (
     options,
     partition_by_key,
     partitioners,
-    publisher,
 )
 from liftbridge_provider.client import errors as errs
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.metadata import Metadata, StreamInfo
+from liftbridge_provider.client.publish import publisher
 
 # -- stream names, subjects, groups that crash the v1.9.0 server ---------------------------------
 

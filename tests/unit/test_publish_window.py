@@ -11,18 +11,18 @@ from liftbridge_provider.client import (
     AckPolicy,
     AckTimeoutError,
     InvalidArgumentError,
-    LiftbridgeClient,
     LiftbridgeError,
     NatsConfig,
     PublishMessage,
     ReadonlyPartitionError,
     UnavailableError,
 )
-from liftbridge_provider.client.envelope import decode_message
 from liftbridge_provider.client.messages import Ack
-from liftbridge_provider.client.nats_publisher import ack_error, partition_subject, publish_envelope
 from liftbridge_provider.client.options import split_nats_servers
-from liftbridge_provider.client.publish_window import BatchErrors, PublishWindow
+from liftbridge_provider.client.publish.envelope import decode_message
+from liftbridge_provider.client.publish.nats_publisher import ack_error, partition_subject, publish_envelope
+from liftbridge_provider.client.publish.prepare import batch_requests
+from liftbridge_provider.client.publish.publish_window import BatchErrors, PublishWindow
 from liftbridge_provider.connection import config_from_connection
 
 
@@ -244,14 +244,15 @@ def test_a_bare_value_becomes_the_same_request_as_a_publish_message() -> None:
         def partition_count(self, stream: str) -> int:
             return 3
 
-    client = LiftbridgeClient.__new__(LiftbridgeClient)
-    client._router = ThreePartitions()  # type: ignore[assignment]  # only the partition count is asked
-    fast = client._batch_requests("s", [b"a", b"b"], None, AckPolicy.ALL, None)
-    general = client._batch_requests("s", [PublishMessage(b"a"), PublishMessage(b"b")], None, AckPolicy.ALL, None)
+    router = ThreePartitions()  # only the partition count is asked
+    fast = batch_requests(router, "s", [b"a", b"b"], None, policy=AckPolicy.ALL, deadline=None)
+    general = batch_requests(
+        router, "s", [PublishMessage(b"a"), PublishMessage(b"b")], None, policy=AckPolicy.ALL, deadline=None
+    )
     assert fast == general
     assert [(r.partition, r.correlationId, r.expectedOffset, r.ackPolicy) for r in fast] == [
         (0, "0", -1, api.ALL),
         (0, "1", -1, api.ALL),
     ]
     with pytest.raises(InvalidArgumentError, match="message #1"):
-        client._batch_requests("s", [b"a", "text"], None, AckPolicy.ALL, None)  # type: ignore[list-item]
+        batch_requests(router, "s", [b"a", "text"], None, policy=AckPolicy.ALL, deadline=None)  # type: ignore[list-item]

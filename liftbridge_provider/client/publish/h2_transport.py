@@ -1,4 +1,4 @@
-"""An asyncio connection that carries one :class:`~liftbridge_provider.client.h2_call.CallState`.
+"""An asyncio connection that carries one :class:`~liftbridge_provider.client.publish.h2_call.CallState`.
 
 :func:`open_call` dials a broker (TCP, or TLS with ALPN ``h2``), and the
 returned :class:`DirectStream` writes what the call state says and feeds it
@@ -18,8 +18,8 @@ from typing import cast
 
 import grpc
 
-from liftbridge_provider.client.h2_call import CallFailed, CallState
 from liftbridge_provider.client.options import parse_broker
+from liftbridge_provider.client.publish.h2_call import CallFailed, CallState
 
 OnInput = Callable[[list[bytes]], None]
 """Receives the responses one read completed (possibly none)."""

@@ -39,11 +39,11 @@ from liftbridge_provider.client.errors import (
     error_from_rpc,
     is_too_large,
 )
-from liftbridge_provider.client.h2_transport import DirectStream, NotConnected
 from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.messages import Ack
-from liftbridge_provider.client.private_loop import run_in_private_loop
-from liftbridge_provider.client.publish_window import BatchErrors, BatchResult, PublishWindow
+from liftbridge_provider.client.publish.h2_transport import DirectStream, NotConnected
+from liftbridge_provider.client.publish.private_loop import run_in_private_loop
+from liftbridge_provider.client.publish.publish_window import BatchErrors, BatchResult, PublishWindow
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
 

@@ -6,7 +6,7 @@ Liftbridge envelope, carrying an ack inbox and a correlation id, is acked by
 the partition's leader on that inbox, exactly as the server's own PublishAsync
 does it. This module keeps a window of such messages in flight on one
 nats-py connection and matches the acks by correlation id; the
-:class:`~liftbridge_provider.client.publish_window.PublishWindow` decides the
+:class:`~liftbridge_provider.client.publish.publish_window.PublishWindow` decides the
 rest, as for every publisher.
 
 Guarantees, as for the gRPC path:
@@ -37,7 +37,6 @@ from nats.aio.msg import Msg
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.aio_timeout import within
-from liftbridge_provider.client.envelope import decode_ack, wrap_publish
 from liftbridge_provider.client.errors import (
     EncryptionError,
     EnvelopeError,
@@ -48,10 +47,11 @@ from liftbridge_provider.client.errors import (
     UnavailableError,
 )
 from liftbridge_provider.client.messages import Ack
-from liftbridge_provider.client.nats_direct import deliver_directly
 from liftbridge_provider.client.options import NatsConfig
-from liftbridge_provider.client.private_loop import run_in_private_loop
-from liftbridge_provider.client.publish_window import BatchErrors, BatchResult, PublishWindow
+from liftbridge_provider.client.publish.envelope import decode_ack, wrap_publish
+from liftbridge_provider.client.publish.nats_direct import deliver_directly
+from liftbridge_provider.client.publish.private_loop import run_in_private_loop
+from liftbridge_provider.client.publish.publish_window import BatchErrors, BatchResult, PublishWindow
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 
 log = logging.getLogger(__name__)

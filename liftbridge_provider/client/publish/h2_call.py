@@ -52,7 +52,7 @@ from h2.events import (
 from h2.exceptions import H2Error
 from h2.settings import SettingCodes, Settings
 
-from liftbridge_provider.client import grpc_status
+from liftbridge_provider.client.publish import grpc_status
 
 STREAM = 1  # the call's stream id (the first a client opens)
 DEFAULT_WINDOW = 65_535  # every flow-control window's size until a setting or update changes it (RFC 9113), bytes

@@ -44,7 +44,6 @@ import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.connections import ConnectionPool, PooledChannel
-from liftbridge_provider.client.direct_call import CallEnded, DirectCall, SendStalled, open_direct_call
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -54,6 +53,7 @@ from liftbridge_provider.client.errors import (
 )
 from liftbridge_provider.client.health import HEALTH, SUSPECT_FOR, Signal
 from liftbridge_provider.client.plans import CONNECT_TRY, Connection, NotSent
+from liftbridge_provider.client.publish.direct_call import CallEnded, DirectCall, SendStalled, open_direct_call
 
 log = logging.getLogger(__name__)
 LATE_ANSWER_WAIT = 1.0  # seconds to wait for an answer taken to be set just as the caller's wait ended
@@ -110,7 +110,7 @@ class Answer:
 class BrokerStream:
     """One PublishAsync call to one broker: callers' requests out, each ack handed to the caller waiting for it.
 
-    The call is driven directly (:mod:`~liftbridge_provider.client.direct_call`: the caller's thread writes, the
+    The call is driven directly (:mod:`~liftbridge_provider.client.publish.direct_call`: the caller's thread writes, the
     channel's thread hands the ack over) or, on a grpcio without the parts that needs, through grpc's iterator
     API (:class:`_QueuedCall`). Either way one thread named ``liftbridge-publish-<address>`` lives as long as
     the stream.

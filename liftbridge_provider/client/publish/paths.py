@@ -1,0 +1,267 @@
+"""PublishPaths: every way a message leaves the client, behind one face.
+
+:class:`~liftbridge_provider.client.client.LiftbridgeClient` makes one with
+its config, connection pool and router; its ``publish``, ``publish_batch``
+and ``publish_to_subject`` (whose docstrings say what callers get) delegate
+here. The face checks the arguments, builds the requests
+(:mod:`~liftbridge_provider.client.publish.prepare`) and picks the path:
+
+- ``publish``: a unary Publish (:func:`~liftbridge_provider.client.publish.plans.send_once`)
+  with ack policy NONE, a TLS client certificate, an ack inbox or a
+  correlation id; otherwise the shared PublishAsync streams
+  (:func:`~liftbridge_provider.client.publish.plans.on_shared_streams` over
+  ``publish_stream.py``);
+- ``publish_batch``: NATS when the client has a NATS config
+  (``nats_publisher.py``), otherwise the pipelined HTTP/2 call (``publisher.py``);
+- ``publish_to_subject``: a unary PublishToSubject, sent once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client import partition_plans, plans
+from liftbridge_provider.client import requests as build
+from liftbridge_provider.client.connections import ConnectionPool
+from liftbridge_provider.client.errors import (
+    InvalidArgumentError,
+    LiftbridgeError,
+    MessageTooLargeError,
+    ReadonlyPartitionError,
+)
+from liftbridge_provider.client.messages import Ack, AckPolicy
+from liftbridge_provider.client.metadata import PartitionInfo
+from liftbridge_provider.client.options import ClientConfig, check_timeout
+from liftbridge_provider.client.partitioners import Partitioner, PartitionerName, resolve_partitioner
+from liftbridge_provider.client.publish import plans as publish_plans
+from liftbridge_provider.client.publish.nats_publisher import NatsBatchPublisher, partition_subject
+from liftbridge_provider.client.publish.prepare import (
+    PreparedTooLong,
+    PublishMessage,
+    batch_requests,
+    choose_partition,
+    sized,
+    to_partition,
+)
+from liftbridge_provider.client.publish.publish_stream import PublishStreams
+from liftbridge_provider.client.publish.publish_window import BatchResult, Failures
+from liftbridge_provider.client.publish.publisher import BatchPublisher, async_error
+from liftbridge_provider.client.retry import Deadline
+from liftbridge_provider.client.routing import Router
+
+
+class PublishPaths:
+    """The client's ways of sending (see the module's docstring); ``shared_streams`` are the PublishAsync
+    streams of single publishes, one per broker, closed by :meth:`close`."""
+
+    def __init__(self, config: ClientConfig, pool: ConnectionPool, router: Router) -> None:
+        self.config = config
+        self._router = router
+        self.shared_streams = PublishStreams(pool, idle_close=config.keep_alive_time)
+
+    def close(self) -> None:
+        """Close the shared streams (a publish still waiting for its ack fails as may-be-stored)."""
+        self.shared_streams.close()
+
+    def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        partition: int | None,
+        partitioner: Partitioner | PartitionerName | None,
+        ack_policy: AckPolicy | str,
+        expected_offset: int | None,
+        ack_inbox: str | None,
+        correlation_id: str | None,
+        timeout: float | None,
+    ) -> Ack | None:
+        """One message, its ack awaited (as :meth:`LiftbridgeClient.publish`)."""
+        check_timeout("timeout", timeout)
+        policy = AckPolicy.parse(ack_policy)
+        if correlation_id is not None and (not isinstance(correlation_id, str) or not correlation_id):
+            raise InvalidArgumentError(f"correlation_id must be a non-empty string, got {correlation_id!r}")
+        chooser = resolve_partitioner(partitioner)
+        chosen = choose_partition(self._router, stream, key, value, partition=partition, partitioner=chooser)
+        request = build.publish_request(
+            stream,
+            value,
+            partition=chosen,
+            key=key,
+            headers=headers,
+            ack_policy=policy,
+            expected_offset=expected_offset,
+            correlation_id=correlation_id or "",
+            ack_inbox=ack_inbox or "",
+        )
+
+        try:
+            if policy == AckPolicy.NONE or self._may_be_authorized() or ack_inbox or correlation_id:
+                response = self._send_once("Publish", request, timeout, stream, chosen)
+                return None if policy == AckPolicy.NONE or not response.HasField("ack") else Ack(response.ack, chosen)
+            response = self._on_shared_streams(request, timeout)
+            if response.HasField("asyncError"):
+                raise async_error(response, stream, chosen)
+        except MessageTooLargeError as exc:
+            raise exc.with_size(request.ByteSize()) from exc
+        return Ack(response.ack, chosen)
+
+    def publish_batch(
+        self,
+        stream: str,
+        messages: Iterable[PublishMessage | bytes],
+        *,
+        partition: int | None,
+        partitioner: Partitioner | PartitionerName | None,
+        ack_policy: AckPolicy | str,
+        window: int,
+        ack_wait: float | None,
+        timeout: float | None,
+        raise_on_error: bool,
+    ) -> BatchResult:
+        """Many messages, pipelined, acks in input order (as :meth:`LiftbridgeClient.publish_batch`)."""
+        check_timeout("ack_wait", ack_wait)
+        check_timeout("timeout", timeout)
+        build.check_flag(raise_on_error, "raise_on_error")
+        build.check_batch_messages(messages)
+        chooser = resolve_partitioner(partitioner)
+        if partition is not None:
+            if chooser is not None:
+                raise InvalidArgumentError("give either partition or partitioner, not both", stream=stream)
+            chooser = to_partition(build.check_offset(partition, "partition"))
+        policy = AckPolicy.parse(ack_policy)
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise InvalidArgumentError(f"window must be a whole number >= 1, got {window!r}")
+        deadline = Deadline(timeout) if timeout is not None else None
+        try:
+            requests = batch_requests(self._router, stream, messages, chooser, policy=policy, deadline=deadline)
+        except PreparedTooLong as late:
+            result = late.result(stream, timeout or 0.0)
+        else:
+            if not requests:
+                return BatchResult([])
+            wait = ack_wait if ack_wait is not None else self.config.ack_wait
+            if self.config.nats is not None:
+                result = self._over_nats(stream, requests, window=window, ack_wait=wait, deadline=deadline)
+            else:
+                publisher = BatchPublisher(self._router, requests, window=window, ack_wait=wait, deadline=deadline)
+                result = publisher.run()
+            if isinstance(result.failures, Failures):
+                result.failures = result.failures.with_listed(partial(sized, requests=requests))
+        if raise_on_error:
+            result.raise_for_failures()
+        return result
+
+    def publish_to_subject(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy | str,
+        timeout: float | None,
+    ) -> Ack | None:
+        """One message to a NATS subject, the first ack awaited (as :meth:`LiftbridgeClient.publish_to_subject`)."""
+        check_timeout("timeout", timeout)
+        policy = AckPolicy.parse(ack_policy)
+        request = api.PublishToSubjectRequest(
+            subject=build.check_subject(subject),
+            value=build.check_bytes(value, "value"),
+            key=b"" if key is None else build.check_bytes(key, "key"),
+            headers=build.check_headers(headers),
+            ackPolicy=policy.value,
+        )
+
+        try:
+            response = self._send_once("PublishToSubject", request, timeout, None, None)
+        except MessageTooLargeError as exc:
+            raise exc.with_size(request.ByteSize()) from exc
+        if policy == AckPolicy.NONE or not response.HasField("ack"):
+            return None
+        return Ack(response.ack, -1)
+
+    def _may_be_authorized(self) -> bool:
+        """A client certificate is given, so the server may check authorization (it needs one to name the
+        client): unary Publish then, since v1.9.0 stores a message PublishAsync was denied (docs/tls.md)."""
+        return self.config.tls is not None and self.config.tls.cert is not None
+
+    def _send_once(
+        self, method: str, request: Any, timeout: float | None, stream: str | None, partition: int | None
+    ) -> Any:
+        """Send a publish to one broker: re-sent elsewhere only if it could not connect (nothing was sent)."""
+
+        def send(stub: Any, remaining: float) -> Any:
+            return getattr(stub, method)(request, timeout=remaining)
+
+        deadline = self._router.deadline(timeout)
+        snapshot = self._router.metadata.snapshot
+        return self._router.run(
+            publish_plans.send_once(self.config, snapshot, send, deadline, stream=stream, partition=partition)
+        )
+
+    def _on_shared_streams(self, request: api.PublishRequest, timeout: float | None) -> api.PublishResponse:
+        """Publish on a broker's shared PublishAsync stream; brokers that do not connect are tried again, with
+        backoff, until ``timeout`` (seconds, default ``request_timeout``; see ``plans.on_shared_streams``)."""
+        request.correlationId = self.shared_streams.next_correlation_id()
+        deadline = self._router.deadline(timeout)
+
+        def send(addresses: list[str]) -> api.PublishResponse:
+            return self.shared_streams.publish(addresses, request, deadline.end)
+
+        response: api.PublishResponse = self._router.run(
+            publish_plans.on_shared_streams(send, deadline, stream=request.stream, partition=request.partition)
+        )
+        return response
+
+    def _over_nats(
+        self,
+        stream: str,
+        requests: Sequence[api.PublishRequest],
+        *,
+        window: int,
+        ack_wait: float,
+        deadline: Deadline | None,
+    ) -> BatchResult:
+        """The NATS fast path: fresh metadata names each partition's subject; readonly partitions are refused
+        and paused ones resumed before anything is sent, as the server's own publish does."""
+        assert self.config.nats is not None
+        budget = deadline.remaining() if deadline is not None else None
+        info = self._router.metadata.refresh([stream], timeout=budget).stream(stream)
+        used = sorted({request.partition for request in requests})
+        blocked = {partition: self._ready_for_nats(info.partition(partition), deadline) for partition in used}
+        refused = {
+            index: error for index, request in enumerate(requests) if (error := blocked[request.partition]) is not None
+        }
+        subjects = {partition: partition_subject(info.subject, partition) for partition in used}
+        publisher = NatsBatchPublisher(
+            self.config.nats, requests, subjects, window=window, ack_wait=ack_wait, deadline=deadline, refused=refused
+        )
+        return publisher.run()
+
+    def _ready_for_nats(self, info: PartitionInfo, deadline: Deadline | None) -> LiftbridgeError | None:
+        """None when messages may go to the partition's subject; else why not (nothing is sent to it)."""
+        stream, partition = info.stream, info.id
+        if info.readonly:
+            return ReadonlyPartitionError(
+                "the partition is readonly: publishes are refused; nothing was sent", stream=stream, partition=partition
+            )
+        if not info.paused:
+            return None
+        # A paused partition does not listen on its subject; a resume subscription wakes it, as a gRPC publish would.
+        budget = self._router.deadline(deadline.remaining() if deadline is not None else None)
+        resume = partition_plans.resume_rpc(stream, partition)
+        snapshot = self._router.metadata.snapshot
+        try:
+            self._router.run(
+                plans.leader_call(self.config, snapshot, resume, budget, stream=stream, partition=partition)
+            )
+        except LiftbridgeError as exc:
+            message = f"could not resume the paused partition: {exc.message}; nothing was sent"
+            return type(exc)(message, stream=stream, partition=partition, code=exc.code)
+        return None

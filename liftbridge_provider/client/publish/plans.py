@@ -1,0 +1,102 @@
+"""Publishes as plans without I/O: a publish is never sent twice once it may have reached a server.
+
+:func:`send_once` is a unary Publish or PublishToSubject call;
+:func:`on_shared_streams` a single publish on the PublishAsync streams every
+publish of a client shares (``publish_stream.py``). Both drivers of
+:mod:`~liftbridge_provider.client.routing` carry them out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from liftbridge_provider.client.addresses import broker_addresses
+from liftbridge_provider.client.errors import AckTimeoutError, LiftbridgeError, UnavailableError, error_from_rpc
+from liftbridge_provider.client.metadata import Metadata
+from liftbridge_provider.client.options import ClientConfig
+from liftbridge_provider.client.plans import CONNECT_TRY, AnyPlan, Attempt, Dispatch, NotSent, Plan, Rpc, Sleep
+from liftbridge_provider.client.retry import Deadline, RetryState, backoff_delay
+
+
+def send_once(
+    config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, *, stream: str | None, partition: int | None
+) -> Plan[Any]:
+    """A publish: sent to one broker, never again once it may have arrived.
+
+    Brokers that refuse or do not connect within :data:`CONNECT_TRY` s are
+    skipped (nothing was sent); the first one that connects gets the rest of
+    the time. A failure after
+    sending is raised with ``may_be_stored=True`` where the message may have
+    been stored.
+    """
+    state = RetryState(deadline, leader_directed=False, stream=stream)
+    while True:
+        for address in broker_addresses(config, snapshot):
+            try:
+                return (
+                    yield Attempt(
+                        address, max(deadline.remaining(), 0.001), rpc, connect_first=True, connect_timeout=CONNECT_TRY
+                    )
+                )
+            except NotSent as exc:
+                state.after_failure(exc)
+            except grpc.RpcError as exc:
+                raise after_send_error(exc, stream, partition) from exc
+        yield Sleep(state.pause())
+
+
+def on_shared_streams(
+    send: Callable[[list[str]], Any], deadline: Deadline, *, stream: str, partition: int
+) -> AnyPlan[Any]:
+    """A single publish on the shared PublishAsync streams: ``send(addresses)`` (a :class:`Dispatch`, with the
+    brokers the client knows at that moment) tries them in the partition's order and raises NotSent when none
+    connected, so nothing was sent.
+
+    Then every broker is tried again after a jittered backoff
+    (:func:`~liftbridge_provider.client.retry.backoff_delay` from its second
+    step: 10-20 ms first, growing to 500 ms), as long as the pause ends
+    before the deadline; otherwise UnavailableError (nothing was sent). Any
+    other failure is ``send``'s own and raised as it is: once written, a
+    message is never re-sent (``publish_stream.py`` names whether it may be
+    stored).
+    """
+    attempt = 0
+    while True:
+        try:
+            return (yield Dispatch(send))
+        except NotSent as exc:
+            attempt += 1
+            pause = backoff_delay(attempt)
+            if pause >= deadline.remaining():
+                raise UnavailableError(
+                    f"no broker connected within {deadline.timeout:g}s ({exc.details()}); nothing was sent",
+                    stream=stream,
+                    partition=partition,
+                    code=grpc.StatusCode.UNAVAILABLE,
+                ) from exc
+        yield Sleep(pause)
+
+
+def after_send_error(exc: grpc.RpcError, stream: str | None, partition: int | None) -> LiftbridgeError:
+    """A publish failed after it was sent: never retried, since it may have been stored."""
+    code = exc.code()
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return AckTimeoutError(
+            "no ack before the deadline; the message may have been stored",
+            stream=stream,
+            partition=partition,
+            code=code,
+            may_be_stored=True,
+        )
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return UnavailableError(
+            f"connection lost during publish ({exc.details()}); the message may have been stored",
+            stream=stream,
+            partition=partition,
+            code=code,
+            may_be_stored=True,
+        )
+    return error_from_rpc(exc, stream=stream, partition=partition)

@@ -1,0 +1,134 @@
+"""Messages checked and turned into requests before anything is sent: the partition each one goes to, a
+batch's requests, and the size a too-large message's error names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence, Sized
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client import requests as build
+from liftbridge_provider.client.errors import AckTimeoutError, InvalidArgumentError, MessageTooLargeError
+from liftbridge_provider.client.messages import AckPolicy
+from liftbridge_provider.client.partitioners import Partitioner
+from liftbridge_provider.client.publish.publish_window import BatchResult, Failures, PublishFailure
+from liftbridge_provider.client.retry import Deadline
+
+
+@dataclass(frozen=True)
+class PublishMessage:
+    """One message of a batch. ``partition`` None means: ask the batch's partitioner (else 0)."""
+
+    value: bytes
+    key: bytes | None = None
+    headers: Mapping[str, bytes] | None = None
+    partition: int | None = None
+    expected_offset: int | None = None
+
+
+class Partitions(Protocol):
+    """Where a stream's partition count comes from (the client's router: its metadata, refreshed if needed)."""
+
+    def partition_count(self, stream: str) -> int: ...
+
+
+class PreparedTooLong(Exception):
+    """The batch deadline passed while the messages were checked: nothing was sent."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def result(self, stream: str, timeout: float) -> BatchResult:
+        error = AckTimeoutError(
+            f"not sent: the batch deadline ({timeout:g}s) passed while the messages were checked", stream=stream
+        )
+        return BatchResult([None] * self.count, Failures(size=self.count, unsent_error=error))
+
+
+def choose_partition(
+    partitions: Partitions,
+    stream: str,
+    key: bytes | None,
+    value: bytes,
+    *,
+    partition: int | None,
+    partitioner: Partitioner | None,
+) -> int:
+    """The partition of a single publish (see :func:`partition_for`), the stream's name checked first."""
+    count = partitions.partition_count(build.check_stream_name(stream))
+    return partition_for(stream, count, key, value, partition, partitioner)
+
+
+def partition_for(  # noqa: PLR0917
+    stream: str,
+    count: int,
+    key: bytes | None,
+    value: bytes,
+    partition: int | None,
+    partitioner: Partitioner | None,
+) -> int:
+    """``partition``, else ``partitioner(stream, key, value, count)``, else 0; checked against ``count``."""
+    if partition is not None and partitioner is not None:
+        raise InvalidArgumentError("give either partition or partitioner, not both", stream=stream)
+    if partition is None:
+        partition = partitioner(stream, key, value, count) if partitioner is not None else 0
+    return build.check_partition(partition, count, stream)
+
+
+def batch_requests(
+    partitions: Partitions,
+    stream: str,
+    messages: Iterable[PublishMessage | bytes],
+    partitioner: Partitioner | None,
+    *,
+    policy: AckPolicy,
+    deadline: Deadline | None,
+) -> list[api.PublishRequest]:
+    """Every message checked and built, before anything is sent; PreparedTooLong past the deadline."""
+    count = partitions.partition_count(build.check_stream_name(stream))
+    requests = []
+    items = iter(messages)
+    plain = partial(api.PublishRequest, stream=stream, ackPolicy=policy.value, expectedOffset=-1)
+    for index, item in enumerate(items):
+        if deadline is not None and index % 1024 == 0 and deadline.expired:
+            left = sum(1 for _ in items) if not isinstance(messages, Sized) else len(messages) - index - 1
+            raise PreparedTooLong(index + 1 + left)
+        if type(item) is bytes and partitioner is None:  # a bare value for partition 0: nothing else to check
+            requests.append(plain(value=item, correlationId=str(index)))
+            continue
+        message = item if isinstance(item, PublishMessage) else PublishMessage(value=item)
+        try:
+            partition = partition_for(stream, count, message.key, message.value, message.partition, partitioner)
+            requests.append(
+                build.publish_request(
+                    stream,
+                    message.value,
+                    partition=partition,
+                    key=message.key,
+                    headers=message.headers,
+                    ack_policy=policy,
+                    expected_offset=message.expected_offset,
+                    correlation_id=str(index),
+                )
+            )
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"message #{index}: {exc.message}; nothing was sent", stream=stream) from exc
+    return requests
+
+
+def to_partition(partition: int) -> Partitioner:
+    """A partitioner that sends every message to ``partition`` (checked against the stream's count later)."""
+
+    def chosen(stream: str, key: bytes | None, value: bytes, partitions: int) -> int:
+        return partition
+
+    return chosen
+
+
+def sized(failure: PublishFailure, requests: Sequence[api.PublishRequest]) -> PublishFailure:
+    """A too-large failure names the message's size."""
+    if isinstance(failure.error, MessageTooLargeError) and failure.error.size is None:
+        return PublishFailure(failure.index, failure.error.with_size(requests[failure.index].ByteSize()))
+    return failure
