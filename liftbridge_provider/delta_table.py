@@ -13,7 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.delta_plan import legacy_id, read_holdings
 from liftbridge_provider.lake import LakeError
 from liftbridge_provider.table_plan import Interval, LedgerError

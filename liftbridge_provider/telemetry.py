@@ -114,7 +114,7 @@ def report_ingest(
     as the ``liftbridge_offsets`` dataset facet: the offsets the lake holds for
     this run once the job succeeded. A document of another stream is refused.
     """
-    from liftbridge_provider.client.errors import InvalidArgumentError  # noqa: PLC0415 - loads the client
+    from liftbridge_provider.core.errors import InvalidArgumentError  # noqa: PLC0415 - loads the client
     from liftbridge_provider.ranges import RangesDocument  # noqa: PLC0415 - likewise
 
     if ranges is None:

@@ -29,9 +29,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from liftbridge_provider.client.activity import OPS, decode_activity
-from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.client.messages import Message
 from liftbridge_provider.client.requests import check_cursor_id, check_partition, check_stream_name
+from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.ranges import RangesDocument, ranges_from_offsets
 
 MODES = ("message", "batch")

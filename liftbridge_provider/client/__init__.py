@@ -24,8 +24,6 @@ from liftbridge_provider.client.errors import (
     EncryptionError,
     EnvelopeError,
     IncorrectOffsetError,
-    InvalidArgumentError,
-    LiftbridgeError,
     LiftbridgeTimeoutError,
     MessageTooLargeError,
     NoMetadataLeaderError,
@@ -46,6 +44,7 @@ from liftbridge_provider.client.publish_window import BatchPublishError, BatchRe
 from liftbridge_provider.client.requests import ALL_BROKERS
 from liftbridge_provider.client.stream_options import StreamOptions
 from liftbridge_provider.client.subscription import Subscription
+from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
 
 __all__ = [
     "ACTIVITY_STREAM",

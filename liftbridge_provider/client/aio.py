@@ -31,7 +31,7 @@ from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, 
 from liftbridge_provider.client.aio_consumer import AsyncConsumer
 from liftbridge_provider.client.connections import aio_connect
 from liftbridge_provider.client.cursor_advance import CursorMove, Fetch
-from liftbridge_provider.client.errors import ClientClosedError, LiftbridgeError, UnavailableError
+from liftbridge_provider.client.errors import ClientClosedError, UnavailableError
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
@@ -39,6 +39,7 @@ from liftbridge_provider.client.metadata import EMPTY, Metadata, PartitionInfo, 
 from liftbridge_provider.client.options import ClientConfig, check_timeout
 from liftbridge_provider.client.reading import NoLeaderYet, SubscriptionState, Verdict
 from liftbridge_provider.client.retry import Deadline
+from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
 

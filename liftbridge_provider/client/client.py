@@ -23,8 +23,6 @@ from liftbridge_provider.client.cursor_advance import CursorMove
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
     BeyondHighWatermarkError,
-    InvalidArgumentError,
-    LiftbridgeError,
     MessageTooLargeError,
     ReadonlyPartitionError,
     UnavailableError,
@@ -42,6 +40,7 @@ from liftbridge_provider.client.reading import SubscriptionState
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.subscription import Subscription
+from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ from typing import Literal
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import requests as build
-from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.client.groups import Membership, Partition
 from liftbridge_provider.client.messages import StartPosition
 from liftbridge_provider.client.options import check_seconds
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 AutoOffset = Literal["earliest", "latest", "none"]
 AUTO_OFFSETS = ("earliest", "latest", "none")

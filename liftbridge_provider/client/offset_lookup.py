@@ -15,12 +15,13 @@ from typing import Protocol
 
 import grpc
 
-from liftbridge_provider.client.errors import BeyondHighWatermarkError, LiftbridgeError, LiftbridgeTimeoutError
+from liftbridge_provider.client.errors import BeyondHighWatermarkError, LiftbridgeTimeoutError
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import PartitionInfo
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.subscription import Subscription
 from liftbridge_provider.client.time_search import first_offset_at_or_after
+from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,6 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.addresses import broker_addresses, dial_address, replica_address
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
-    InvalidArgumentError,
-    LiftbridgeError,
     LiftbridgeTimeoutError,
     NoSuchPartitionError,
     NoSuchStreamError,
@@ -42,6 +40,7 @@ from liftbridge_provider.client.metadata import Metadata, PartitionInfo, metadat
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.requests import CURSORS_STREAM
 from liftbridge_provider.client.retry import Action, Deadline, RetryState
+from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
 
 T = TypeVar("T")
 

@@ -12,10 +12,11 @@ import zlib
 from collections.abc import Iterable, Mapping
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.errors import CursorsDisabledError, InvalidArgumentError, NoSuchStreamError
+from liftbridge_provider.client.errors import CursorsDisabledError, NoSuchStreamError
 from liftbridge_provider.client.messages import AckPolicy, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.stream_options import StreamOptions, whole
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 ALL_BROKERS = -1
 """``replication_factor`` meaning "a replica on every broker"."""

@@ -17,11 +17,12 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import plans, watermarks
 from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.connections import ConnectionPool
-from liftbridge_provider.client.errors import LiftbridgeError, UnavailableError
+from liftbridge_provider.client.errors import UnavailableError
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.metadata import Metadata, MetadataCache, PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.retry import Deadline
+from liftbridge_provider.core.errors import LiftbridgeError
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 Duration = timedelta | int | float
 

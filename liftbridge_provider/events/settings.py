@@ -188,8 +188,8 @@ def _name(value: str, name: str) -> str:
 
 def _stream(value: str) -> str:
     # Imported here: the provider info imports this module for OPTIONS, and stays free of the client.
-    from liftbridge_provider.client.errors import InvalidArgumentError  # noqa: PLC0415
     from liftbridge_provider.client.requests import check_stream_name  # noqa: PLC0415
+    from liftbridge_provider.core.errors import InvalidArgumentError  # noqa: PLC0415
 
     try:
         return check_stream_name(_name(value, "stream"))

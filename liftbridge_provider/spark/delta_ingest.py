@@ -33,7 +33,7 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 from pyspark.sql import DataFrame, SparkSession
 
 from liftbridge_provider import fault_points
-from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.delta_plan import TXN_RETENTION_PROPERTY, plan_versions
 from liftbridge_provider.delta_table import PARTITION_COLUMN, holdings, table_path
 from liftbridge_provider.spark.reader import arrow_schema

@@ -32,7 +32,7 @@ from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsEr
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 
-from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.iceberg_plan import (
     REQUIRED_RETRIES,
     RETRY_PROPERTY,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.ranges import OffsetRange
 
 

@@ -38,8 +38,8 @@ from pyspark.sql.types import (
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import BeyondHighWatermarkError, LiftbridgeClient, LiftbridgeTimeoutError
-from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.client.watermarks import why_not_committed
+from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.ranges import (
     OffsetRange,
     RangesDocument,

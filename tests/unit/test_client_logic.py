@@ -13,6 +13,7 @@ from liftbridge_provider.client import (
     AckPolicy,
     ClientConfig,
     InvalidArgumentError,
+    LiftbridgeError,
     NoSuchPartitionError,
     NoSuchStreamError,
     StartPosition,
@@ -308,7 +309,7 @@ def test_backoff_is_jittered_between_10_and_500_ms() -> None:
         (grpc.StatusCode.INTERNAL, "No known metadata leader", errs.NoMetadataLeaderError),
     ],
 )
-def test_error_mapping(code: grpc.StatusCode, details: str, kind: type[errs.LiftbridgeError]) -> None:
+def test_error_mapping(code: grpc.StatusCode, details: str, kind: type[LiftbridgeError]) -> None:
     error = errs.error_from_rpc(FakeRpcError(code, details), stream="s", partition=1)
     assert type(error) is kind
     assert str(error) == f"{details} (stream='s', partition=1, grpc={code.name})"

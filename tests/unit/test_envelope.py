@@ -18,7 +18,8 @@ from liftbridge_provider.client.envelope import (
     encode_ack,
     encode_message,
 )
-from liftbridge_provider.client.errors import EnvelopeError, InvalidArgumentError
+from liftbridge_provider.client.errors import EnvelopeError
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 # An envelope header by hand: magic, version 0, header length, flags, type.
 PUBLISH_HEADER = bytes([0xB9, 0x0E, 0x43, 0xB4, 0x00, 0x08, 0x00, 0x00])
