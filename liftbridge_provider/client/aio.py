@@ -39,6 +39,7 @@ from liftbridge_provider.client.metadata import EMPTY, Metadata, PartitionInfo, 
 from liftbridge_provider.client.options import ClientConfig, check_timeout
 from liftbridge_provider.client.reading import NoLeaderYet, SubscriptionState, Verdict
 from liftbridge_provider.client.retry import Deadline
+from liftbridge_provider.core import checks
 from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class AsyncLiftbridgeClient:
     async def fetch_metadata(self, streams: Iterable[str] = (), *, timeout: float | None = None) -> Metadata:
         """Ask the cluster for metadata (all streams, or only ``streams``); the result is also cached."""
         check_timeout("timeout", timeout)
-        names = build.check_stream_names(streams)
+        names = checks.check_stream_names(streams)
         return await self._refresh(names, timeout)
 
     async def fetch_partition_metadata(
@@ -188,7 +189,7 @@ class AsyncLiftbridgeClient:
         check_timeout("idle_timeout", idle_timeout)
         check_timeout("resubscribe_wait", resubscribe_wait)
         if start_offset is not None:
-            start = StartPosition.at_offset(build.check_offset(start_offset, "start_offset"))
+            start = StartPosition.at_offset(checks.check_offset(start_offset, "start_offset"))
         replica = self.config.read_isr_replica if read_isr_replica is None else read_isr_replica
         request = build.subscribe_request(
             stream, partition, start or StartPosition.new_only(), stop, read_isr_replica=replica, resume=resume

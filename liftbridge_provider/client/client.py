@@ -40,6 +40,7 @@ from liftbridge_provider.client.reading import SubscriptionState
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.subscription import Subscription
+from liftbridge_provider.core import checks
 from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ class LiftbridgeClient:
 
     def fetch_metadata(self, streams: Iterable[str] = ()) -> Metadata:
         """Ask the cluster for metadata (all streams, or only ``streams``) and cache the result."""
-        names = build.check_stream_names(streams)
+        names = checks.check_stream_names(streams)
         return self._router.metadata.refresh(names)
 
     def metadata(self) -> Metadata:
@@ -118,7 +119,7 @@ class LiftbridgeClient:
 
     def stream_info(self, stream: str) -> StreamInfo:
         """A stream's partitions and leaders; refreshes the cache once if the stream is unknown."""
-        return self._router.snapshot_with(build.check_stream_name(stream)).stream(stream)
+        return self._router.snapshot_with(checks.check_stream_name(stream)).stream(stream)
 
     def fetch_partition_metadata(
         self, stream: str, partition: int = 0, *, timeout: float | None = None, settle: bool = True
@@ -174,7 +175,7 @@ class LiftbridgeClient:
         a NotFound then means the first one did it, and the call succeeds.
         """
         check_timeout("timeout", timeout)
-        request = api.DeleteStreamRequest(name=build.check_stream_name(name))
+        request = api.DeleteStreamRequest(name=checks.check_stream_name(name))
         deadline = self._router.deadline(timeout)
 
         def delete(stub: Any, remaining: float) -> Any:
@@ -198,7 +199,7 @@ class LiftbridgeClient:
         PauseStream request is sent). A publish or ``resume=True`` subscribe resumes one; with ``resume_all``
         any resume resumes every paused partition of the stream."""
         check_timeout("timeout", timeout)
-        build.check_flag(resume_all, "resume_all")
+        checks.check_flag(resume_all, "resume_all")
         ids = self._partition_list(name, partitions)
         if ids == []:
             return
@@ -216,7 +217,7 @@ class LiftbridgeClient:
         """Make some partitions (None, the default: all) readonly, or writable again with
         ``readonly=False``. An empty selection changes nothing (no SetStreamReadonly request is sent)."""
         check_timeout("timeout", timeout)
-        build.check_flag(readonly, "readonly")
+        checks.check_flag(readonly, "readonly")
         ids = self._partition_list(name, partitions)
         if ids == []:
             return
@@ -224,10 +225,10 @@ class LiftbridgeClient:
         self._unary("SetStreamReadonly", request, timeout=timeout, stream=name)
 
     def _partition_list(self, name: str, partitions: Iterable[int] | None) -> list[int] | None:
-        build.check_stream_name(name)
+        checks.check_stream_name(name)
         if partitions is None:
             return None
-        return build.check_partition_selection(partitions, self._router.partition_count(name), name)
+        return checks.check_partition_selection(partitions, self._router.partition_count(name), name)
 
     # -- publishing ------------------------------------------------------------
 
@@ -354,13 +355,13 @@ class LiftbridgeClient:
         """
         check_timeout("ack_wait", ack_wait)
         check_timeout("timeout", timeout)
-        build.check_flag(raise_on_error, "raise_on_error")
-        build.check_batch_messages(messages)
+        checks.check_flag(raise_on_error, "raise_on_error")
+        checks.check_batch_messages(messages)
         chooser = resolve_partitioner(partitioner)
         if partition is not None:
             if chooser is not None:
                 raise InvalidArgumentError("give either partition or partitioner, not both", stream=stream)
-            chooser = _to_partition(build.check_offset(partition, "partition"))
+            chooser = _to_partition(checks.check_offset(partition, "partition"))
         policy = AckPolicy.parse(ack_policy)
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise InvalidArgumentError(f"window must be a whole number >= 1, got {window!r}")
@@ -440,7 +441,7 @@ class LiftbridgeClient:
         deadline: Deadline | None,
     ) -> list[api.PublishRequest]:
         """Every message checked and built, before anything is sent; _PreparedTooLong past the deadline."""
-        count = self._router.partition_count(build.check_stream_name(stream))
+        count = self._router.partition_count(checks.check_stream_name(stream))
         requests = []
         items = iter(messages)
         plain = partial(api.PublishRequest, stream=stream, ackPolicy=policy.value, expectedOffset=-1)
@@ -480,7 +481,7 @@ class LiftbridgeClient:
         partition: int | None,
         partitioner: Partitioner | None,
     ) -> int:
-        count = self._router.partition_count(build.check_stream_name(stream))
+        count = self._router.partition_count(checks.check_stream_name(stream))
         return self._partition_for(stream, count, key, value, partition, partitioner)
 
     @staticmethod
@@ -496,7 +497,7 @@ class LiftbridgeClient:
             raise InvalidArgumentError("give either partition or partitioner, not both", stream=stream)
         if partition is None:
             partition = partitioner(stream, key, value, count) if partitioner is not None else 0
-        return build.check_partition(partition, count, stream)
+        return checks.check_partition(partition, count, stream)
 
     def publish_to_subject(
         self,
@@ -516,10 +517,10 @@ class LiftbridgeClient:
         check_timeout("timeout", timeout)
         policy = AckPolicy.parse(ack_policy)
         request = api.PublishToSubjectRequest(
-            subject=build.check_subject(subject),
-            value=build.check_bytes(value, "value"),
-            key=b"" if key is None else build.check_bytes(key, "key"),
-            headers=build.check_headers(headers),
+            subject=checks.check_subject(subject),
+            value=checks.check_bytes(value, "value"),
+            key=b"" if key is None else checks.check_bytes(key, "key"),
+            headers=checks.check_headers(headers),
             ackPolicy=policy.value,
         )
 
@@ -575,11 +576,11 @@ class LiftbridgeClient:
         check_timeout("timeout", timeout)
         check_timeout("idle_timeout", idle_timeout)
         check_timeout("resubscribe_wait", resubscribe_wait)
-        build.check_flag(resume, "resume")
+        checks.check_flag(resume, "resume")
         if read_isr_replica is not None:
-            build.check_flag(read_isr_replica, "read_isr_replica")
-        count = self._router.partition_count(build.check_stream_name(stream))
-        build.check_partition(partition, count, stream)
+            checks.check_flag(read_isr_replica, "read_isr_replica")
+        count = self._router.partition_count(checks.check_stream_name(stream))
+        checks.check_partition(partition, count, stream)
         replica = self.config.read_isr_replica if read_isr_replica is None else read_isr_replica
         request = build.subscribe_request(
             stream, partition, start or StartPosition.new_only(), stop, read_isr_replica=replica, resume=resume
@@ -690,12 +691,12 @@ class LiftbridgeClient:
         received protobufs (``raw_messages()``, as the Spark source does)."""
         check_timeout("timeout", timeout)
         check_timeout("idle_timeout", idle_timeout)
-        build.check_flag(resume, "resume")
+        checks.check_flag(resume, "resume")
         if read_isr_replica is not None:
-            build.check_flag(read_isr_replica, "read_isr_replica")
-        build.check_stream_name(stream)
-        build.check_offset(start, "start")
-        build.check_offset(end, "end")
+            checks.check_flag(read_isr_replica, "read_isr_replica")
+        checks.check_stream_name(stream)
+        checks.check_offset(start, "start")
+        checks.check_offset(end, "end")
         if end < start:
             raise InvalidArgumentError(f"range end {end} is before start {start}", stream=stream, partition=partition)
         if beyond_high_watermark not in ("refuse", "wait", "truncate"):
@@ -741,7 +742,7 @@ class LiftbridgeClient:
         with jittered 10-500 ms backoff, also for messages nobody has published yet; to wait only for a
         commit already on its way, use :meth:`wait_for_commit`."""
         check_timeout("timeout", timeout)
-        build.check_offset(offset, "offset", minimum=-1)
+        checks.check_offset(offset, "offset", minimum=-1)
         info = self._router.high_watermark_reaching(stream, partition, offset, timeout=timeout, held_only=False)
         return info.high_watermark
 
@@ -760,7 +761,7 @@ class LiftbridgeClient:
         beyond the high watermark (``read_range``, the Spark source) decide by this.
         """
         check_timeout("timeout", timeout)
-        build.check_offset(offset, "offset", minimum=-1)
+        checks.check_offset(offset, "offset", minimum=-1)
         return self._router.high_watermark_reaching(stream, partition, offset, timeout=timeout, held_only=True)
 
     def earliest_offset(

@@ -10,6 +10,7 @@ from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.groups import Membership, Partition
 from liftbridge_provider.client.messages import StartPosition
 from liftbridge_provider.client.options import check_seconds
+from liftbridge_provider.core import checks
 from liftbridge_provider.core.errors import InvalidArgumentError
 
 AutoOffset = Literal["earliest", "latest", "none"]
@@ -38,7 +39,7 @@ def check_consumer(
 
 def check_subscribe(streams: Sequence[str], already: bool) -> tuple[str, ...]:
     """The streams a member subscribes to (at least one, valid names, once per consumer)."""
-    names = tuple(build.check_stream_names(streams))
+    names = tuple(checks.check_stream_names(streams))
     if not names:
         raise InvalidArgumentError("give at least one stream")
     if already:
