@@ -42,9 +42,9 @@ from liftbridge_provider.client.options import ClientConfig, NatsConfig, TLSConf
 from liftbridge_provider.client.partitioners import Partitioner, partition_by_key, partition_by_round_robin
 from liftbridge_provider.client.publish_window import BatchPublishError, BatchResult, PublishFailure
 from liftbridge_provider.client.requests import ALL_BROKERS
-from liftbridge_provider.client.stream_options import StreamOptions
 from liftbridge_provider.client.subscription import Subscription
 from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
+from liftbridge_provider.core.stream_options import StreamOptions
 
 __all__ = [
     "ACTIVITY_STREAM",

@@ -15,7 +15,6 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.errors import CursorsDisabledError, NoSuchStreamError
 from liftbridge_provider.client.messages import AckPolicy, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata
-from liftbridge_provider.client.stream_options import StreamOptions, whole
 from liftbridge_provider.core.checks import (
     check_bytes,
     check_cursor_id,
@@ -27,6 +26,7 @@ from liftbridge_provider.core.checks import (
     check_subject,
 )
 from liftbridge_provider.core.errors import InvalidArgumentError
+from liftbridge_provider.core.stream_options import StreamOptions, whole
 
 ALL_BROKERS = -1
 """``replication_factor`` meaning "a replica on every broker"."""
@@ -89,7 +89,8 @@ def create_stream_request(
     request = api.CreateStreamRequest(
         subject=subject, name=name, group=checked_group, partitions=partitions, replicationFactor=replication_factor
     )
-    chosen.apply(request)
+    for field, value in chosen.checked().items():
+        getattr(request, field).value = value
     return request
 
 
