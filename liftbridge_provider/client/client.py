@@ -801,7 +801,7 @@ class LiftbridgeClient:
         that, BeyondHighWatermarkError: retry later). For a time in the past the
         answer is then final: later messages get later times. Times are the
         leaders' clocks; the server's time index gives a first answer, which is
-        checked (:mod:`~liftbridge_provider.client.time_search`). Reading
+        checked (:mod:`~liftbridge_provider.core.time_search`). Reading
         resumes a paused partition. ``timeout``: seconds for all of it (default
         ``request_timeout``).
         """
