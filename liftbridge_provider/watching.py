@@ -32,7 +32,7 @@ from liftbridge_provider.client.activity import OPS, decode_activity
 from liftbridge_provider.client.messages import Message
 from liftbridge_provider.core.checks import check_cursor_id, check_partition, check_stream_name
 from liftbridge_provider.core.errors import InvalidArgumentError
-from liftbridge_provider.ranges import RangesDocument, ranges_from_offsets
+from liftbridge_provider.core.ranges import RangesDocument, ranges_from_offsets
 
 MODES = ("message", "batch")
 START_FROM = ("earliest", "latest")

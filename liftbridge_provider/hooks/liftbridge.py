@@ -37,7 +37,7 @@ from liftbridge_provider.connection import (
     brokers_from,
     config_from_connection,
 )
-from liftbridge_provider.ranges import OffsetRange
+from liftbridge_provider.core.ranges import OffsetRange
 
 __all__ = [
     "KNOWN_EXTRAS",

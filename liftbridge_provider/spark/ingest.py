@@ -54,9 +54,9 @@ from pyspark.sql import SparkSession
 
 from liftbridge_provider.client import ClientConfig, InvalidArgumentError, TLSConfig
 from liftbridge_provider.connection import config_from_connection_json
+from liftbridge_provider.core.ranges import RangesDocument
 from liftbridge_provider.delta_table import require_deltalake, table_path
 from liftbridge_provider.lake import LakeError, Outcome
-from liftbridge_provider.ranges import RangesDocument
 from liftbridge_provider.spark.lake_store import HadoopStore
 from liftbridge_provider.spark.parquet_ingest import Job, ingest_parquet
 from liftbridge_provider.spark.source import LiftbridgeDataSource

@@ -33,8 +33,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from liftbridge_provider import fault_points
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.lake import Claim, Commit, LakeError, Ledger, Outcome, plan_write, problems
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark.lake_store import HadoopStore, PieceStats
 from liftbridge_provider.spark.pieces import read_pieces
 

@@ -40,7 +40,7 @@ from liftbridge_provider import fault_points
 from liftbridge_provider.client import BeyondHighWatermarkError, LiftbridgeClient, LiftbridgeTimeoutError
 from liftbridge_provider.client.watermarks import why_not_committed
 from liftbridge_provider.core.errors import InvalidArgumentError
-from liftbridge_provider.ranges import (
+from liftbridge_provider.core.ranges import (
     OffsetRange,
     RangesDocument,
     check_partitions,

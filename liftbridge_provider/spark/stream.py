@@ -32,7 +32,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from liftbridge_provider.client import CursorMovedError, LiftbridgeClient
-from liftbridge_provider.ranges import OffsetRange, check_partitions, partition_offsets
+from liftbridge_provider.core.ranges import OffsetRange, check_partitions, partition_offsets
 from liftbridge_provider.spark.options import ReadOptions
 from liftbridge_provider.spark.planning import plan_slices, rate_limit
 from liftbridge_provider.spark.reader import (

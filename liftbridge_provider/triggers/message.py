@@ -59,7 +59,7 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
 
     Message mode payload: ``stream``, ``partition``, ``offset``, ``key``, ``value``,
     ``headers`` (text, or base64 per the ``*_encoding`` fields), ``timestamp`` (ns).
-    Batch mode payload: a ranges document (``liftbridge_provider.ranges``) with
+    Batch mode payload: a ranges document (``liftbridge_provider.core.ranges``) with
     ``metadata.batch`` (its number) and ``metadata.offsets``; ingest it with
     ``spark_jobs/ingest.py``.
 

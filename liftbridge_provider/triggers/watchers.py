@@ -36,8 +36,8 @@ from liftbridge_provider.client import (
     PartitionPausedError,
 )
 from liftbridge_provider.client.cursor_advance import CursorMove, CursorStep, decide
+from liftbridge_provider.core.ranges import OffsetRange, check_partitions
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
-from liftbridge_provider.ranges import OffsetRange, check_partitions
 from liftbridge_provider.telemetry import cursor_lag, report_watcher_lag
 from liftbridge_provider.triggers.dead_letters import DeadLetters
 from liftbridge_provider.version_compat import AdvanceItem, SharedStreamProducer

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.delta_plan import (
     interval_ids,
     ledger_versions,
@@ -16,7 +17,6 @@ from liftbridge_provider.delta_plan import (
     plan_versions,
     read_holdings,
 )
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.table_plan import LedgerError, merge, plan_table
 
 

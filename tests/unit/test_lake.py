@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
+from liftbridge_provider.core.ranges import OffsetRange
 from liftbridge_provider.lake import (
     Claim,
     Commit,
@@ -23,7 +24,6 @@ from liftbridge_provider.lake import (
     plan_write,
     uncovered,
 )
-from liftbridge_provider.ranges import OffsetRange
 
 DONE = Commit("_staging/x", 1, 0, 0, "r")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from liftbridge_provider.client import InvalidArgumentError
-from liftbridge_provider.ranges import OffsetRange
+from liftbridge_provider.core.ranges import OffsetRange
 from liftbridge_provider.spark.options import parse_options, parse_write_options
 from liftbridge_provider.spark.planning import Slice, plan_slices, rate_limit
 
