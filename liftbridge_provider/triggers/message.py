@@ -25,7 +25,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from liftbridge_provider.client import InvalidArgumentError, Message
 from liftbridge_provider.client.activity import ACTIVITY_STREAM
-from liftbridge_provider.functions import import_function
+from liftbridge_provider.core.functions import import_function
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.triggers.handover import handover_reader_for
 from liftbridge_provider.triggers.watchers import WatcherError, reader_for, record_refusal
