@@ -48,9 +48,9 @@ from liftbridge_provider.core.ranges import (
     interval_start_may_be_lost,
     partition_offsets,
 )
+from liftbridge_provider.core.spark_planning import Slice, plan_slices
 from liftbridge_provider.spark.batches import arrow_batch
 from liftbridge_provider.spark.options import Bound, ReadOptions
-from liftbridge_provider.spark.planning import Slice, plan_slices
 from liftbridge_provider.version_compat import ARROW_SCHEMA_UTC
 
 log = logging.getLogger(__name__)
