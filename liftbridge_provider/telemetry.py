@@ -26,10 +26,10 @@ from airflow.providers.common.compat.sdk import Stats, get_hook_lineage_collecto
 
 from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.core.ranges import RangesDocument
+from liftbridge_provider.core.watching import WatchSettings
 
 if TYPE_CHECKING:  # the metrics part stays light: the event listener loads it in every Airflow process
     from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
-    from liftbridge_provider.watching import WatchSettings
 
 CURSOR_LAG = "liftbridge.cursor_lag"  # gauge: offsets between a cursor and the high watermark (operators, sensors)
 WATCHER_LAG = "liftbridge.watcher.lag"  # gauge: offsets between a watcher's stored position and the high watermark
