@@ -42,8 +42,8 @@ def rss_mib() -> float:
 
 def measure() -> None:
     # Imported here, in the forked child, so that they count towards its memory (see the module doc).
+    from liftbridge_provider.core.spark_planning import Slice  # noqa: PLC0415
     from liftbridge_provider.spark.options import parse_options  # noqa: PLC0415
-    from liftbridge_provider.spark.planning import Slice  # noqa: PLC0415
     from liftbridge_provider.spark.reader import arrow_schema, read_slice  # noqa: PLC0415
 
     parser = argparse.ArgumentParser()

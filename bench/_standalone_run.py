@@ -16,7 +16,7 @@ from _standalone import overlap_seconds, task_spans, timeline
 from pyspark.sql import SparkSession
 
 from liftbridge_provider.client import LiftbridgeClient
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark import ingest
 
 

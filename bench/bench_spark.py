@@ -74,12 +74,12 @@ from _standalone import standalone_cluster
 from pyspark.sql import SparkSession
 
 from liftbridge_provider.client import LiftbridgeClient, LiftbridgeError, PublishMessage
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.core.spark_planning import Slice
 from liftbridge_provider.devserver import start_single
 from liftbridge_provider.devserver.binaries import liftbridge_binary, liftbridge_version
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark import ingest
 from liftbridge_provider.spark.options import parse_options
-from liftbridge_provider.spark.planning import Slice
 from liftbridge_provider.spark.reader import arrow_schema, read_slice
 
 WORKER = Path(__file__).with_name("_spark_memory_worker.py")

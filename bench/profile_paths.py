@@ -44,10 +44,10 @@ from liftbridge_provider.client.publish.nats_publisher import NatsBatchPublisher
 from liftbridge_provider.client.publish.prepare import batch_requests
 from liftbridge_provider.client.publish.publish_stream import Answer
 from liftbridge_provider.client.publish.publisher import BatchPublisher
+from liftbridge_provider.core.spark_planning import Slice
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.spark.batches import arrow_batch, record_batches
 from liftbridge_provider.spark.options import parse_options
-from liftbridge_provider.spark.planning import Slice
 from liftbridge_provider.spark.reader import arrow_schema, read_slice
 
 VALUE = os.urandom(256)

@@ -30,8 +30,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
 from airflow.sdk import DAG, Asset, AssetWatcher, task
 
+from liftbridge_provider.core.ranges import RangesDocument
 from liftbridge_provider.hooks.liftbridge import liftbridge_connection_json
-from liftbridge_provider.ranges import RangesDocument
 
 PROJECT = Path(__file__).resolve().parents[1]
 STREAM = os.environ.get("LIFTBRIDGE_EVENTS_STREAM", "demo-events")

@@ -3,7 +3,7 @@
 The Airflow hook and the Spark ingest job read the same connection: ``host``
 lists the brokers (``a:9292,b:9292`` or ``a,b``), ``port`` is the default port
 (9292), and the extras are the fields of
-:mod:`~liftbridge_provider.connection_fields` (TLS, timeouts and pool sizes,
+:mod:`~liftbridge_provider.core.connection_fields` (TLS, timeouts and pool sizes,
 replica reads, and NATS for publishing straight to it).
 :func:`config_from_connection_json` reads the JSON form of an Airflow
 connection (``{"conn_type": "liftbridge", "host": ..., "port": ...,
@@ -20,10 +20,10 @@ from typing import Any
 
 from liftbridge_provider.client import ClientConfig, InvalidArgumentError, NatsConfig, TLSConfig
 from liftbridge_provider.client.options import DEFAULT_PORT, format_address, parse_broker, split_nats_servers
-from liftbridge_provider.connection_fields import BY_NAME, names
+from liftbridge_provider.core.connection_fields import BY_NAME, names
 
-# Connection extras by how they are read (connection_fields.py defines them): ClientConfig numbers with their
-# type, TLSConfig parts, NatsConfig parts (nats_servers turns NATS on; the others authenticate), flags.
+# Connection extras by how they are read (core/connection_fields.py defines them): ClientConfig numbers with
+# their type, TLSConfig parts, NatsConfig parts (nats_servers turns NATS on; the others authenticate), flags.
 NUMBER_FIELDS: dict[str, type] = {name: BY_NAME[name].kind for name in names("number")}
 TLS_FIELDS = names("tls")
 NATS_FIELDS = names("nats")

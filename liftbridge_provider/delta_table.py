@@ -2,7 +2,7 @@
 
 Reads the table's log through delta-rs (the ``deltalake`` package of the
 ``spark`` extra, imported only when asked); the layout of the ledger and the
-decisions are in ``delta_plan.py``.
+decisions are in ``core/delta_plan.py``.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from functools import partial
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from liftbridge_provider.client.errors import InvalidArgumentError
-from liftbridge_provider.delta_plan import legacy_id, read_holdings
-from liftbridge_provider.lake import LakeError
-from liftbridge_provider.table_plan import Interval, LedgerError
+from liftbridge_provider.core.delta_plan import legacy_id, read_holdings
+from liftbridge_provider.core.errors import InvalidArgumentError
+from liftbridge_provider.core.lake import LakeError
+from liftbridge_provider.core.table_plan import Interval, LedgerError
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

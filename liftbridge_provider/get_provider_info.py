@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from liftbridge_provider import __version__
-from liftbridge_provider.connection_fields import form_fields
+from liftbridge_provider.core.connection_fields import form_fields
 from liftbridge_provider.events.settings import provider_config
 
-CONNECTION_FIELDS: dict[str, Any] = form_fields()  # the form of the connection (connection_fields.py)
+CONNECTION_FIELDS: dict[str, Any] = form_fields()  # the form of the connection (core/connection_fields.py)
 
 
 def get_provider_info() -> dict[str, Any]:

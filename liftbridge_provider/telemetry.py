@@ -24,10 +24,12 @@ from urllib.parse import urlsplit
 
 from airflow.providers.common.compat.sdk import Stats, get_hook_lineage_collector
 
+from liftbridge_provider.core.errors import InvalidArgumentError
+from liftbridge_provider.core.ranges import RangesDocument
+from liftbridge_provider.core.watching import WatchSettings
+
 if TYPE_CHECKING:  # the metrics part stays light: the event listener loads it in every Airflow process
     from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
-    from liftbridge_provider.ranges import RangesDocument
-    from liftbridge_provider.watching import WatchSettings
 
 CURSOR_LAG = "liftbridge.cursor_lag"  # gauge: offsets between a cursor and the high watermark (operators, sensors)
 WATCHER_LAG = "liftbridge.watcher.lag"  # gauge: offsets between a watcher's stored position and the high watermark
@@ -114,9 +116,6 @@ def report_ingest(
     as the ``liftbridge_offsets`` dataset facet: the offsets the lake holds for
     this run once the job succeeded. A document of another stream is refused.
     """
-    from liftbridge_provider.client.errors import InvalidArgumentError  # noqa: PLC0415 - loads the client
-    from liftbridge_provider.ranges import RangesDocument  # noqa: PLC0415 - likewise
-
     if ranges is None:
         hook.report_read(stream)
     else:

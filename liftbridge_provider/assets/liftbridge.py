@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from openlineage.client.event_v2 import Dataset
 
 from liftbridge_provider.assets.offsets import FACET_NAME
-from liftbridge_provider.client.requests import check_stream_name
+from liftbridge_provider.core.checks import check_stream_name
 
 
 def sanitize_uri(uri: SplitResult) -> SplitResult:

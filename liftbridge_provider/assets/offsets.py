@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from liftbridge_provider import __version__
-from liftbridge_provider.ranges import OffsetRange
+from liftbridge_provider.core.ranges import OffsetRange
 
 FACET_NAME = "liftbridge_offsets"  # key in the asset's extra and in the OpenLineage dataset's facets
 FACET_VERSION = "1-0-0"  # the schema version in SCHEMA_URL; a change of fields gets a new one

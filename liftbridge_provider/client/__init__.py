@@ -24,8 +24,6 @@ from liftbridge_provider.client.errors import (
     EncryptionError,
     EnvelopeError,
     IncorrectOffsetError,
-    InvalidArgumentError,
-    LiftbridgeError,
     LiftbridgeTimeoutError,
     MessageTooLargeError,
     NoMetadataLeaderError,
@@ -45,8 +43,9 @@ from liftbridge_provider.client.partitioners import Partitioner, partition_by_ke
 from liftbridge_provider.client.publish.prepare import PublishMessage
 from liftbridge_provider.client.publish.publish_window import BatchPublishError, BatchResult, PublishFailure
 from liftbridge_provider.client.requests import ALL_BROKERS
-from liftbridge_provider.client.stream_options import StreamOptions
 from liftbridge_provider.client.subscription import Subscription
+from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
+from liftbridge_provider.core.stream_options import StreamOptions
 
 __all__ = [
     "ACTIVITY_STREAM",

@@ -10,11 +10,12 @@ import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.addresses import broker_addresses
-from liftbridge_provider.client.errors import LiftbridgeError, NoSuchStreamError, StreamExistsError, error_from_rpc
+from liftbridge_provider.client.errors import NoSuchStreamError, StreamExistsError, error_from_rpc
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import CONNECT_TRY, Attempt, NotSent, Plan, Refresh, Rpc, Sleep, note_if_hung
 from liftbridge_provider.client.retry import Action, Deadline, RetryState
+from liftbridge_provider.core.errors import LiftbridgeError
 
 
 def create_stream(

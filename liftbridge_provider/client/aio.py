@@ -28,7 +28,6 @@ from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.aio_consumer import AsyncConsumer
 from liftbridge_provider.client.cursor_advance import CursorMove, Fetch
-from liftbridge_provider.client.errors import LiftbridgeError
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
@@ -37,6 +36,8 @@ from liftbridge_provider.client.options import ClientConfig, check_timeout
 from liftbridge_provider.client.reading import NoLeaderYet, SubscriptionState, Verdict
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import AsyncRouter
+from liftbridge_provider.core import checks
+from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class AsyncLiftbridgeClient:
     async def fetch_metadata(self, streams: Iterable[str] = (), *, timeout: float | None = None) -> Metadata:
         """Ask the cluster for metadata (all streams, or only ``streams``); the result is also cached."""
         check_timeout("timeout", timeout)
-        names = build.check_stream_names(streams)
+        names = checks.check_stream_names(streams)
         return await self._router.refresh(names, timeout)
 
     async def fetch_partition_metadata(
@@ -179,7 +180,7 @@ class AsyncLiftbridgeClient:
         check_timeout("idle_timeout", idle_timeout)
         check_timeout("resubscribe_wait", resubscribe_wait)
         if start_offset is not None:
-            start = StartPosition.at_offset(build.check_offset(start_offset, "start_offset"))
+            start = StartPosition.at_offset(checks.check_offset(start_offset, "start_offset"))
         replica = self.config.read_isr_replica if read_isr_replica is None else read_isr_replica
         request = build.subscribe_request(
             stream, partition, start or StartPosition.new_only(), stop, read_isr_replica=replica, resume=resume

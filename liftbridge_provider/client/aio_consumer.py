@@ -21,7 +21,7 @@ from types import TracebackType
 
 from liftbridge_provider.client import group_requests as ask
 from liftbridge_provider.client.aio_timeout import within
-from liftbridge_provider.client.errors import CursorMovedError, LiftbridgeError
+from liftbridge_provider.client.errors import CursorMovedError
 from liftbridge_provider.client.group_ports import AsyncGroupClient
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.groups import (
@@ -37,6 +37,7 @@ from liftbridge_provider.client.groups import (
 )
 from liftbridge_provider.client.messages import Message
 from liftbridge_provider.client.options import check_seconds, check_timeout
+from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,6 @@ from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, 
 from liftbridge_provider.client.connections import ConnectionPool
 from liftbridge_provider.client.consumer import AutoOffset, Consumer
 from liftbridge_provider.client.cursor_advance import CursorMove
-from liftbridge_provider.client.errors import (
-    LiftbridgeError,
-)
 from liftbridge_provider.client.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, StreamInfo
 from liftbridge_provider.client.options import ClientConfig, check_seconds, check_timeout
@@ -30,6 +27,8 @@ from liftbridge_provider.client.reading import SubscriptionState
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.subscription import Subscription
+from liftbridge_provider.core import checks
+from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +71,7 @@ class LiftbridgeClient:
 
     def fetch_metadata(self, streams: Iterable[str] = ()) -> Metadata:
         """Ask the cluster for metadata (all streams, or only ``streams``) and cache the result."""
-        names = build.check_stream_names(streams)
+        names = checks.check_stream_names(streams)
         return self._router.metadata.refresh(names)
 
     def metadata(self) -> Metadata:
@@ -81,7 +80,7 @@ class LiftbridgeClient:
 
     def stream_info(self, stream: str) -> StreamInfo:
         """A stream's partitions and leaders; refreshes the cache once if the stream is unknown."""
-        return self._router.snapshot_with(build.check_stream_name(stream)).stream(stream)
+        return self._router.snapshot_with(checks.check_stream_name(stream)).stream(stream)
 
     def fetch_partition_metadata(
         self, stream: str, partition: int = 0, *, timeout: float | None = None, settle: bool = True
@@ -130,7 +129,7 @@ class LiftbridgeClient:
         a NotFound then means the first one did it, and the call succeeds.
         """
         check_timeout("timeout", timeout)
-        request = api.DeleteStreamRequest(name=build.check_stream_name(name))
+        request = api.DeleteStreamRequest(name=checks.check_stream_name(name))
         deadline = self._router.deadline(timeout)
         self._router.run(admin_plans.delete_stream(self.config, self._router.metadata.snapshot, request, deadline))
 
@@ -146,7 +145,7 @@ class LiftbridgeClient:
         PauseStream request is sent). A publish or ``resume=True`` subscribe resumes one; with ``resume_all``
         any resume resumes every paused partition of the stream."""
         check_timeout("timeout", timeout)
-        build.check_flag(resume_all, "resume_all")
+        checks.check_flag(resume_all, "resume_all")
         ids = self._partition_list(name, partitions)
         if ids == []:
             return
@@ -164,7 +163,7 @@ class LiftbridgeClient:
         """Make some partitions (None, the default: all) readonly, or writable again with
         ``readonly=False``. An empty selection changes nothing (no SetStreamReadonly request is sent)."""
         check_timeout("timeout", timeout)
-        build.check_flag(readonly, "readonly")
+        checks.check_flag(readonly, "readonly")
         ids = self._partition_list(name, partitions)
         if ids == []:
             return
@@ -172,10 +171,10 @@ class LiftbridgeClient:
         self._unary("SetStreamReadonly", request, timeout=timeout, stream=name)
 
     def _partition_list(self, name: str, partitions: Iterable[int] | None) -> list[int] | None:
-        build.check_stream_name(name)
+        checks.check_stream_name(name)
         if partitions is None:
             return None
-        return build.check_partition_selection(partitions, self._router.partition_count(name), name)
+        return checks.check_partition_selection(partitions, self._router.partition_count(name), name)
 
     # -- publishing ------------------------------------------------------------
 
@@ -320,11 +319,11 @@ class LiftbridgeClient:
         check_timeout("timeout", timeout)
         check_timeout("idle_timeout", idle_timeout)
         check_timeout("resubscribe_wait", resubscribe_wait)
-        build.check_flag(resume, "resume")
+        checks.check_flag(resume, "resume")
         if read_isr_replica is not None:
-            build.check_flag(read_isr_replica, "read_isr_replica")
-        count = self._router.partition_count(build.check_stream_name(stream))
-        build.check_partition(partition, count, stream)
+            checks.check_flag(read_isr_replica, "read_isr_replica")
+        count = self._router.partition_count(checks.check_stream_name(stream))
+        checks.check_partition(partition, count, stream)
         replica = self.config.read_isr_replica if read_isr_replica is None else read_isr_replica
         request = build.subscribe_request(
             stream, partition, start or StartPosition.new_only(), stop, read_isr_replica=replica, resume=resume
@@ -452,7 +451,7 @@ class LiftbridgeClient:
         with jittered 10-500 ms backoff, also for messages nobody has published yet; to wait only for a
         commit already on its way, use :meth:`wait_for_commit`."""
         check_timeout("timeout", timeout)
-        build.check_offset(offset, "offset", minimum=-1)
+        checks.check_offset(offset, "offset", minimum=-1)
         info = self._router.high_watermark_reaching(stream, partition, offset, timeout=timeout, held_only=False)
         return info.high_watermark
 
@@ -471,7 +470,7 @@ class LiftbridgeClient:
         beyond the high watermark (``read_range``, the Spark source) decide by this.
         """
         check_timeout("timeout", timeout)
-        build.check_offset(offset, "offset", minimum=-1)
+        checks.check_offset(offset, "offset", minimum=-1)
         return self._router.high_watermark_reaching(stream, partition, offset, timeout=timeout, held_only=True)
 
     def earliest_offset(
@@ -511,7 +510,7 @@ class LiftbridgeClient:
         that, BeyondHighWatermarkError: retry later). For a time in the past the
         answer is then final: later messages get later times. Times are the
         leaders' clocks; the server's time index gives a first answer, which is
-        checked (:mod:`~liftbridge_provider.client.time_search`). Reading
+        checked (:mod:`~liftbridge_provider.core.time_search`). Reading
         resumes a paused partition. ``timeout``: seconds for all of it (default
         ``request_timeout``).
         """

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from liftbridge_provider.client import group_requests as ask
-from liftbridge_provider.client.errors import CursorMovedError, LiftbridgeError
+from liftbridge_provider.client.errors import CursorMovedError
 from liftbridge_provider.client.group_ports import GroupClient
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.groups import (
@@ -49,6 +49,7 @@ from liftbridge_provider.client.groups import (
 from liftbridge_provider.client.messages import Message, StartPosition
 from liftbridge_provider.client.options import check_seconds, check_timeout
 from liftbridge_provider.client.subscription import Subscription
+from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
 

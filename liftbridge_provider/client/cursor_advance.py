@@ -40,8 +40,9 @@ import enum
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 
-from liftbridge_provider.client.errors import CursorMovedError, InvalidArgumentError
-from liftbridge_provider.client.requests import check_cursor_id, check_offset, check_partition, check_stream_name
+from liftbridge_provider.client.errors import CursorMovedError
+from liftbridge_provider.core.checks import check_cursor_id, check_offset, check_partition, check_stream_name
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 
 class CursorStep(enum.Enum):

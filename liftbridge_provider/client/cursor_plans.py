@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from liftbridge_provider.client.errors import LiftbridgeError, LiftbridgeTimeoutError
+from liftbridge_provider.client.errors import LiftbridgeTimeoutError
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.partition_plans import committed, partition_metadata
 from liftbridge_provider.client.plans import KeptVote, Plan, Rpc, leader_call
 from liftbridge_provider.client.requests import CURSORS_STREAM
 from liftbridge_provider.client.retry import Deadline
+from liftbridge_provider.core.errors import LiftbridgeError
 
 
 def cursor_read(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, *, partition: int) -> Plan[Any]:

@@ -3,47 +3,16 @@
 Every error carries the ``stream`` and ``partition`` it concerns (None when not
 applicable) and the gRPC ``code`` it came from (None for client-side errors).
 Bad input found before anything is sent raises :class:`InvalidArgumentError`,
-which is also a :class:`ValueError`.
+which is also a :class:`ValueError`. That one and the base class
+:class:`LiftbridgeError` are defined in :mod:`liftbridge_provider.core.errors`,
+so the pure checks there raise the very classes the client raises.
 """
 
 from __future__ import annotations
 
 import grpc
 
-
-class LiftbridgeError(Exception):
-    """Base class of every error this client raises."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        stream: str | None = None,
-        partition: int | None = None,
-        code: grpc.StatusCode | None = None,
-        may_be_stored: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.stream = stream
-        self.partition = partition
-        self.code = code
-        self.may_be_stored = may_be_stored
-        """For publishes: the message may have been stored although this error was raised."""
-
-    def __str__(self) -> str:
-        where = []
-        if self.stream is not None:
-            where.append(f"stream={self.stream!r}")
-        if self.partition is not None:
-            where.append(f"partition={self.partition}")
-        if self.code is not None:
-            where.append(f"grpc={self.code.name}")
-        return f"{self.message} ({', '.join(where)})" if where else self.message
-
-
-class InvalidArgumentError(LiftbridgeError, ValueError):
-    """A value was refused, by this client before sending or by the server (INVALID_ARGUMENT)."""
+from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
 
 
 class StreamExistsError(LiftbridgeError):

@@ -7,10 +7,11 @@ from typing import Literal
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import requests as build
-from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.client.groups import Membership, Partition
 from liftbridge_provider.client.messages import StartPosition
 from liftbridge_provider.client.options import check_seconds
+from liftbridge_provider.core import checks
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 AutoOffset = Literal["earliest", "latest", "none"]
 AUTO_OFFSETS = ("earliest", "latest", "none")
@@ -38,7 +39,7 @@ def check_consumer(
 
 def check_subscribe(streams: Sequence[str], already: bool) -> tuple[str, ...]:
     """The streams a member subscribes to (at least one, valid names, once per consumer)."""
-    names = tuple(build.check_stream_names(streams))
+    names = tuple(checks.check_stream_names(streams))
     if not names:
         raise InvalidArgumentError("give at least one stream")
     if already:

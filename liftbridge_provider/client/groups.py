@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from liftbridge_provider.client.errors import LiftbridgeError, LiftbridgeTimeoutError
+from liftbridge_provider.client.errors import LiftbridgeTimeoutError
 from liftbridge_provider.client.messages import StartPosition
+from liftbridge_provider.core.errors import LiftbridgeError
 
 GROUP_CURSOR_PREFIX = "__group:"
 JOIN_ATTEMPTS = 3
@@ -153,7 +154,7 @@ class Membership:
         self.assigned, self.last_answer = wanted, now
         return Rebalance(stop, start, epoch)
 
-    def on_fetch_failed(self, code: grpc.StatusCode | None, details: str, now: float) -> AfterFailure:
+    def on_fetch_failed(self, code: enum.Enum | None, details: str, now: float) -> AfterFailure:
         """Decide after a failed assignment fetch (``code`` None: the coordinator is unknown); while
         closing, nothing (RETRY: the member is about to leave anyway)."""
         if self.closing:
@@ -172,7 +173,7 @@ class Membership:
             return AfterFailure.RELEARN
         return AfterFailure.RETRY
 
-    def on_join_failed(self, code: grpc.StatusCode | None, details: str) -> AfterFailure:
+    def on_join_failed(self, code: enum.Enum | None, details: str) -> AfterFailure:
         """Decide after a failed (re)join: REJOIN at once when another member's join created the group
         at the same moment (the server refuses the second create; a join of an existing group succeeds),
         RELEARN when the group holds this member already, else RETRY (the member stays out; the next
@@ -183,7 +184,7 @@ class Membership:
             return AfterFailure.RELEARN
         return AfterFailure.RETRY
 
-    def after_join_failure(self, code: grpc.StatusCode | None, details: str, attempt: int) -> AfterFailure:
+    def after_join_failure(self, code: enum.Enum | None, details: str, attempt: int) -> AfterFailure:
         """After failed join number ``attempt`` (from 1), the first join or a later one: REJOIN at once when
         it crossed another member's first join of the group (at most :data:`JOIN_ATTEMPTS` joins in all);
         RELEARN when the group holds this member already (a join the server applied whose answer was lost,

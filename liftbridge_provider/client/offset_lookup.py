@@ -2,7 +2,7 @@
 
 The server has no call for either: both are answered by short subscriptions
 (the first message from the earliest position; the first message at a time,
-checked by :mod:`~liftbridge_provider.client.time_search`, whose decisions
+checked by :mod:`~liftbridge_provider.core.time_search`, whose decisions
 are pure). The sync client's ``earliest_offset`` and ``offset_at_time``
 check their arguments and call these with one :class:`Deadline` for every
 question asked.
@@ -15,12 +15,13 @@ from typing import Protocol
 
 import grpc
 
-from liftbridge_provider.client.errors import BeyondHighWatermarkError, LiftbridgeError, LiftbridgeTimeoutError
+from liftbridge_provider.client.errors import BeyondHighWatermarkError, LiftbridgeTimeoutError
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import PartitionInfo
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.subscription import Subscription
-from liftbridge_provider.client.time_search import first_offset_at_or_after
+from liftbridge_provider.core.errors import LiftbridgeError
+from liftbridge_provider.core.time_search import first_offset_at_or_after
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import grpc.experimental
 
-from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 DEFAULT_PORT = 9292
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024

@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Callable
 from typing import Literal
 
-from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 Partitioner = Callable[[str, bytes | None, bytes, int], int]
 PartitionerName = Literal["key", "round_robin"]

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from liftbridge_provider.client import requests as build
 from liftbridge_provider.client import watermarks
-from liftbridge_provider.client.errors import BeyondHighWatermarkError, InvalidArgumentError
+from liftbridge_provider.client.errors import BeyondHighWatermarkError
 from liftbridge_provider.client.messages import StartPosition, StopPosition
 from liftbridge_provider.client.metadata import PartitionInfo
 from liftbridge_provider.client.options import ClientConfig, check_timeout
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.subscription import Subscription
+from liftbridge_provider.core import checks
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 BeyondHighWatermark = Literal["refuse", "wait", "truncate"]
 
@@ -67,12 +68,12 @@ def range_subscription(
     does), None for an empty range; the arguments are checked first, before anything is asked."""
     check_timeout("timeout", timeout)
     check_timeout("idle_timeout", idle_timeout)
-    build.check_flag(resume, "resume")
+    checks.check_flag(resume, "resume")
     if read_isr_replica is not None:
-        build.check_flag(read_isr_replica, "read_isr_replica")
-    build.check_stream_name(stream)
-    build.check_offset(start, "start")
-    build.check_offset(end, "end")
+        checks.check_flag(read_isr_replica, "read_isr_replica")
+    checks.check_stream_name(stream)
+    checks.check_offset(start, "start")
+    checks.check_offset(end, "end")
     if end < start:
         raise InvalidArgumentError(f"range end {end} is before start {start}", stream=stream, partition=partition)
     if beyond_high_watermark not in ("refuse", "wait", "truncate"):

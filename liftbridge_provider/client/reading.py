@@ -35,17 +35,13 @@ import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.addresses import replica_address
-from liftbridge_provider.client.errors import (
-    LiftbridgeError,
-    LiftbridgeTimeoutError,
-    UnavailableError,
-    error_from_rpc,
-)
+from liftbridge_provider.client.errors import LiftbridgeTimeoutError, UnavailableError, error_from_rpc
 from liftbridge_provider.client.health import Signal
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import is_refusal, paused_error
 from liftbridge_provider.client.retry import backoff_delay
+from liftbridge_provider.core.errors import LiftbridgeError
 
 _ENDS_CLEANLY = ("stop offset reached", "end of readonly partition", "stream is empty")
 

@@ -26,11 +26,8 @@ import time
 
 import grpc
 
-from liftbridge_provider.client.errors import (
-    LiftbridgeError,
-    LiftbridgeTimeoutError,
-    error_from_rpc,
-)
+from liftbridge_provider.client.errors import LiftbridgeTimeoutError, error_from_rpc
+from liftbridge_provider.core.errors import LiftbridgeError
 
 MIN_BACKOFF = 0.010  # seconds
 MAX_BACKOFF = 0.500  # seconds

@@ -24,11 +24,12 @@ from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client import cursor_plans, partition_plans, plans, watermarks
 from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.connections import ConnectionPool, aio_connect
-from liftbridge_provider.client.errors import ClientClosedError, LiftbridgeError
+from liftbridge_provider.client.errors import ClientClosedError
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.metadata import EMPTY, Metadata, MetadataCache, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.retry import Deadline
+from liftbridge_provider.core.errors import LiftbridgeError
 
 T = TypeVar("T")
 

@@ -20,12 +20,12 @@ import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.columns import END, FULL, LAST, TAKEN, ColumnBuilder, Columns, finish, new_builder
-from liftbridge_provider.client.errors import LiftbridgeError
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message
 from liftbridge_provider.client.reading import NoLeaderYet, Open, SubscriptionState, Verdict
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.stream_reader import messages_of, receive_into
+from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
 

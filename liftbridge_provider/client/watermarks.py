@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from enum import Enum
 
-from liftbridge_provider.client.errors import LiftbridgeError
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.partition_plans import partition_metadata
 from liftbridge_provider.client.plans import Plan, Sleep
 from liftbridge_provider.client.retry import Deadline, backoff_delay
+from liftbridge_provider.core.errors import LiftbridgeError
 
 
 class Standing(Enum):

@@ -14,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from liftbridge_provider.core.checks import check_stream_name
+from liftbridge_provider.core.errors import InvalidArgumentError
+
 SECTION = "liftbridge_events"
 
 DAG_RUN_EVENTS = ("dag_run.running", "dag_run.success", "dag_run.failed")
@@ -187,10 +190,6 @@ def _name(value: str, name: str) -> str:
 
 
 def _stream(value: str) -> str:
-    # Imported here: the provider info imports this module for OPTIONS, and stays free of the client.
-    from liftbridge_provider.client.errors import InvalidArgumentError  # noqa: PLC0415
-    from liftbridge_provider.client.requests import check_stream_name  # noqa: PLC0415
-
     try:
         return check_stream_name(_name(value, "stream"))
     except InvalidArgumentError as exc:

@@ -37,7 +37,7 @@ from liftbridge_provider.connection import (
     brokers_from,
     config_from_connection,
 )
-from liftbridge_provider.ranges import OffsetRange
+from liftbridge_provider.core.ranges import OffsetRange
 
 __all__ = [
     "KNOWN_EXTRAS",
@@ -80,7 +80,7 @@ class LiftbridgeHook(BaseHook):
 
     The connection's host lists the brokers (``host:port``, comma separated;
     the port field is the default port, 9292). Its extras, each its own form
-    field, are those of :mod:`~liftbridge_provider.connection_fields` (TLS,
+    field, are those of :mod:`~liftbridge_provider.core.connection_fields` (TLS,
     timeouts and pool sizes, replica reads, NATS to publish batches straight to
     it); ``docs/airflow.md`` shows them in a table.
 

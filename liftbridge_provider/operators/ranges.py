@@ -20,10 +20,7 @@ from liftbridge_provider.client import (
     StartPosition,
 )
 from liftbridge_provider.client.metadata import PartitionInfo
-from liftbridge_provider.cursor_state import CursorStateStore
-from liftbridge_provider.delta_table import table_offsets
-from liftbridge_provider.operators._base import LiftbridgeBaseOperator, failing_without_retries, run_state
-from liftbridge_provider.ranges import (
+from liftbridge_provider.core.ranges import (
     OffsetRange,
     RangesDocument,
     check_partitions,
@@ -32,6 +29,9 @@ from liftbridge_provider.ranges import (
     parse_instant,
     partition_offsets,
 )
+from liftbridge_provider.cursor_state import CursorStateStore
+from liftbridge_provider.delta_table import table_offsets
+from liftbridge_provider.operators._base import LiftbridgeBaseOperator, failing_without_retries, run_state
 
 StartFrom = Literal["cursor", "earliest"]
 EndAt = Literal["high_watermark"]

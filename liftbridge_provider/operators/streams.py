@@ -9,7 +9,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 
 from liftbridge_provider.client import NoSuchStreamError, StreamExistsError
 from liftbridge_provider.client.metadata import StreamInfo
-from liftbridge_provider.client.stream_options import Duration, StreamOptions
+from liftbridge_provider.core.stream_options import Duration, StreamOptions
 from liftbridge_provider.operators._base import LiftbridgeBaseOperator
 
 

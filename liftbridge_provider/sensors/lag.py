@@ -10,9 +10,9 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from liftbridge_provider import telemetry
 from liftbridge_provider.client import InvalidArgumentError
+from liftbridge_provider.core.ranges import check_partitions
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.operators._base import failing_without_retries
-from liftbridge_provider.ranges import check_partitions
 
 
 class LiftbridgeCursorLagSensor(BaseSensorOperator):

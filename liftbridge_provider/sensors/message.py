@@ -12,10 +12,10 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from liftbridge_provider import telemetry
 from liftbridge_provider.client import CursorMovedError, CursorStep, LiftbridgeClient, Message
-from liftbridge_provider.functions import import_function
+from liftbridge_provider.core.functions import import_function
+from liftbridge_provider.core.ranges import check_partitions, partition_offsets
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.operators._base import failing_without_retries, run_state
-from liftbridge_provider.ranges import check_partitions, partition_offsets
 from liftbridge_provider.sensors.offset import PERMANENT_EVENT_ERRORS
 from liftbridge_provider.triggers.await_message import LiftbridgeAwaitMessageTrigger, match_event, matched
 

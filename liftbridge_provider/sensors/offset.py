@@ -11,9 +11,9 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 from airflow.sdk import BaseSensorOperator
 
 from liftbridge_provider.client import InvalidArgumentError, NoSuchPartitionError, NoSuchStreamError
+from liftbridge_provider.core.ranges import RangesDocument, check_partitions, partition_offsets
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.operators._base import failing_without_retries
-from liftbridge_provider.ranges import RangesDocument, check_partitions, partition_offsets
 from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger, unmet_targets, waiting_note
 
 # Trigger error events that no retry can fix (the trigger names the error's class).

@@ -2,7 +2,7 @@
 
 :class:`DeltaFormat` is the Delta side of ``spark/table_ingest.py``'s loop:
 the table's transaction log records the offset intervals it holds as Delta
-application transactions (``delta_plan.py``), Spark writes the missing pieces
+application transactions (``core/delta_plan.py``), Spark writes the missing pieces
 as Parquet files inside the table's folder (partitioned by ``partition``),
 and delta-rs commits those files and the partitions' new intervals in one
 Delta transaction. Delta refuses a commit when a concurrent one wrote an
@@ -33,12 +33,12 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 from pyspark.sql import DataFrame, SparkSession
 
 from liftbridge_provider import fault_points
-from liftbridge_provider.client.errors import InvalidArgumentError
-from liftbridge_provider.delta_plan import TXN_RETENTION_PROPERTY, plan_versions
+from liftbridge_provider.core.delta_plan import TXN_RETENTION_PROPERTY, plan_versions
+from liftbridge_provider.core.errors import InvalidArgumentError
+from liftbridge_provider.core.table_plan import Interval, TablePlan
 from liftbridge_provider.delta_table import PARTITION_COLUMN, holdings, table_path
 from liftbridge_provider.spark.reader import arrow_schema
 from liftbridge_provider.spark.table_ingest import CommitConflict, Written, footer_stats, micros_timestamps
-from liftbridge_provider.table_plan import Interval, TablePlan
 
 log = logging.getLogger("liftbridge.ingest.delta")
 

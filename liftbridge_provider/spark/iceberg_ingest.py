@@ -2,7 +2,7 @@
 
 :class:`IcebergFormat` is the Iceberg side of ``spark/table_ingest.py``'s loop:
 the table's properties record the offset intervals it holds
-(``iceberg_plan.py``), Spark writes the missing pieces as Parquet files under
+(``core/iceberg_plan.py``), Spark writes the missing pieces as Parquet files under
 the table's data location (a file per task, so each holds one partition: the
 table is partitioned by ``identity(partition)`` and pyiceberg reads each
 file's partition from its statistics), and the driver appends the files and
@@ -32,19 +32,19 @@ from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsEr
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 
-from liftbridge_provider.client.errors import InvalidArgumentError
-from liftbridge_provider.iceberg_plan import (
+from liftbridge_provider.core.errors import InvalidArgumentError
+from liftbridge_provider.core.iceberg_plan import (
     REQUIRED_RETRIES,
     RETRY_PROPERTY,
     plan_properties,
     read_holdings,
     retry_problem,
 )
-from liftbridge_provider.lake import LakeError
+from liftbridge_provider.core.lake import LakeError
+from liftbridge_provider.core.table_plan import Interval, LedgerError, TablePlan
 from liftbridge_provider.spark.lake_store import HadoopStore
 from liftbridge_provider.spark.reader import arrow_schema
 from liftbridge_provider.spark.table_ingest import CommitConflict, FileStats, Written, footer_stats
-from liftbridge_provider.table_plan import Interval, LedgerError, TablePlan
 
 log = logging.getLogger("liftbridge.ingest.iceberg")
 

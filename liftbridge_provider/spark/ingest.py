@@ -14,7 +14,7 @@ override its fields. ``--ranges`` is the document LiftbridgeOffsetRangesOperator
 returns, inline JSON or ``@path/to/file.json``. DIR may be any URI Spark
 writes (``file:``, ``hdfs:``, ``s3a:``...), or a plain path.
 
-Writes are fenced by a claim ledger (liftbridge_provider/lake.py): each range
+Writes are fenced by a claim ledger (liftbridge_provider/core/lake.py): each range
 is trimmed to the offsets no earlier or concurrent run claimed, so overlapping
 ranges never write an offset twice, and a rerun completes what a crashed run
 claimed. Rows land in ``DIR/stream=<s>/partition=<p>/range=<start>-<end>/``;
@@ -54,9 +54,9 @@ from pyspark.sql import SparkSession
 
 from liftbridge_provider.client import ClientConfig, InvalidArgumentError, TLSConfig
 from liftbridge_provider.connection import config_from_connection_json
+from liftbridge_provider.core.lake import LakeError, Outcome
+from liftbridge_provider.core.ranges import RangesDocument
 from liftbridge_provider.delta_table import require_deltalake, table_path
-from liftbridge_provider.lake import LakeError, Outcome
-from liftbridge_provider.ranges import RangesDocument
 from liftbridge_provider.spark.lake_store import HadoopStore
 from liftbridge_provider.spark.parquet_ingest import Job, ingest_parquet
 from liftbridge_provider.spark.source import LiftbridgeDataSource

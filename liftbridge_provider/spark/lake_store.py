@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlparse
 
 from pyspark.sql import SparkSession
 
-from liftbridge_provider.lake import LakeError
+from liftbridge_provider.core.lake import LakeError
 
 
 class PieceStats(NamedTuple):

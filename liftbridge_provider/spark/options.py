@@ -43,10 +43,10 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from liftbridge_provider.client import AckPolicy, ClientConfig, NatsConfig, TLSConfig
-from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.client.options import split_brokers, split_nats_servers
-from liftbridge_provider.client.requests import check_cursor_id, check_stream_name
-from liftbridge_provider.ranges import partition_offsets
+from liftbridge_provider.core.checks import check_cursor_id, check_stream_name
+from liftbridge_provider.core.errors import InvalidArgumentError
+from liftbridge_provider.core.ranges import partition_offsets
 
 DEFAULT_READ_TIMEOUT = 120.0
 DEFAULT_BATCH_SIZE = 10_000

@@ -3,7 +3,7 @@
 A run:
 
 1. **claims** every range's offsets that no claim covers yet (one claim per
-   piece, ``liftbridge_provider/lake.py``), after finishing any publish a
+   piece, ``liftbridge_provider/core/lake.py``), after finishing any publish a
    crash interrupted, and gathers every open piece overlapping its ranges
    (its own, or one a crashed or slower run left uncommitted);
 2. **reads all open pieces in one Spark job** (``pieces.read_pieces``: its
@@ -33,8 +33,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from liftbridge_provider import fault_points
-from liftbridge_provider.lake import Claim, Commit, LakeError, Ledger, Outcome, plan_write, problems
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.core.lake import Claim, Commit, LakeError, Ledger, Outcome, plan_write, problems
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark.lake_store import HadoopStore, PieceStats
 from liftbridge_provider.spark.pieces import read_pieces
 

@@ -17,7 +17,7 @@ from itertools import chain
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 
 
 def rounds(pieces: Sequence[OffsetRange]) -> list[list[OffsetRange]]:

@@ -38,9 +38,9 @@ from pyspark.sql.types import (
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import BeyondHighWatermarkError, LiftbridgeClient, LiftbridgeTimeoutError
-from liftbridge_provider.client.errors import InvalidArgumentError
 from liftbridge_provider.client.watermarks import why_not_committed
-from liftbridge_provider.ranges import (
+from liftbridge_provider.core.errors import InvalidArgumentError
+from liftbridge_provider.core.ranges import (
     OffsetRange,
     RangesDocument,
     check_partitions,
@@ -48,9 +48,9 @@ from liftbridge_provider.ranges import (
     interval_start_may_be_lost,
     partition_offsets,
 )
+from liftbridge_provider.core.spark_planning import Slice, plan_slices
 from liftbridge_provider.spark.batches import arrow_batch
 from liftbridge_provider.spark.options import Bound, ReadOptions
-from liftbridge_provider.spark.planning import Slice, plan_slices
 from liftbridge_provider.version_compat import ARROW_SCHEMA_UTC
 
 log = logging.getLogger(__name__)

@@ -3,8 +3,9 @@
 An offset is ``{"<partition>": next offset}`` (JSON, as Spark checkpoints it).
 The driver (this reader) says where each micro-batch ends: the committed high
 watermark + 1 of every partition, cut by ``maxOffsetsPerTrigger`` in
-proportion to each partition's backlog (:func:`~liftbridge_provider.spark.planning.rate_limit`),
-and never past what was there when an ``availableNow`` query started.
+proportion to each partition's backlog
+(:func:`~liftbridge_provider.core.spark_planning.rate_limit`), and never past
+what was there when an ``availableNow`` query started.
 
 PySpark 4.2+ hands ``latestOffset`` the micro-batch's start and read limit
 (admission control) and supports ``availableNow`` through
@@ -32,9 +33,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from liftbridge_provider.client import CursorMovedError, LiftbridgeClient
-from liftbridge_provider.ranges import OffsetRange, check_partitions, partition_offsets
+from liftbridge_provider.core.ranges import OffsetRange, check_partitions, partition_offsets
+from liftbridge_provider.core.spark_planning import plan_slices, rate_limit
 from liftbridge_provider.spark.options import ReadOptions
-from liftbridge_provider.spark.planning import plan_slices, rate_limit
 from liftbridge_provider.spark.reader import (
     LiftbridgeInputPartition,
     arrow_schema,

@@ -34,10 +34,10 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
 from liftbridge_provider import fault_points
-from liftbridge_provider.lake import LakeError, Outcome, problems
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.core.lake import LakeError, Outcome, problems
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.core.table_plan import Interval, TablePlan, plan_table
 from liftbridge_provider.spark.pieces import read_pieces
-from liftbridge_provider.table_plan import Interval, TablePlan, plan_table
 
 log = logging.getLogger("liftbridge.ingest.table")
 

@@ -11,9 +11,9 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from liftbridge_provider.client import AsyncLiftbridgeClient, InvalidArgumentError, LiftbridgeError, Message
 from liftbridge_provider.client.aio_timeout import within
-from liftbridge_provider.functions import import_function
+from liftbridge_provider.core.functions import import_function
+from liftbridge_provider.core.ranges import partition_offsets
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
-from liftbridge_provider.ranges import partition_offsets
 from liftbridge_provider.triggers.offset import optional_seconds
 
 

@@ -3,7 +3,7 @@
 Created on first use with the watched stream's partition count and replication
 factor; a refused message goes to the same partition there (partition 0 when
 the dead-letter stream has fewer partitions), with ack policy ALL, carrying
-``lb-dlq-*`` headers (:func:`~liftbridge_provider.watching.dead_letter_headers`).
+``lb-dlq-*`` headers (:func:`~liftbridge_provider.core.watching.dead_letter_headers`).
 Publishing is at least once: a crash after the publish and before the cursor
 moved publishes the message again, with the same headers.
 """
@@ -15,8 +15,8 @@ import logging
 
 from liftbridge_provider.client import ClientConfig, LiftbridgeClient, LiftbridgeError, Message
 from liftbridge_provider.client.errors import StreamExistsError
+from liftbridge_provider.core.watching import WatchSettings, dead_letter_headers
 from liftbridge_provider.telemetry import count_dead_letter
-from liftbridge_provider.watching import WatchSettings, dead_letter_headers
 
 log = logging.getLogger(__name__)
 

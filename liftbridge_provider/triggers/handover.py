@@ -30,8 +30,8 @@ The cost is one event per run of the trigger, and a triggerer loop turn
 
 The process token is a random number drawn once per process (a positive
 63-bit cursor value); the records are two cursors on the watched stream,
-:attr:`~liftbridge_provider.watching.CursorNames.handover` and
-:attr:`~liftbridge_provider.watching.CursorNames.handed_by`.
+:attr:`~liftbridge_provider.core.watching.CursorNames.handover` and
+:attr:`~liftbridge_provider.core.watching.CursorNames.handed_by`.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ import secrets
 from typing import Any
 
 from liftbridge_provider.client import AsyncLiftbridgeClient
+from liftbridge_provider.core.watching import WatchSettings
 from liftbridge_provider.triggers.watchers import BatchReader, MessageReader
-from liftbridge_provider.watching import WatchSettings
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,10 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from liftbridge_provider.client import InvalidArgumentError, Message
 from liftbridge_provider.client.activity import ACTIVITY_STREAM
-from liftbridge_provider.functions import import_function
+from liftbridge_provider.core.functions import import_function
+from liftbridge_provider.core.watching import VALUE_FORMATS, WatchSettings, check_payload, message_payload
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
+from liftbridge_provider.triggers.activity import activity_payload, check_activity_ops
 from liftbridge_provider.triggers.handover import handover_reader_for
 from liftbridge_provider.triggers.watchers import WatcherError, reader_for, record_refusal
 from liftbridge_provider.version_compat import (
@@ -34,14 +36,6 @@ from liftbridge_provider.version_compat import (
     AdvanceOutcome,
     SharedStreamProducer,
     reject_shared_stream_event,
-)
-from liftbridge_provider.watching import (
-    VALUE_FORMATS,
-    WatchSettings,
-    activity_payload,
-    check_activity_ops,
-    check_payload,
-    message_payload,
 )
 
 PayloadFunction = Callable[[dict[str, Any]], "dict[str, Any] | None"]
@@ -59,7 +53,7 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
 
     Message mode payload: ``stream``, ``partition``, ``offset``, ``key``, ``value``,
     ``headers`` (text, or base64 per the ``*_encoding`` fields), ``timestamp`` (ns).
-    Batch mode payload: a ranges document (``liftbridge_provider.ranges``) with
+    Batch mode payload: a ranges document (``liftbridge_provider.core.ranges``) with
     ``metadata.batch`` (its number) and ``metadata.offsets``; ingest it with
     ``spark_jobs/ingest.py``.
 

@@ -11,8 +11,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from liftbridge_provider.client import AsyncLiftbridgeClient, InvalidArgumentError, LiftbridgeError
 from liftbridge_provider.client.metadata import PartitionInfo
+from liftbridge_provider.core.ranges import partition_offsets
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
-from liftbridge_provider.ranges import partition_offsets
 
 
 def positive_seconds(value: object, name: str, allowed: str = "a number of seconds > 0") -> float:

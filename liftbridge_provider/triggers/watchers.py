@@ -5,7 +5,7 @@ stream key and broadcasts what it yields to every watcher of the group. It
 calls :meth:`advance` once the events that watchers derived from a raw event
 are resolved: stored in the metadata database, failed (not stored), or refused
 by a watcher. Only stored events, and refused ones once dead-lettered, move the
-cursors (:func:`~liftbridge_provider.watching.decide_advance`); anything else
+cursors (:func:`~liftbridge_provider.core.watching.decide_advance`); anything else
 stops the group, and the triggerer restarts it from the cursors. So after a
 crash a watcher resumes from its cursors and loses nothing; what Airflow
 stored but the cursor had not recorded yet is sent again (message mode: up to
@@ -36,12 +36,8 @@ from liftbridge_provider.client import (
     PartitionPausedError,
 )
 from liftbridge_provider.client.cursor_advance import CursorMove, CursorStep, decide
-from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
-from liftbridge_provider.ranges import OffsetRange, check_partitions
-from liftbridge_provider.telemetry import cursor_lag, report_watcher_lag
-from liftbridge_provider.triggers.dead_letters import DeadLetters
-from liftbridge_provider.version_compat import AdvanceItem, SharedStreamProducer
-from liftbridge_provider.watching import (
+from liftbridge_provider.core.ranges import OffsetRange, check_partitions
+from liftbridge_provider.core.watching import (
     CursorNames,
     Outcome,
     ResumePoint,
@@ -51,6 +47,10 @@ from liftbridge_provider.watching import (
     decide_advance,
     resume_point,
 )
+from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
+from liftbridge_provider.telemetry import cursor_lag, report_watcher_lag
+from liftbridge_provider.triggers.dead_letters import DeadLetters
+from liftbridge_provider.version_compat import AdvanceItem, SharedStreamProducer
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ import pytest
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import LiftbridgeClient
+from liftbridge_provider.core.watching import CursorNames
 from liftbridge_provider.devserver import DevServer
-from liftbridge_provider.watching import CursorNames
 from tests.airflow.statsd import StatsdListener
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))

@@ -26,9 +26,9 @@ import pytest
 from airflow.triggers.shared_stream import SharedStreamManager
 
 from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeClient, LiftbridgeError, StopPosition
+from liftbridge_provider.core.watching import CursorNames
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
-from liftbridge_provider.watching import CursorNames
 
 WAIT = 30.0  # seconds any wait below may take before the test fails
 

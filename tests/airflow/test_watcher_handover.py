@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage
+from liftbridge_provider.core.watching import CursorNames
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.triggers import handover
 from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
-from liftbridge_provider.watching import CursorNames
 
 
 @pytest.fixture

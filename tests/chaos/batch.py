@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from liftbridge_provider.core.ranges import RangesDocument
 from liftbridge_provider.operators.ranges import LiftbridgeCommitCursorOperator, LiftbridgeOffsetRangesOperator
-from liftbridge_provider.ranges import RangesDocument
 from liftbridge_provider.sensors.offset import LiftbridgePartitionOffsetSensor
 from tests.chaos.lake import Lake
 from tests.chaos.streams import StreamShape

@@ -18,8 +18,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from liftbridge_provider.client import LiftbridgeClient
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.devserver import start_single
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from tests.chaos.lake import Lake
 from tests.chaos.runner import SeedResult, SeedSettings, replay_command
 

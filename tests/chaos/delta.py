@@ -24,7 +24,7 @@ from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import SparkSession
 
 from liftbridge_provider import fault_points
-from liftbridge_provider.ranges import RangesDocument
+from liftbridge_provider.core.ranges import RangesDocument
 from liftbridge_provider.spark import ingest
 from tests.chaos.batch import PROBE, SPARK_OVERHEAD
 from tests.chaos.lake import IngestFailed

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from liftbridge_provider.ranges import RangesDocument
+from liftbridge_provider.core.ranges import RangesDocument
 from liftbridge_provider.spark import ingest
 from tests.chaos.oracle import LakeRow
 

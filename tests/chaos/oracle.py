@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from liftbridge_provider.ranges import RangesDocument
+from liftbridge_provider.core.ranges import RangesDocument
 from tests.chaos.ledger import Ledger, Sent
 from tests.chaos.streams import StreamShape
 

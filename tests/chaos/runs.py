@@ -8,7 +8,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from liftbridge_provider.ranges import RangesDocument
+from liftbridge_provider.core.ranges import RangesDocument
 from tests.chaos.batch import BatchRun
 from tests.chaos.delta import deadline, draw_documents
 from tests.chaos.judging import StepReport, judge

@@ -27,9 +27,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from liftbridge_provider.client import LiftbridgeClient, partition_by_round_robin
+from liftbridge_provider.core.watching import CursorNames
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.config import free_port
-from liftbridge_provider.watching import CursorNames
 
 pytestmark = pytest.mark.airflow_target
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))

@@ -26,10 +26,10 @@ from pyspark.sql import SparkSession
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import InvalidArgumentError, LiftbridgeClient, PublishMessage
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.delta_table import holdings
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark import delta_ingest, ingest
 from tests.chaos.batch import StateStore
 

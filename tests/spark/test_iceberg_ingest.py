@@ -17,9 +17,9 @@ from pyspark.sql import SparkSession
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage
+from liftbridge_provider.core.iceberg_plan import RETRY_PROPERTY
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.devserver import DevServer
-from liftbridge_provider.iceberg_plan import RETRY_PROPERTY
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark import ingest
 
 

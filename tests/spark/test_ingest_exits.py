@@ -23,8 +23,8 @@ import pytest
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import LiftbridgeClient
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.devserver import DevServer
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
 
 ROOT = Path(__file__).resolve().parents[2]
 INGEST = ROOT / "spark_jobs" / "ingest.py"

@@ -14,8 +14,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.devserver import DevServer
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark import ingest
 
 PARTITIONS = 4

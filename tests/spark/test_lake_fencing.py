@@ -26,9 +26,9 @@ from pyspark.sql import SparkSession
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import LiftbridgeClient
+from liftbridge_provider.core.lake import Ledger, check_ledger, holdings
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.devserver import DevServer
-from liftbridge_provider.lake import Ledger, check_ledger, holdings
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark import ingest
 from liftbridge_provider.spark.lake_store import HadoopStore, _link_exclusive
 

@@ -29,10 +29,10 @@ from liftbridge_provider.client import (
     PublishMessage,
     partition_by_key,
 )
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.core.spark_planning import Slice
 from liftbridge_provider.devserver import DevServer
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark.options import ReadOptions, parse_options
-from liftbridge_provider.spark.planning import Slice
 from liftbridge_provider.spark.reader import arrow_schema, check_range, read_slice
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,10 +18,7 @@ from liftbridge_provider.client import (
     PublishMessage,
     StreamInfo,
 )
-from liftbridge_provider.get_provider_info import get_provider_info
-from liftbridge_provider.hooks.liftbridge import brokers_from, config_from_connection, thin_cursors_warning
-from liftbridge_provider.operators.publish import record_to_message
-from liftbridge_provider.ranges import (
+from liftbridge_provider.core.ranges import (
     OffsetRange,
     RangesDocument,
     cap_total,
@@ -31,6 +28,9 @@ from liftbridge_provider.ranges import (
     partition_offsets,
     ranges_from_offsets,
 )
+from liftbridge_provider.get_provider_info import get_provider_info
+from liftbridge_provider.hooks.liftbridge import brokers_from, config_from_connection, thin_cursors_warning
+from liftbridge_provider.operators.publish import record_to_message
 from liftbridge_provider.telemetry import cursor_lag
 from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger, unmet_targets, waiting_note
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from tests.chaos.delta import MODES as DELTA_MODES
 from tests.chaos.delta import draw_documents
 from tests.chaos.ledger import Ledger, Sent

@@ -13,6 +13,7 @@ from liftbridge_provider.client import (
     AckPolicy,
     ClientConfig,
     InvalidArgumentError,
+    LiftbridgeError,
     NoSuchPartitionError,
     NoSuchStreamError,
     StartPosition,
@@ -28,6 +29,7 @@ from liftbridge_provider.client.metadata import EMPTY, metadata_from_response
 from liftbridge_provider.client.options import parse_broker, split_brokers
 from liftbridge_provider.client.reading import resubscribable
 from liftbridge_provider.client.retry import MAX_BACKOFF, MIN_BACKOFF, Action, backoff_delay, classify
+from liftbridge_provider.core import checks
 
 
 def crc32_ieee_bitwise(data: bytes) -> int:
@@ -222,7 +224,7 @@ def test_cursor_partition_uses_commas() -> None:
     key = b"c1,orders,2"
     assert build.cursor_partition("c1", "orders", 2, 7) == crc32_ieee_bitwise(key) % 7
     with pytest.raises(InvalidArgumentError, match="cursor_id must be a non-empty string without commas"):
-        build.check_cursor_id("a,b")
+        checks.check_cursor_id("a,b")
 
 
 @pytest.mark.parametrize(
@@ -308,7 +310,7 @@ def test_backoff_is_jittered_between_10_and_500_ms() -> None:
         (grpc.StatusCode.INTERNAL, "No known metadata leader", errs.NoMetadataLeaderError),
     ],
 )
-def test_error_mapping(code: grpc.StatusCode, details: str, kind: type[errs.LiftbridgeError]) -> None:
+def test_error_mapping(code: grpc.StatusCode, details: str, kind: type[LiftbridgeError]) -> None:
     error = errs.error_from_rpc(FakeRpcError(code, details), stream="s", partition=1)
     assert type(error) is kind
     assert str(error) == f"{details} (stream='s', partition=1, grpc={code.name})"

@@ -1,4 +1,4 @@
-"""The connection's fields are defined once (connection_fields.py): the form, the parsing and the docs agree."""
+"""The connection's fields are defined once (core/connection_fields.py): the form, the parsing and the docs agree."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from liftbridge_provider.client import ClientConfig
 from liftbridge_provider.connection import KNOWN_EXTRAS, NATS_FIELDS, NUMBER_FIELDS, TLS_FIELDS, config_from_connection
-from liftbridge_provider.connection_fields import FIELDS, docs_table, form_fields
+from liftbridge_provider.core.connection_fields import FIELDS, docs_table, form_fields
 from liftbridge_provider.get_provider_info import get_provider_info
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "airflow.md"
@@ -15,7 +15,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "airflow.md"
 
 def test_the_docs_table_is_the_one_built_from_the_fields() -> None:
     """docs/airflow.md shows exactly the generated table (regenerate it with
-    `python -m liftbridge_provider.connection_fields` after changing a field)."""
+    `python -m liftbridge_provider.core.connection_fields` after changing a field)."""
     text = DOCS.read_text()
     start = text.index("<!-- connection fields:")
     table = text[text.index("\n", start) + 1 : text.index("<!-- end of connection fields -->")]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.errors import EnvelopeError, InvalidArgumentError
+from liftbridge_provider.client.errors import EnvelopeError
 from liftbridge_provider.client.publish.envelope import (
     MAGIC,
     MessageType,
@@ -19,6 +19,7 @@ from liftbridge_provider.client.publish.envelope import (
     encode_ack,
     encode_message,
 )
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 # An envelope header by hand: magic, version 0, header length, flags, type.
 PUBLISH_HEADER = bytes([0xB9, 0x0E, 0x43, 0xB4, 0x00, 0x08, 0x00, 0x00])

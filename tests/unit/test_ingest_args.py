@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from liftbridge_provider import lake
 from liftbridge_provider.client import InvalidArgumentError
 from liftbridge_provider.connection import config_from_connection_json
+from liftbridge_provider.core import lake
 from liftbridge_provider.hooks import liftbridge as hook_module
 from liftbridge_provider.spark import ingest
 from liftbridge_provider.spark.ingest import missing_driver_python

@@ -33,6 +33,7 @@ from liftbridge_provider.client import errors as errs
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.metadata import Metadata, StreamInfo
 from liftbridge_provider.client.publish import publisher
+from liftbridge_provider.core import checks
 
 # -- stream names, subjects, groups that crash the v1.9.0 server ---------------------------------
 
@@ -43,7 +44,7 @@ from liftbridge_provider.client.publish import publisher
     ids=["plain", "dotted", "255-bytes", "254-bytes-utf8", "punctuation", "reserved-name-can-be-looked-up"],
 )
 def test_stream_names_the_server_can_hold_pass(name: str) -> None:
-    assert build.check_stream_name(name) == name
+    assert checks.check_stream_name(name) == name
 
 
 @pytest.mark.parametrize(
@@ -72,7 +73,7 @@ def test_stream_names_the_server_can_hold_pass(name: str) -> None:
 )
 def test_stream_names_that_crash_or_confuse_the_server_are_refused(name: object, reason: str) -> None:
     with pytest.raises(InvalidArgumentError) as raised:
-        build.check_stream_name(name)
+        checks.check_stream_name(name)
     assert f"invalid stream name {name!r}"[:40] in str(raised.value)
     assert reason in str(raised.value)
 
@@ -82,7 +83,7 @@ MAX_SUBJECT_LINE = 4096 - 64  # NATS max_control_line (default) less what NATS a
 
 @pytest.mark.parametrize("subject", ["events", "events.orders.eu", "x" * MAX_SUBJECT_LINE])
 def test_subjects_nats_accepts_pass(subject: str) -> None:
-    assert build.check_subject(subject) == subject
+    assert checks.check_subject(subject) == subject
 
 
 @pytest.mark.parametrize(
@@ -102,13 +103,13 @@ def test_subjects_nats_accepts_pass(subject: str) -> None:
 )
 def test_subjects_that_crash_the_server_are_refused(subject: object, reason: str) -> None:
     with pytest.raises(InvalidArgumentError) as raised:
-        build.check_subject(subject)
+        checks.check_subject(subject)
     assert "invalid subject" in str(raised.value)
     assert reason in str(raised.value)
 
 
 def test_the_subject_limit_is_the_nats_control_line_less_a_reserve() -> None:
-    assert build.MAX_SUBJECT_LINE_BYTES == MAX_SUBJECT_LINE
+    assert checks.MAX_SUBJECT_LINE_BYTES == MAX_SUBJECT_LINE
 
 
 @pytest.mark.parametrize("group", [None, "", "workers", "g.*", "a-b_c"])
@@ -223,8 +224,8 @@ def test_bad_timeouts_are_refused(value: object) -> None:
 @pytest.mark.parametrize("value", ["yes", 1, None, "true"])
 def test_flags_must_be_booleans(value: object) -> None:
     with pytest.raises(InvalidArgumentError, match=r"resume must be True or False"):
-        build.check_flag(value, "resume")
-    assert build.check_flag(True, "resume") is True
+        checks.check_flag(value, "resume")
+    assert checks.check_flag(True, "resume") is True
 
 
 @pytest.mark.parametrize(
@@ -232,7 +233,7 @@ def test_flags_must_be_booleans(value: object) -> None:
     [(None, None), ([], []), ((), []), ([1, 0], [1, 0]), (range(2), [0, 1])],
 )
 def test_partition_selection(partitions: Any, expected: list[int] | None) -> None:
-    assert build.check_partition_selection(partitions, 2, "s") == expected
+    assert checks.check_partition_selection(partitions, 2, "s") == expected
 
 
 @pytest.mark.parametrize(
@@ -247,29 +248,29 @@ def test_partition_selection(partitions: Any, expected: list[int] | None) -> Non
 )
 def test_bad_partition_selections_are_refused(partitions: object, message: str) -> None:
     with pytest.raises(InvalidArgumentError) as raised:
-        build.check_partition_selection(partitions, 2, "s")
+        checks.check_partition_selection(partitions, 2, "s")
     assert message in str(raised.value)
 
 
 @pytest.mark.parametrize("messages", [None, b"abc", "abc", 5, bytearray(b"x")])
 def test_a_batch_must_be_an_iterable_of_messages(messages: object) -> None:
     with pytest.raises(InvalidArgumentError) as raised:
-        build.check_batch_messages(messages)
+        checks.check_batch_messages(messages)
     assert "messages must be an iterable of bytes or PublishMessage" in str(raised.value)
     assert "nothing was sent" in str(raised.value)
 
 
 def test_batches_of_any_iterable_pass() -> None:
-    assert build.check_batch_messages([b"a"]) == [b"a"]
+    assert checks.check_batch_messages([b"a"]) == [b"a"]
     generated = (b"x" for _ in range(2))
-    assert build.check_batch_messages(generated) is generated
+    assert checks.check_batch_messages(generated) is generated
 
 
 @pytest.mark.parametrize("streams", ["orders", b"orders", 5])
 def test_stream_lists_must_not_be_a_single_string(streams: object) -> None:
     with pytest.raises(InvalidArgumentError, match=r"streams must be a list of stream names"):
-        build.check_stream_names(streams)
-    assert build.check_stream_names(("a", "b")) == ["a", "b"]
+        checks.check_stream_names(streams)
+    assert checks.check_stream_names(("a", "b")) == ["a", "b"]
 
 
 # -- partitioners -----------------------------------------------------------------------------------

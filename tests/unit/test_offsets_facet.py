@@ -14,7 +14,7 @@ from referencing import Registry, Resource
 
 from liftbridge_provider.assets.liftbridge import convert_asset_to_openlineage
 from liftbridge_provider.assets.offsets import FACET_NAME, PRODUCER, SCHEMA_FILE, SCHEMA_URL, offsets_extra
-from liftbridge_provider.ranges import OffsetRange
+from liftbridge_provider.core.ranges import OffsetRange
 
 # OpenLineage's DatasetFacet as its spec 2-0-2 defines it (the two fields every facet has; `_deleted` optional),
 # so the shipped schema's reference to it resolves without the network.

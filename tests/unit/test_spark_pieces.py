@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from liftbridge_provider.ranges import OffsetRange
+from liftbridge_provider.core.ranges import OffsetRange
 from liftbridge_provider.spark.pieces import rounds
 
 

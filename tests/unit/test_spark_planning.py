@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from liftbridge_provider.client import InvalidArgumentError
-from liftbridge_provider.ranges import OffsetRange
+from liftbridge_provider.core.ranges import OffsetRange
+from liftbridge_provider.core.spark_planning import Slice, plan_slices, rate_limit
 from liftbridge_provider.spark.options import parse_options, parse_write_options
-from liftbridge_provider.spark.planning import Slice, plan_slices, rate_limit
 
 RANGES = [OffsetRange(0, 0, 10), OffsetRange(1, 5, 5), OffsetRange(2, 100, 103)]
 

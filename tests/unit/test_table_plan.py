@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.core.table_plan import TablePlan, merge, plan_table
 from liftbridge_provider.spark.table_ingest import Written, entries_of, footer_stats
-from liftbridge_provider.table_plan import TablePlan, merge, plan_table
 
 
 def document(*ranges: tuple[int, int, int]) -> RangesDocument:

@@ -12,17 +12,13 @@ import pytest
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.assets.liftbridge import create_asset, sanitize_uri
 from liftbridge_provider.client import InvalidArgumentError, Message
-from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
-from liftbridge_provider.triggers.watchers import WatcherError, reader_for
-from liftbridge_provider.watching import (
+from liftbridge_provider.core.watching import (
     DEAD_LETTER_ERROR_BYTES,
     AdvanceDecision,
     Outcome,
     WatchSettings,
-    activity_payload,
     batch_document,
     batch_due,
-    check_activity_ops,
     check_payload,
     dead_letter_headers,
     decide_advance,
@@ -30,6 +26,9 @@ from liftbridge_provider.watching import (
     message_payload,
     resume_point,
 )
+from liftbridge_provider.triggers.activity import activity_payload, check_activity_ops
+from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+from liftbridge_provider.triggers.watchers import WatcherError, reader_for
 
 
 @pytest.mark.parametrize(

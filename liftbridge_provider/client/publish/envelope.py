@@ -26,7 +26,8 @@ import google_crc32c
 from google.protobuf.message import DecodeError
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.errors import EnvelopeError, InvalidArgumentError
+from liftbridge_provider.client.errors import EnvelopeError
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 __all__ = [
     "CRC_HEADER_LEN",

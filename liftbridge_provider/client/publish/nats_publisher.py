@@ -41,7 +41,6 @@ from liftbridge_provider.client.errors import (
     EncryptionError,
     EnvelopeError,
     IncorrectOffsetError,
-    LiftbridgeError,
     MessageTooLargeError,
     PermissionDeniedError,
     UnavailableError,
@@ -53,6 +52,7 @@ from liftbridge_provider.client.publish.nats_direct import deliver_directly
 from liftbridge_provider.client.publish.private_loop import run_in_private_loop
 from liftbridge_provider.client.publish.publish_window import BatchErrors, BatchResult, PublishWindow
 from liftbridge_provider.client.retry import Deadline, backoff_delay
+from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
 MAX_CONNECT_ATTEMPTS = 10  # broken connections in a row, with no ack in between, before giving up

@@ -26,12 +26,7 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import partition_plans, plans
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.connections import ConnectionPool
-from liftbridge_provider.client.errors import (
-    InvalidArgumentError,
-    LiftbridgeError,
-    MessageTooLargeError,
-    ReadonlyPartitionError,
-)
+from liftbridge_provider.client.errors import MessageTooLargeError, ReadonlyPartitionError
 from liftbridge_provider.client.messages import Ack, AckPolicy
 from liftbridge_provider.client.metadata import PartitionInfo
 from liftbridge_provider.client.options import ClientConfig, check_timeout
@@ -51,6 +46,8 @@ from liftbridge_provider.client.publish.publish_window import BatchResult, Failu
 from liftbridge_provider.client.publish.publisher import BatchPublisher, async_error
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import Router
+from liftbridge_provider.core import checks
+from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
 
 
 class PublishPaths:
@@ -127,13 +124,13 @@ class PublishPaths:
         """Many messages, pipelined, acks in input order (as :meth:`LiftbridgeClient.publish_batch`)."""
         check_timeout("ack_wait", ack_wait)
         check_timeout("timeout", timeout)
-        build.check_flag(raise_on_error, "raise_on_error")
-        build.check_batch_messages(messages)
+        checks.check_flag(raise_on_error, "raise_on_error")
+        checks.check_batch_messages(messages)
         chooser = resolve_partitioner(partitioner)
         if partition is not None:
             if chooser is not None:
                 raise InvalidArgumentError("give either partition or partitioner, not both", stream=stream)
-            chooser = to_partition(build.check_offset(partition, "partition"))
+            chooser = to_partition(checks.check_offset(partition, "partition"))
         policy = AckPolicy.parse(ack_policy)
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise InvalidArgumentError(f"window must be a whole number >= 1, got {window!r}")
@@ -171,10 +168,10 @@ class PublishPaths:
         check_timeout("timeout", timeout)
         policy = AckPolicy.parse(ack_policy)
         request = api.PublishToSubjectRequest(
-            subject=build.check_subject(subject),
-            value=build.check_bytes(value, "value"),
-            key=b"" if key is None else build.check_bytes(key, "key"),
-            headers=build.check_headers(headers),
+            subject=checks.check_subject(subject),
+            value=checks.check_bytes(value, "value"),
+            key=b"" if key is None else checks.check_bytes(key, "key"),
+            headers=checks.check_headers(headers),
             ackPolicy=policy.value,
         )
 

@@ -14,11 +14,12 @@ from typing import Any
 import grpc
 
 from liftbridge_provider.client.addresses import broker_addresses
-from liftbridge_provider.client.errors import AckTimeoutError, LiftbridgeError, UnavailableError, error_from_rpc
+from liftbridge_provider.client.errors import AckTimeoutError, UnavailableError, error_from_rpc
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import CONNECT_TRY, AnyPlan, Attempt, Dispatch, NotSent, Plan, Rpc, Sleep
 from liftbridge_provider.client.retry import Deadline, RetryState, backoff_delay
+from liftbridge_provider.core.errors import LiftbridgeError
 
 
 def send_once(

@@ -10,11 +10,13 @@ from typing import Protocol
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import requests as build
-from liftbridge_provider.client.errors import AckTimeoutError, InvalidArgumentError, MessageTooLargeError
+from liftbridge_provider.client.errors import AckTimeoutError, MessageTooLargeError
 from liftbridge_provider.client.messages import AckPolicy
 from liftbridge_provider.client.partitioners import Partitioner
 from liftbridge_provider.client.publish.publish_window import BatchResult, Failures, PublishFailure
 from liftbridge_provider.client.retry import Deadline
+from liftbridge_provider.core import checks
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def choose_partition(
     partitioner: Partitioner | None,
 ) -> int:
     """The partition of a single publish (see :func:`partition_for`), the stream's name checked first."""
-    count = partitions.partition_count(build.check_stream_name(stream))
+    count = partitions.partition_count(checks.check_stream_name(stream))
     return partition_for(stream, count, key, value, partition, partitioner)
 
 
@@ -74,7 +76,7 @@ def partition_for(  # noqa: PLR0917
         raise InvalidArgumentError("give either partition or partitioner, not both", stream=stream)
     if partition is None:
         partition = partitioner(stream, key, value, count) if partitioner is not None else 0
-    return build.check_partition(partition, count, stream)
+    return checks.check_partition(partition, count, stream)
 
 
 def batch_requests(
@@ -87,7 +89,7 @@ def batch_requests(
     deadline: Deadline | None,
 ) -> list[api.PublishRequest]:
     """Every message checked and built, before anything is sent; PreparedTooLong past the deadline."""
-    count = partitions.partition_count(build.check_stream_name(stream))
+    count = partitions.partition_count(checks.check_stream_name(stream))
     requests = []
     items = iter(messages)
     plain = partial(api.PublishRequest, stream=stream, ackPolicy=policy.value, expectedOffset=-1)

@@ -47,13 +47,13 @@ from liftbridge_provider.client.connections import ConnectionPool, PooledChannel
 from liftbridge_provider.client.errors import (
     AckTimeoutError,
     ClientClosedError,
-    LiftbridgeError,
     LiftbridgeTimeoutError,
     UnavailableError,
 )
 from liftbridge_provider.client.health import HEALTH, SUSPECT_FOR, Signal
 from liftbridge_provider.client.plans import CONNECT_TRY, Connection, NotSent
 from liftbridge_provider.client.publish.direct_call import CallEnded, DirectCall, SendStalled, open_direct_call
+from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
 LATE_ANSWER_WAIT = 1.0  # seconds to wait for an answer taken to be set just as the caller's wait ended

@@ -24,8 +24,9 @@ from typing import overload
 
 import grpc
 
-from liftbridge_provider.client.errors import AckTimeoutError, LiftbridgeError, UnavailableError
+from liftbridge_provider.client.errors import AckTimeoutError, UnavailableError
 from liftbridge_provider.client.messages import Ack
+from liftbridge_provider.core.errors import LiftbridgeError
 
 ErrorFor = Callable[[int], LiftbridgeError]
 """Builds the error of message ``index`` (the publisher knows its stream and partition)."""

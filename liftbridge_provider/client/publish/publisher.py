@@ -29,8 +29,6 @@ from liftbridge_provider.client.addresses import leader_first, replica_address
 from liftbridge_provider.client.errors import (
     EncryptionError,
     IncorrectOffsetError,
-    InvalidArgumentError,
-    LiftbridgeError,
     MessageTooLargeError,
     NoSuchPartitionError,
     NoSuchStreamError,
@@ -46,6 +44,7 @@ from liftbridge_provider.client.publish.private_loop import run_in_private_loop
 from liftbridge_provider.client.publish.publish_window import BatchErrors, BatchResult, PublishWindow
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
+from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY = 10.0  # seconds between progress log lines

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from liftbridge_provider.delta_plan import (
+from liftbridge_provider.core.delta_plan import (
     interval_ids,
     ledger_versions,
     legacy_id,
@@ -16,8 +16,8 @@ from liftbridge_provider.delta_plan import (
     plan_versions,
     read_holdings,
 )
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
-from liftbridge_provider.table_plan import LedgerError, merge, plan_table
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.core.table_plan import LedgerError, merge, plan_table
 
 
 def document(*ranges: tuple[int, int, int]) -> RangesDocument:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from liftbridge_provider.client.errors import InvalidArgumentError
-from liftbridge_provider.client.requests import check_cursor_id, check_offset, check_partition, check_stream_name
+from liftbridge_provider.core.checks import check_cursor_id, check_offset, check_partition, check_stream_name
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 VERSION = 1
 

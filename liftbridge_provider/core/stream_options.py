@@ -3,10 +3,11 @@
 :class:`StreamOptions` holds every optional setting of CreateStream (the
 load-balance group and the fourteen retention, segment, compaction, pause,
 ISR, concurrency-control and encryption settings); None keeps the server's
-default. :meth:`StreamOptions.apply` checks each given value and writes it
-into the request, so a bad one is refused (InvalidArgumentError naming it)
-before anything is sent. The subject, name, partition count and replication
-factor are the request's own (``requests.create_stream_request``).
+default. :meth:`StreamOptions.checked` checks each given value and names the
+request field it goes to, so a bad one is refused (InvalidArgumentError naming
+it) before anything is sent; ``client/requests.py`` writes them into the
+protobuf request. The subject, name, partition count and replication factor are
+the request's own (``requests.create_stream_request``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 
-from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.errors import InvalidArgumentError
+from liftbridge_provider.core.errors import InvalidArgumentError
 
 Duration = timedelta | int | float
 
@@ -72,15 +72,17 @@ class StreamOptions:
         """The settings that are not None, by name."""
         return {name: value for name, value in asdict(self).items() if value is not None}
 
-    def apply(self, request: api.CreateStreamRequest) -> None:
-        """Check every given setting except ``group`` (the request's own) and write it into ``request``."""
+    def checked(self) -> dict[str, int | bool]:
+        """Every given setting except ``group`` (the request's own), checked, by the name of its
+        CreateStreamRequest field (a wrapper whose ``value`` holds it): milliseconds for durations."""
+        values: dict[str, int | bool] = {}
         for field, count in (
             ("retentionMaxBytes", self.retention_max_bytes),
             ("retentionMaxMessages", self.retention_max_messages),
             ("segmentMaxBytes", self.segment_max_bytes),
         ):
             if count is not None:
-                getattr(request, field).value = whole(count, _snake(field), minimum=0)
+                values[field] = whole(count, _snake(field), minimum=0)
         for field, duration in (
             ("retentionMaxAge", self.retention_max_age),
             ("cleanerInterval", self.cleaner_interval),
@@ -88,10 +90,10 @@ class StreamOptions:
             ("autoPauseTime", self.auto_pause_time),
         ):
             if duration is not None:
-                getattr(request, field).value = to_millis(duration, _snake(field))
+                values[field] = to_millis(duration, _snake(field))
         for field, count in (("compactMaxGoroutines", self.compact_max_goroutines), ("minIsr", self.min_isr)):
             if count is not None:
-                getattr(request, field).value = whole(count, _snake(field), minimum=1)
+                values[field] = whole(count, _snake(field), minimum=1)
         for field, flag in (
             ("compactEnabled", self.compact_enabled),
             ("autoPauseDisableIfSubscribers", self.auto_pause_disable_if_subscribers),
@@ -101,7 +103,8 @@ class StreamOptions:
             if flag is not None:
                 if not isinstance(flag, bool):
                     raise InvalidArgumentError(f"{_snake(field)} must be True or False, got {flag!r}")
-                getattr(request, field).value = flag
+                values[field] = flag
+        return values
 
 
 def to_millis(value: Duration, name: str) -> int:

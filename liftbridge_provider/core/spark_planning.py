@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from liftbridge_provider.client.errors import InvalidArgumentError
-from liftbridge_provider.ranges import OffsetRange
+from liftbridge_provider.core.errors import InvalidArgumentError
+from liftbridge_provider.core.ranges import OffsetRange
 
 
 @dataclass(frozen=True, order=True)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from urllib.parse import quote
 
-from liftbridge_provider.table_plan import Interval, LedgerError, TablePlan, merge
+from liftbridge_provider.core.table_plan import Interval, LedgerError, TablePlan, merge
 
 APP_ID_PREFIX = "liftbridge:"
 # The table property that makes Delta drop application transactions older than it at checkpoints.

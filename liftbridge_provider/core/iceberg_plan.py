@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import quote
 
-from liftbridge_provider.table_plan import Interval, LedgerError, TablePlan, merge
+from liftbridge_provider.core.table_plan import Interval, LedgerError, TablePlan, merge
 
 PROPERTY_PREFIX = "liftbridge.held."
 RETRY_PROPERTY = "commit.retry.num-retries"  # Iceberg's: how often a writer re-applies a commit that lost a race

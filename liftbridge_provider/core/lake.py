@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from liftbridge_provider.ranges import OffsetRange
+from liftbridge_provider.core.ranges import OffsetRange
 
 CLAIM_FILE = re.compile(r"^claim-(\d{10})\.json$")
 COMMIT_FILE = re.compile(r"^claim-(\d{10})\.commit\.json$")

@@ -1,4 +1,4 @@
-"""The lake's claim ledger (liftbridge_provider/lake.py): decisions, parsing, and the claim protocol under races.
+"""The lake's claim ledger (liftbridge_provider/core/lake.py): decisions, parsing, and the claim protocol under races.
 
 An overlapping range must not add rows the lake already
 holds. The store here is an in-memory fake with an atomic create-if-absent;
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from liftbridge_provider.lake import (
+from liftbridge_provider.core.lake import (
     Claim,
     Commit,
     LakeError,
@@ -23,7 +23,7 @@ from liftbridge_provider.lake import (
     plan_write,
     uncovered,
 )
-from liftbridge_provider.ranges import OffsetRange
+from liftbridge_provider.core.ranges import OffsetRange
 
 DONE = Commit("_staging/x", 1, 0, 0, "r")
 

@@ -16,6 +16,9 @@ sends the very same batch again or continues after it (:func:`resume_point`).
 Airflow reports how the watchers of a group resolved each event (stored,
 failed to store, refused); :func:`decide_advance` turns those outcomes into
 what the reader may store, what it dead-letters, and where it must stop.
+
+The events of ``value_format="activity"`` decode the client's protobuf, so
+they are built in :mod:`liftbridge_provider.triggers.activity`.
 """
 
 from __future__ import annotations
@@ -24,15 +27,39 @@ import base64
 import dataclasses
 import json
 import math
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from liftbridge_provider.client.activity import OPS, decode_activity
-from liftbridge_provider.client.errors import InvalidArgumentError
-from liftbridge_provider.client.messages import Message
-from liftbridge_provider.client.requests import check_cursor_id, check_partition, check_stream_name
-from liftbridge_provider.ranges import RangesDocument, ranges_from_offsets
+from liftbridge_provider.core.checks import check_cursor_id, check_partition, check_stream_name
+from liftbridge_provider.core.errors import InvalidArgumentError
+from liftbridge_provider.core.ranges import RangesDocument, ranges_from_offsets
+
+
+class MessageView(Protocol):
+    """What a watcher's payloads and dead letters read of a message (the client's ``Message`` has it)."""
+
+    @property
+    def stream(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def key(self) -> bytes: ...
+
+    @property
+    def value(self) -> bytes: ...
+
+    @property
+    def headers(self) -> Mapping[str, bytes]: ...
+
+    @property
+    def timestamp(self) -> int: ...
+
 
 MODES = ("message", "batch")
 START_FROM = ("earliest", "latest")
@@ -198,7 +225,7 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
-def message_payload(message: Message, value_format: str = "text") -> dict[str, Any]:
+def message_payload(message: MessageView, value_format: str = "text") -> dict[str, Any]:
     """The JSON event for one message: stream, partition, offset, key, value, headers, timestamp (ns).
 
     Bytes come as text when ``value_format`` is ``text`` and they are UTF-8, else
@@ -220,29 +247,6 @@ def message_payload(message: Message, value_format: str = "text") -> dict[str, A
         "headers_encoding": headers_format,
         "timestamp": message.timestamp,
     }
-
-
-def activity_payload(message: Message, ops: Sequence[str] | None) -> dict[str, Any] | None:
-    """The JSON event for one message of ``__activity``: where it is and the decoded change (``activity``:
-    the fields of :class:`~liftbridge_provider.client.ActivityEvent`); None for an op not in ``ops``."""
-    event = decode_activity(message)
-    if ops is not None and event.op not in ops:
-        return None
-    activity = asdict(event)
-    activity["partitions"], activity["streams"] = list(event.partitions), list(event.streams)
-    return {"stream": message.stream, "partition": message.partition, "offset": message.offset, "activity": activity}
-
-
-def check_activity_ops(ops: object) -> tuple[str, ...] | None:
-    """None, or a list of activity op names (``OPS``), each known."""
-    if ops is None:
-        return None
-    if isinstance(ops, str) or not isinstance(ops, Sequence) or not ops:
-        raise InvalidArgumentError(f"activity_ops must be a non-empty list of {sorted(OPS.values())}, got {ops!r}")
-    unknown = [op for op in ops if op not in OPS.values()]
-    if unknown:
-        raise InvalidArgumentError(f"unknown activity op(s) {unknown}; known: {sorted(OPS.values())}")
-    return tuple(ops)
 
 
 def batch_due(pending: int, first_seen: float | None, now: float, max_messages: int, max_wait: float) -> bool:
@@ -356,7 +360,7 @@ DEAD_LETTER_ERROR_BYTES = 4096  # the error text kept in a dead letter's header,
 _SERVER_HEADERS = ("subject", "reply")  # set by the server on every message; it sets them again
 
 
-def dead_letter_headers(message: Message, *, cursor_id: str, error: str) -> dict[str, bytes]:
+def dead_letter_headers(message: MessageView, *, cursor_id: str, error: str) -> dict[str, bytes]:
     """A refused message's own headers plus ``lb-dlq-*`` headers naming where it came from and why."""
     headers = {name: data for name, data in message.headers.items() if name not in _SERVER_HEADERS}
     headers.update(

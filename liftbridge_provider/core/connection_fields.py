@@ -5,9 +5,9 @@ Each extra of the connection is one :class:`ConnectionField`. Airflow's form
 parsing in :mod:`liftbridge_provider.connection` takes its field sets from
 :func:`names`, and the table in ``docs/airflow.md`` is :func:`docs_table`
 (a unit test keeps the page equal to it; ``python -m
-liftbridge_provider.connection_fields`` prints it). A field's ``default`` is
-the client's own default (``ClientConfig``; a unit test holds them equal), shown
-in the form and the docs. Pure data: importing it loads neither Airflow nor the
+liftbridge_provider.core.connection_fields`` prints it). A field's ``default``
+is the client's own default (``ClientConfig``; a unit test holds them equal),
+shown in the form and the docs. Pure data: importing it loads neither Airflow nor the
 client, so the provider info stays cheap to read.
 """
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from liftbridge_provider.lake import uncovered
-from liftbridge_provider.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.core.lake import uncovered
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 
 Interval = tuple[int, int]
 

@@ -1,10 +1,10 @@
-"""From a time to an offset (client/time_search.py): the server's hint is checked, a wrong one replaced."""
+"""From a time to an offset (core/time_search.py): the server's hint is checked, a wrong one replaced."""
 
 from __future__ import annotations
 
 import pytest
 
-from liftbridge_provider.client.time_search import Read, first_offset_at_or_after
+from liftbridge_provider.core.time_search import Read, first_offset_at_or_after
 
 # offset -> time; offsets 3 and 7 were compacted away, 0-1 removed by retention (the log starts at 2)
 LOG = {2: 100, 4: 200, 5: 200, 6: 300, 8: 400, 9: 500}

@@ -1,0 +1,196 @@
+"""Input checks shared by every layer: the client's requests, ranges, watchers, the Spark source, the events.
+
+Each ``check_*`` takes a value from a caller and returns it (or its canonical
+form), or raises :class:`~liftbridge_provider.core.errors.InvalidArgumentError`
+naming the bad value and what is allowed. No I/O: checks that need the
+cluster's metadata (cursors enabled, the stream exists) stay with the client
+(``client/requests.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from liftbridge_provider.core.errors import InvalidArgumentError
+
+MAX_STREAM_NAME_BYTES = 255
+"""The server makes a stream name a directory name (``<data.dir>/streams/<name>``, partition.go:183);
+Linux file systems allow 255 bytes per name. A longer name crashes the server at every start."""
+
+NATS_MAX_CONTROL_LINE = 4096
+"""NATS's default ``max_control_line`` (nats-server const.go:65): a protocol line (SUB or PUB with its
+subject, queue group, subscription id and sizes) over it makes NATS close the server's connection."""
+
+MAX_SUBJECT_LINE_BYTES = NATS_MAX_CONTROL_LINE - 64
+"""Bytes left for a subject (with its ``.<partition>`` suffix) and a group in one NATS protocol line;
+64 bytes stay for what NATS adds (verb, spaces, subscription id, sizes)."""
+
+_WHITE_SPACE = re.compile(r"\s")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_WILDCARD = re.compile(r"[*>]")
+
+
+def _subject_fault(text: str) -> str | None:
+    """Why ``text`` cannot be (part of) a literal NATS subject, or None."""
+    if not text:
+        return "it is empty"
+    if _WHITE_SPACE.search(text):
+        return "it contains white space"
+    if _CONTROL.search(text):
+        return "it contains a control character"
+    if "" in text.split("."):
+        return "it has an empty token (a leading, trailing or double dot)"
+    if _WILDCARD.search(text):
+        return "it contains a NATS wildcard (* or >)"
+    return None
+
+
+def _shown(value: object) -> str:
+    return f"{value!r:.80}" + ("..." if len(repr(value)) > 80 else "")
+
+
+def check_stream_name(name: object) -> str:
+    """A stream name the server can hold: 1-255 bytes of UTF-8, dot-separated non-empty tokens,
+    no white space, control characters, slashes or NATS wildcards (* >)."""
+    allowed = (
+        f"use 1-{MAX_STREAM_NAME_BYTES} bytes (UTF-8) of dot-separated non-empty tokens without white space, "
+        "control characters, slashes or NATS wildcards (* >)"
+    )
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"invalid stream name {_shown(name)}: a stream name must be a string; {allowed}")
+    size = len(name.encode())
+    fault = _subject_fault(name)
+    if fault is None and size > MAX_STREAM_NAME_BYTES:
+        fault = f"it is {size} bytes; at most {MAX_STREAM_NAME_BYTES}"
+    if fault is None and ("/" in name or "\\" in name):
+        fault = "it contains a slash (the server makes the name a directory)"
+    if fault is not None:
+        raise InvalidArgumentError(f"invalid stream name {_shown(name)}: {fault}; {allowed}")
+    return name
+
+
+def check_subject(subject: object, *, suffix: str = "", group: str = "") -> str:
+    """A NATS subject to publish or subscribe on: dot-separated non-empty tokens without white
+    space, control characters or wildcards (* >); with ``suffix`` (a partition's ``.N``) and
+    ``group`` at most :data:`MAX_SUBJECT_LINE_BYTES` bytes."""
+    allowed = "use dot-separated non-empty tokens without white space or NATS wildcards (* >)"
+    if not isinstance(subject, str):
+        raise InvalidArgumentError(f"invalid subject {_shown(subject)}: a subject must be a string; {allowed}")
+    fault = _subject_fault(subject)
+    line = len(subject.encode()) + len(suffix) + (1 + len(group.encode()) if group else 0)
+    if fault is None and line > MAX_SUBJECT_LINE_BYTES:
+        parts = "subject" + (f" with partition suffix {suffix!r}" if suffix else "") + (" and group" if group else "")
+        fault = (
+            f"the {parts} take {line} bytes; at most {MAX_SUBJECT_LINE_BYTES} bytes fit in a NATS protocol line "
+            f"({NATS_MAX_CONTROL_LINE} bytes by default), and NATS closes the server's connection over it"
+        )
+    if fault is not None:
+        raise InvalidArgumentError(f"invalid subject {_shown(subject)}: {fault}; {allowed}")
+    return subject
+
+
+def check_group(group: object) -> str:
+    """A load-balance group (a NATS queue name): no white space or control characters; None or "" for none."""
+    if group is None:
+        return ""
+    fault = None
+    if not isinstance(group, str):
+        fault = "a group must be a string"
+    elif _WHITE_SPACE.search(group):
+        fault = "it contains white space"
+    elif _CONTROL.search(group):
+        fault = "it contains a control character"
+    if fault is not None:
+        raise InvalidArgumentError(
+            f"invalid group {_shown(group)}: {fault}; NATS queue names have no white space or control characters"
+        )
+    return group  # type: ignore[return-value]
+
+
+def check_stream_names(streams: object) -> list[str]:
+    """A list of stream names (not a single string)."""
+    if isinstance(streams, str | bytes) or not isinstance(streams, Iterable):
+        raise InvalidArgumentError(f"streams must be a list of stream names, got {_shown(streams)}")
+    return [check_stream_name(s) for s in streams]
+
+
+def check_flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be True or False, got {_shown(value)}")
+    return value
+
+
+def check_partition(partition: object, partitions: int | None = None, stream: str | None = None) -> int:
+    """A partition number >= 0, and below ``partitions`` when the count is known."""
+    if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+        raise InvalidArgumentError(f"partition must be a whole number >= 0, got {partition!r}", stream=stream)
+    if partitions is not None and partition >= partitions:
+        raise InvalidArgumentError(
+            f"no partition {partition}: stream {stream!r} has partitions 0-{partitions - 1}",
+            stream=stream,
+            partition=partition,
+        )
+    return partition
+
+
+def check_partition_selection(partitions: object, count: int, stream: str) -> list[int] | None:
+    """Partitions chosen by the caller: None (every partition), or a list of existing partition numbers.
+
+    An empty list stays empty: it selects no partition (the server would read it as "all").
+    """
+    if partitions is None:
+        return None
+    if isinstance(partitions, str | bytes) or not isinstance(partitions, Iterable):
+        raise InvalidArgumentError(
+            f"partitions must be a list of partition numbers (or None for all), got {_shown(partitions)}",
+            stream=stream,
+        )
+    return [check_partition(p, count, stream) for p in partitions]
+
+
+def check_batch_messages(messages: object) -> Iterable[object]:
+    """The messages of a batch: any iterable of values or PublishMessage, but not one bytes or str value."""
+    if isinstance(messages, str | bytes | bytearray | memoryview) or not isinstance(messages, Iterable):
+        got = "None" if messages is None else f"{type(messages).__name__} {_shown(messages)}"
+        raise InvalidArgumentError(
+            f"messages must be an iterable of bytes or PublishMessage, got {got}; nothing was sent"
+        )
+    return messages
+
+
+def check_offset(offset: object, name: str = "offset", *, minimum: int = 0) -> int:
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < minimum:
+        raise InvalidArgumentError(f"{name} must be a whole number >= {minimum}, got {offset!r}")
+    return offset
+
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def check_bytes(value: object, name: str) -> bytes:
+    """``value`` as bytes (bytes itself returned as is: the publish paths call this per message)."""
+    if type(value) is bytes:
+        return value
+    if isinstance(value, _BYTES_LIKE):
+        return bytes(value)
+    raise InvalidArgumentError(f"{name} must be bytes, got {type(value).__name__} {value!r:.60}")
+
+
+def check_headers(headers: Mapping[str, bytes] | None) -> dict[str, bytes]:
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise InvalidArgumentError(f"headers must be a mapping of str to bytes, got {headers!r:.60}")
+    checked = {}
+    for key, value in headers.items():
+        if not isinstance(key, str):
+            raise InvalidArgumentError(f"header names must be str, got {key!r}")
+        checked[key] = check_bytes(value, f"header {key!r}")
+    return checked
+
+
+def check_cursor_id(cursor_id: object) -> str:
+    if not isinstance(cursor_id, str) or not cursor_id or "," in cursor_id:
+        raise InvalidArgumentError(f"cursor_id must be a non-empty string without commas, got {cursor_id!r}")
+    return cursor_id
