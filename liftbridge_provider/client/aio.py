@@ -27,7 +27,7 @@ from liftbridge_provider.client import cursor_advance, cursor_plans, partition_p
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.aio_consumer import AsyncConsumer
-from liftbridge_provider.client.cursor_advance import CursorMove, Fetch
+from liftbridge_provider.client.cursor_advance import CursorMove
 from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
@@ -94,8 +94,7 @@ class AsyncLiftbridgeClient:
         """
         check_timeout("timeout", timeout)
         request = build.fetch_cursor_request(cursor_id, stream, partition)
-        await self._check_cursor_target(stream, partition)
-        response = await self._cursor_call(
+        response = await self._cursor_request(
             request, lambda stub, t: stub.FetchCursor(request, timeout=t), timeout, read=True
         )
         offset: int = response.offset
@@ -107,8 +106,7 @@ class AsyncLiftbridgeClient:
         """Store ``offset`` (the last processed offset; -1: none) for the cursor (errors as :meth:`fetch_cursor`)."""
         check_timeout("timeout", timeout)
         request = build.set_cursor_request(cursor_id, stream, partition, offset)
-        await self._check_cursor_target(stream, partition)
-        await self._cursor_call(request, lambda stub, t: stub.SetCursor(request, timeout=t), timeout)
+        await self._cursor_request(request, lambda stub, t: stub.SetCursor(request, timeout=t), timeout)
 
     async def advance_cursor(
         self,
@@ -141,20 +139,15 @@ class AsyncLiftbridgeClient:
         check_timeout("timeout", timeout)
         plan = cursor_advance.advance(cursor_id, stream, offsets, expected, verify=verify)
         deadline = Deadline(timeout if timeout is not None else self.config.request_timeout)
-        answer: int | None = None
-        while True:
-            try:
-                action = plan.send(answer)
-            except StopIteration as done:
-                moves: dict[int, CursorMove] = done.value
-                return moves
-            if isinstance(action, Fetch):
-                left = max(deadline.remaining(), 0.001)
-                answer = await self.fetch_cursor(cursor_id, stream, action.partition, timeout=left)
-            else:
-                left = max(deadline.remaining(), 0.001)
-                await self.set_cursor(cursor_id, stream, action.partition, action.offset, timeout=left)
-                answer = None
+
+        def left() -> float:
+            return max(deadline.remaining(), 0.001)
+
+        return await cursor_advance.run_async(
+            plan,
+            lambda partition: self.fetch_cursor(cursor_id, stream, partition, timeout=left()),
+            lambda partition, offset: self.set_cursor(cursor_id, stream, partition, offset, timeout=left()),
+        )
 
     async def subscribe(
         self,
@@ -310,21 +303,9 @@ class AsyncLiftbridgeClient:
             partition_plans.running(self.config, self._router.snapshot, Deadline(timeout), stream, partition)
         )
 
-    async def _check_cursor_target(self, stream: str, partition: int) -> None:
-        """Cursors are enabled and the partition exists (metadata refreshed once if unknown)."""
-        if not build.knows_cursor_target(self._router.snapshot, stream, partition):
-            await self.fetch_metadata()
-        build.check_cursor_target(self._router.snapshot, stream, partition)
-
-    async def _cursor_call(self, request: Any, rpc: plans.Rpc, timeout: float | None, *, read: bool = False) -> Any:
+    async def _cursor_request(self, request: Any, rpc: plans.Rpc, timeout: float | None, *, read: bool = False) -> Any:
         deadline = self._router.deadline(timeout)
-        snapshot = await self._router.run(plans.knowing(deadline, self._router.snapshot, build.CURSORS_STREAM))
-        count = len(snapshot.stream(build.CURSORS_STREAM).partitions)
-        target = build.cursor_partition(request.cursorId, request.stream, request.partition, count)
-        cursor_plan = cursor_plans.cursor_read if read else cursor_plans.cursor_call
-        plan = cursor_plan(self.config, snapshot, rpc, deadline, partition=target)
-        try:
-            return await self._router.run(plan)
-        except LiftbridgeError as exc:
-            exc.stream, exc.partition = request.stream, request.partition
-            raise
+        snapshot = self._router.snapshot
+        return await self._router.run(
+            cursor_plans.cursor_request(self.config, snapshot, deadline, request, rpc, read=read)
+        )

@@ -3,37 +3,32 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client import admin_plans, cursor_advance, offset_lookup, range_read
+from liftbridge_provider.client import admin_plans, offset_lookup, range_read
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, decode_activity
 from liftbridge_provider.client.connections import ConnectionPool
-from liftbridge_provider.client.consumer import AutoOffset, Consumer
-from liftbridge_provider.client.cursor_advance import CursorMove
-from liftbridge_provider.client.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
+from liftbridge_provider.client.cursor_methods import CursorMethods
+from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, StreamInfo
 from liftbridge_provider.client.options import ClientConfig, check_seconds, check_timeout
-from liftbridge_provider.client.partitioners import Partitioner, PartitionerName
 from liftbridge_provider.client.publish.paths import PublishPaths
-from liftbridge_provider.client.publish.prepare import PublishMessage
-from liftbridge_provider.client.publish.publish_window import BatchResult
+from liftbridge_provider.client.publish_methods import PublishMethods
 from liftbridge_provider.client.range_read import BeyondHighWatermark
 from liftbridge_provider.client.reading import SubscriptionState
-from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.subscription import Subscription
 from liftbridge_provider.core import checks
-from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
 
 
-class LiftbridgeClient:
+class LiftbridgeClient(PublishMethods, CursorMethods):
     """A Liftbridge client: pooled channels per broker, leader routing, retries, batches, bounded reads.
 
     ``LiftbridgeClient("host:9292")``, ``LiftbridgeClient(["a:9292", "b:9292"], request_timeout=5)``
@@ -175,119 +170,6 @@ class LiftbridgeClient:
         if partitions is None:
             return None
         return checks.check_partition_selection(partitions, self._router.partition_count(name), name)
-
-    # -- publishing ------------------------------------------------------------
-
-    def publish(
-        self,
-        stream: str,
-        value: bytes,
-        *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
-        partition: int | None = None,
-        partitioner: Partitioner | PartitionerName | None = None,
-        ack_policy: AckPolicy | str = AckPolicy.LEADER,
-        expected_offset: int | None = None,
-        ack_inbox: str | None = None,
-        correlation_id: str | None = None,
-        timeout: float | None = None,
-    ) -> Ack | None:
-        """Publish one message and wait for its ack (None with ack policy NONE).
-
-        The partition is ``partition``, else ``partitioner(stream, key, value, n)``
-        (or the partitioner named ``"key"`` or ``"round_robin"``), else 0.
-        ``expected_offset`` (streams with optimistic concurrency control)
-        must be the offset the message will get; None means "next". ``timeout``
-        bounds the wait for the ack (default ``request_timeout``); an expired
-        wait raises AckTimeoutError. A publish that may have reached the server
-        is never re-sent: errors after sending carry ``may_be_stored=True``. A message over
-        the server's size limit raises MessageTooLargeError naming its size.
-
-        The message rides a PublishAsync stream per broker that every publish of
-        this client shares (as go-liftbridge's Publish; no call is set up per
-        message, so the ack comes sooner than a unary call's). With ack policy
-        NONE, or with a TLS client certificate (the server may then check
-        authorization, and v1.9.0 stores a message PublishAsync was denied), it
-        is one unary Publish call instead.
-
-        ``ack_inbox`` (a NATS subject) and ``correlation_id`` are go-liftbridge's
-        ``AckInbox`` and ``CorrelationID``: the server publishes the ack to that
-        inbox, carrying that id, for whoever listens there (the call still waits
-        for it and returns it). With either the message goes by a unary Publish:
-        the server ignores a client's inbox on PublishAsync.
-        """
-        return self._publishing.publish(
-            stream,
-            value,
-            key=key,
-            headers=headers,
-            partition=partition,
-            partitioner=partitioner,
-            ack_policy=ack_policy,
-            expected_offset=expected_offset,
-            ack_inbox=ack_inbox,
-            correlation_id=correlation_id,
-            timeout=timeout,
-        )
-
-    def publish_batch(
-        self,
-        stream: str,
-        messages: Iterable[PublishMessage | bytes],
-        *,
-        partition: int | None = None,
-        partitioner: Partitioner | PartitionerName | None = None,
-        ack_policy: AckPolicy | str = AckPolicy.LEADER,
-        window: int = 1024,
-        ack_wait: float | None = None,
-        timeout: float | None = None,
-        raise_on_error: bool = True,
-    ) -> BatchResult:
-        """Publish many messages over one pipelined PublishAsync stream; acks come back in input order.
-
-        ``messages`` are values (bytes) or :class:`PublishMessage`. At most
-        ``window`` messages (default 1024) await their ack at any time. Every
-        message is validated before the first is sent. ``ack_wait`` is the
-        per-message ack timeout (default ``config.ack_wait``, 5 s); ``timeout``
-        bounds the whole batch (default: none). Failed messages are listed in
-        ``BatchResult.failures`` with their error; with ``raise_on_error``
-        (default) a BatchPublishError carrying that result is raised instead.
-        Messages are never re-sent automatically (see ``may_be_stored``). ``partition``
-        sends every message to that partition (as :meth:`publish`); else
-        ``partitioner``, a callable or ``"key"`` / ``"round_robin"``, chooses for
-        each message without a ``partition`` of its own (default: partition 0).
-        """
-        return self._publishing.publish_batch(
-            stream,
-            messages,
-            partition=partition,
-            partitioner=partitioner,
-            ack_policy=ack_policy,
-            window=window,
-            ack_wait=ack_wait,
-            timeout=timeout,
-            raise_on_error=raise_on_error,
-        )
-
-    def publish_to_subject(
-        self,
-        subject: str,
-        value: bytes,
-        *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
-        ack_policy: AckPolicy | str = AckPolicy.LEADER,
-        timeout: float | None = None,
-    ) -> Ack | None:
-        """Publish to a NATS subject; every stream attached to it stores the message.
-
-        Returns the first ack (None with ack policy NONE). Its ``partition`` is -1:
-        the subject alone does not say which stream partition stored it.
-        """
-        return self._publishing.publish_to_subject(
-            subject, value, key=key, headers=headers, ack_policy=ack_policy, timeout=timeout
-        )
 
     # -- reading ---------------------------------------------------------------
 
@@ -518,141 +400,6 @@ class LiftbridgeClient:
         check_timeout("timeout", timeout)
         return offset_lookup.offset_at_time(self, stream, partition, nanoseconds, self._router.deadline(timeout))
 
-    # -- cursors ---------------------------------------------------------------
-
-    def set_cursor(
-        self, cursor_id: str, stream: str, partition: int, offset: int, *, timeout: float | None = None
-    ) -> None:
-        """Store ``offset`` (by convention the last processed offset; -1: none) for the cursor.
-
-        Raises NoSuchStreamError / NoSuchPartitionError for a partition that does not exist,
-        CursorsDisabledError when the server keeps no cursors.
-        """
-        check_timeout("timeout", timeout)
-        request = build.set_cursor_request(cursor_id, stream, partition, offset)
-        self._check_cursor_target(stream, partition)
-        self._cursor_call("SetCursor", request, timeout)
-
-    def fetch_cursor(self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None) -> int:
-        """The cursor's stored offset, or -1 if it was never set (errors as for :meth:`set_cursor`)."""
-        check_timeout("timeout", timeout)
-        request = build.fetch_cursor_request(cursor_id, stream, partition)
-        self._check_cursor_target(stream, partition)
-        response: api.FetchCursorResponse = self._cursor_call("FetchCursor", request, timeout, read=True)
-        return response.offset
-
-    def advance_cursor(
-        self,
-        cursor_id: str,
-        stream: str,
-        partition: int,
-        offset: int,
-        *,
-        expected: int | None = None,
-        verify: bool = False,
-        timeout: float | None = None,
-    ) -> CursorMove:
-        """Move the cursor forward to ``offset``: the one cursor-advance rule (``client/cursor_advance.py``).
-
-        Fetches the cursor, and sets it only when it is below ``offset`` and, with ``expected``, still
-        where this writer last saw it; a cursor already at ``offset`` is left alone. Raises
-        CursorMovedError (nothing written) when it is elsewhere or past ``offset``, and with ``verify``
-        reads it back (CursorMovedError ``overwritten`` when another writer set it meanwhile). The whole
-        move ends within ``timeout`` (seconds, default ``request_timeout``). Returns the decision taken.
-        """
-        moves = self.advance_cursors(
-            cursor_id, stream, {partition: offset}, expected={partition: expected}, verify=verify, timeout=timeout
-        )
-        return moves[partition]
-
-    def advance_cursors(
-        self,
-        cursor_id: str,
-        stream: str,
-        offsets: Mapping[int, int],
-        *,
-        expected: Mapping[int, int | None] | None = None,
-        verify: bool = False,
-        timeout: float | None = None,
-    ) -> dict[int, CursorMove]:
-        """:meth:`advance_cursor` for several partitions ``{partition: offset}`` at once: every partition is
-        checked before any is written, and one that moved refuses the whole move."""
-        check_timeout("timeout", timeout)
-        plan = cursor_advance.advance(cursor_id, stream, offsets, expected, verify=verify)
-        deadline = Deadline(timeout if timeout is not None else self.config.request_timeout)
-        return cursor_advance.run(
-            plan,
-            lambda partition: self.fetch_cursor(cursor_id, stream, partition, timeout=_left(deadline)),
-            lambda partition, offset: self.set_cursor(cursor_id, stream, partition, offset, timeout=_left(deadline)),
-        )
-
-    def _check_cursor_target(self, stream: str, partition: int) -> None:
-        """Cursors are enabled and the partition exists (metadata refreshed once if unknown)."""
-        snapshot = self._router.metadata.get()
-        if not build.knows_cursor_target(snapshot, stream, partition):
-            snapshot = self._router.metadata.refresh()
-        build.check_cursor_target(snapshot, stream, partition)
-
-    def _cursor_call(self, method: str, request: Any, timeout: float | None, *, read: bool = False) -> Any:
-        cursors = self._router.partition_count(build.CURSORS_STREAM)
-        target = build.cursor_partition(request.cursorId, request.stream, request.partition, cursors)
-
-        def call(stub: Any, remaining: float) -> Any:
-            return getattr(stub, method)(request, timeout=remaining)
-
-        try:
-            return self._router.cursor_call(target, call, timeout=timeout, read=read)
-        except LiftbridgeError as exc:
-            exc.stream, exc.partition = request.stream, request.partition
-            raise
-
-    # -- consumer groups -------------------------------------------------------
-
-    def consumer(
-        self,
-        group_id: str,
-        consumer_id: str | None = None,
-        *,
-        auto_checkpoint: float | None = 5.0,
-        auto_offset: AutoOffset = "latest",
-        fetch_assignments_interval: float | None = None,
-        read: bool = True,
-    ) -> Consumer:
-        """A member of consumer group ``group_id`` (as go-liftbridge's ``CreateConsumer``); call its
-        ``subscribe(streams)``, then iterate ``messages()``.
-
-        The group's coordinator spreads the streams' partitions over its members,
-        moving them as members join, leave or time out. Each partition is read
-        from the group's committed position (cursor ``__group:<group_id>``), or,
-        with none, from ``auto_offset``: ``"latest"`` (default, new messages only),
-        ``"earliest"``, or ``"none"`` (an error). Processed offsets are
-        checkpointed every ``auto_checkpoint`` seconds (default 5; None: only by
-        ``checkpoint()``, before a partition moves, and on close). Assignments are
-        fetched every ``fetch_assignments_interval`` seconds (default 0.4 x the
-        server's consumer timeout); an unresponsive coordinator is reported. The
-        server needs cursors (``cursors.stream.partitions`` > 0). ``read=False``:
-        the member only follows its assignments and the caller reads them.
-        """
-        return Consumer(
-            self,
-            group_id,
-            consumer_id,
-            auto_checkpoint=auto_checkpoint,
-            auto_offset=auto_offset,
-            fetch_assignments_interval=fetch_assignments_interval,
-            read=read,
-        )
-
-    def _group_call(self, method: str, request: Any, *, broker: str | None = None, timeout: float | None = None) -> Any:
-        """A consumer group RPC: on any broker (join, leave, report), or on ``broker`` (the coordinator)."""
-
-        def call(stub: Any, remaining: float) -> Any:
-            return getattr(stub, method)(request, timeout=remaining)
-
-        if broker is None:
-            return self._router.call_any(call, timeout=timeout)
-        return self._router.call_broker(broker, call, timeout=timeout)
-
     # -- plumbing --------------------------------------------------------------
 
     def _unary(self, method: str, request: Any, *, timeout: float | None, stream: str | None) -> Any:
@@ -666,8 +413,3 @@ def _closing(subscription: Subscription) -> Iterator[Message]:
     """The subscription's messages; the subscription is cancelled when iteration ends or stops early."""
     with subscription:
         yield from subscription
-
-
-def _left(deadline: Deadline) -> float:
-    """Seconds left for the next call of a multi-call operation (a call given no time fails as timed out)."""
-    return max(deadline.remaining(), 0.001)

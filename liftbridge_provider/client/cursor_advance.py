@@ -37,7 +37,7 @@ and returns each partition's :class:`CursorMove`.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 
 from liftbridge_provider.client.errors import CursorMovedError
@@ -211,4 +211,22 @@ def run(plan: Plan, fetch: Callable[[int], int], store: Callable[[int, int], Non
             answer = fetch(action.partition)
         else:
             store(action.partition, action.offset)
+            answer = None
+
+
+async def run_async(
+    plan: Plan, fetch: Callable[[int], Awaitable[int]], store: Callable[[int, int], Awaitable[None]]
+) -> dict[int, CursorMove]:
+    """Carry a plan out with awaited calls (the asyncio client's driver; the same steps as :func:`run`)."""
+    answer: int | None = None
+    while True:
+        try:
+            action = plan.send(answer)
+        except StopIteration as done:
+            result: dict[int, CursorMove] = done.value
+            return result
+        if isinstance(action, Fetch):
+            answer = await fetch(action.partition)
+        else:
+            await store(action.partition, action.offset)
             answer = None

@@ -1,5 +1,6 @@
-"""``__cursors`` calls as plans without I/O: SetCursor and FetchCursor go to the leader a majority of brokers
-name, and a read waits until that leader's high watermark covers what it held."""
+"""``__cursors`` calls as plans without I/O: a cursor request is checked against the metadata, goes to the
+``__cursors`` partition that stores the cursor, on the leader a majority of brokers name, and a read waits
+until that leader's high watermark covers what it held. Both clients run :func:`cursor_request`."""
 
 from __future__ import annotations
 
@@ -9,10 +10,47 @@ from liftbridge_provider.client.errors import LiftbridgeTimeoutError
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.partition_plans import committed, partition_metadata
-from liftbridge_provider.client.plans import KeptVote, Plan, Rpc, leader_call
-from liftbridge_provider.client.requests import CURSORS_STREAM
+from liftbridge_provider.client.plans import KeptVote, Plan, Refresh, Rpc, leader_call
+from liftbridge_provider.client.requests import (
+    CURSORS_STREAM,
+    check_cursor_target,
+    cursor_partition,
+    knows_cursor_target,
+)
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.core.errors import LiftbridgeError
+
+
+def cursor_request(
+    config: ClientConfig,
+    snapshot: Metadata,
+    deadline: Deadline,
+    request: Any,
+    rpc: Rpc,
+    *,
+    read: bool = False,
+) -> Plan[Any]:
+    """A SetCursor or FetchCursor ``request`` (``read``; ``rpc`` sends it), from the check to the answer.
+
+    Cursors must be enabled and the request's partition must exist: the
+    metadata is asked once more when ``snapshot`` does not know them, then
+    CursorsDisabledError, NoSuchStreamError or NoSuchPartitionError (the
+    server itself would store a cursor for any partition). The cursor lives on
+    the ``__cursors`` partition its id, stream and partition hash to; a read
+    goes by :func:`cursor_read`, a write by :func:`cursor_call`. Their typed
+    errors name the cursor's stream and partition, not ``__cursors``.
+    """
+    stream, partition = request.stream, request.partition
+    if not knows_cursor_target(snapshot, stream, partition):
+        snapshot = yield Refresh(deadline.remaining())
+    count = check_cursor_target(snapshot, stream, partition)
+    target = cursor_partition(request.cursorId, stream, partition, count)
+    plan = cursor_read if read else cursor_call
+    try:
+        return (yield from plan(config, snapshot, rpc, deadline, partition=target))
+    except LiftbridgeError as exc:
+        exc.stream, exc.partition = stream, partition
+        raise
 
 
 def cursor_read(config: ClientConfig, snapshot: Metadata, rpc: Rpc, deadline: Deadline, *, partition: int) -> Plan[Any]:

@@ -11,15 +11,13 @@ question asked.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
 
 import grpc
 
 from liftbridge_provider.client.errors import BeyondHighWatermarkError, LiftbridgeTimeoutError
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
-from liftbridge_provider.client.metadata import PartitionInfo
+from liftbridge_provider.client.range_read import RangeReader
 from liftbridge_provider.client.retry import Deadline
-from liftbridge_provider.client.subscription import Subscription
 from liftbridge_provider.core.errors import LiftbridgeError
 from liftbridge_provider.core.time_search import first_offset_at_or_after
 
@@ -31,38 +29,8 @@ the log's segment is empty (this is how an empty log is told apart from a silent
 ENDED_EMPTY = -2  # first_retained: the subscription ended before any message (nothing up to its stop)
 
 
-class Reader(Protocol):
-    """The parts of ``LiftbridgeClient`` the lookups read with."""
-
-    def fetch_partition_metadata(
-        self, stream: str, partition: int = 0, *, timeout: float | None = None
-    ) -> PartitionInfo:
-        """Partition metadata from the leader."""
-        ...
-
-    def wait_for_commit(
-        self, stream: str, partition: int, offset: int, *, timeout: float | None = None
-    ) -> PartitionInfo:
-        """Partition metadata once ``offset`` is committed, or when waiting cannot bring it."""
-        ...
-
-    def subscribe(
-        self,
-        stream: str,
-        *,
-        partition: int = 0,
-        start: StartPosition | None = None,
-        stop: StopPosition | None = None,
-        resume: bool = False,
-        timeout: float | None = None,
-        resubscribe_wait: float | None = None,
-    ) -> Subscription:
-        """A subscription to one partition."""
-        ...
-
-
 def earliest_offset(
-    client: Reader, stream: str, partition: int, deadline: Deadline, *, resume: bool, probe: float
+    client: RangeReader, stream: str, partition: int, deadline: Deadline, *, resume: bool, probe: float
 ) -> int | None:
     """See ``LiftbridgeClient.earliest_offset``: None for a partition that never held a message, high
     watermark + 1 when retention removed every message, else the first retained offset."""
@@ -99,7 +67,7 @@ def earliest_offset(
     return first
 
 
-def offset_at_time(client: Reader, stream: str, partition: int, nanoseconds: int, deadline: Deadline) -> int:
+def offset_at_time(client: RangeReader, stream: str, partition: int, nanoseconds: int, deadline: Deadline) -> int:
     """See ``LiftbridgeClient.offset_at_time``: the offset from which every committed message was received
     at or after ``nanoseconds`` since the epoch."""
     high_watermark = committed_newest(client, stream, partition, deadline)
@@ -130,7 +98,7 @@ def offset_at_time(client: Reader, stream: str, partition: int, nanoseconds: int
     )
 
 
-def committed_newest(client: Reader, stream: str, partition: int, deadline: Deadline) -> int:
+def committed_newest(client: RangeReader, stream: str, partition: int, deadline: Deadline) -> int:
     """The high watermark once it covers the newest offset the leader held when asked."""
     info = client.fetch_partition_metadata(stream, partition, timeout=deadline.remaining())
     if info.newest_offset <= info.high_watermark:
@@ -148,7 +116,7 @@ def committed_newest(client: Reader, stream: str, partition: int, deadline: Dead
 
 
 def first_message(
-    client: Reader, stream: str, partition: int, *, start: StartPosition, stop: StopPosition, deadline: Deadline
+    client: RangeReader, stream: str, partition: int, *, start: StartPosition, stop: StopPosition, deadline: Deadline
 ) -> Message | None:
     """The first message from ``start`` up to ``stop``, None when there is none; a silent leader is a timeout."""
     subscription = client.subscribe(
@@ -165,7 +133,7 @@ def first_message(
 
 
 def first_retained(
-    client: Reader, stream: str, partition: int, stop: StopPosition, *, seconds: float, resume: bool
+    client: RangeReader, stream: str, partition: int, stop: StopPosition, *, seconds: float, resume: bool
 ) -> int | None:
     """The offset of the first message from the earliest position, None if none came within ``seconds``,
     or :data:`ENDED_EMPTY` if the subscription ended before any (nothing retained up to ``stop``)."""

@@ -19,7 +19,8 @@ BeyondHighWatermark = Literal["refuse", "wait", "truncate"]
 
 
 class RangeReader(Protocol):
-    """The parts of ``LiftbridgeClient`` a bounded read uses."""
+    """The parts of ``LiftbridgeClient`` a bounded read uses (a range, and the offset lookups of
+    ``offset_lookup.py``)."""
 
     config: ClientConfig
 
@@ -46,6 +47,7 @@ class RangeReader(Protocol):
         resume: bool = False,
         timeout: float | None = None,
         idle_timeout: float | None = None,
+        resubscribe_wait: float | None = None,
     ) -> Subscription:
         """A subscription to one partition."""
         ...

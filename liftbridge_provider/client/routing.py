@@ -21,7 +21,7 @@ import grpc.experimental
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
-from liftbridge_provider.client import cursor_plans, partition_plans, plans, watermarks
+from liftbridge_provider.client import partition_plans, plans, watermarks
 from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.connections import ConnectionPool, aio_connect
 from liftbridge_provider.client.errors import ClientClosedError
@@ -145,13 +145,6 @@ class Router:
                 any_isr_replica=any_isr_replica,
             )
         )
-
-    def cursor_call(self, partition: int, rpc: plans.Rpc, *, timeout: float | None = None, read: bool = False) -> Any:
-        """SetCursor (``read``: FetchCursor, once the high watermark settled) on the leader of a ``__cursors``
-        partition that a majority of brokers name (cursor_plans.cursor_call, cursor_plans.cursor_read)."""
-        deadline = self.deadline(timeout)
-        plan = cursor_plans.cursor_read if read else cursor_plans.cursor_call
-        return self.run(plan(self.config, self.metadata.snapshot, rpc, deadline, partition=partition))
 
     def partition_metadata(
         self, stream: str, partition: int, *, timeout: float | None = None, settle: bool = True
