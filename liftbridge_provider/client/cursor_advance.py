@@ -201,17 +201,11 @@ def _offset(sent: int | None) -> int:
 def run(plan: Plan, fetch: Callable[[int], int], store: Callable[[int, int], None]) -> dict[int, CursorMove]:
     """Carry a plan out with blocking calls (the sync client's driver)."""
     answer: int | None = None
-    while True:
-        try:
-            action = plan.send(answer)
-        except StopIteration as done:
-            result: dict[int, CursorMove] = done.value
-            return result
-        if isinstance(action, Fetch):
-            answer = fetch(action.partition)
-        else:
-            store(action.partition, action.offset)
-            answer = None
+    while not isinstance(step := _next(plan, answer), dict):
+        if isinstance(step, Store):
+            store(step.partition, step.offset)
+        answer = fetch(step.partition) if isinstance(step, Fetch) else None
+    return step
 
 
 async def run_async(
@@ -219,14 +213,17 @@ async def run_async(
 ) -> dict[int, CursorMove]:
     """Carry a plan out with awaited calls (the asyncio client's driver; the same steps as :func:`run`)."""
     answer: int | None = None
-    while True:
-        try:
-            action = plan.send(answer)
-        except StopIteration as done:
-            result: dict[int, CursorMove] = done.value
-            return result
-        if isinstance(action, Fetch):
-            answer = await fetch(action.partition)
-        else:
-            await store(action.partition, action.offset)
-            answer = None
+    while not isinstance(step := _next(plan, answer), dict):
+        if isinstance(step, Store):
+            await store(step.partition, step.offset)
+        answer = await fetch(step.partition) if isinstance(step, Fetch) else None
+    return step
+
+
+def _next(plan: Plan, answer: int | None) -> Fetch | Store | dict[int, CursorMove]:
+    """The plan's next action after ``answer``, or its result once it returns."""
+    try:
+        return plan.send(answer)
+    except StopIteration as done:
+        result: dict[int, CursorMove] = done.value
+        return result
