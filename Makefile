@@ -82,11 +82,11 @@ lint: setup
 	$(VENV)/bin/mypy
 
 # The whole suite on TEST_WORKERS parallel pytest-xdist workers, a test file never split between two (its
-# module fixtures stay one): most tests wait on servers and subprocesses, so two workers fit two CPUs.
-# TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 2
+# module fixtures stay one), the longest files first (tests/file_costs.py): most tests wait on servers and
+# subprocesses, so three workers fit two CPUs. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 3
 test: setup browser lint
-	$(VENV)/bin/pytest -rs -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -rs -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The unit tier alone (tests/unit: pure logic, no servers, no subprocesses): seconds. Each tier has its folder
 # and marker (tests/conftest.py): `make test-tier TIER=server` (or unit, airflow, spark, system, chaos) runs one.

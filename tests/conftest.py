@@ -44,7 +44,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 
-pytest_plugins = ["liftbridge_provider.devserver.pytest_plugin", "tests.spark_session"]
+pytest_plugins = ["liftbridge_provider.devserver.pytest_plugin", "tests.spark_session", "tests.file_costs"]
 # Helper modules that test modules share: their asserts report as the tests' own do.
 pytest.register_assert_rewrite("tests.unit.column_builders", "tests.system.airflow_standalone")
 
