@@ -36,6 +36,7 @@ def get_provider_info() -> dict[str, Any]:
                     "liftbridge_provider.operators.streams",
                     "liftbridge_provider.operators.publish",
                     "liftbridge_provider.operators.ranges",
+                    "liftbridge_provider.operators.commit",
                     "liftbridge_provider.operators.consume",
                 ],
             }

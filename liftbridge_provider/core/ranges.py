@@ -23,6 +23,7 @@ from liftbridge_provider.core.checks import check_cursor_id, check_offset, check
 from liftbridge_provider.core.errors import InvalidArgumentError
 
 VERSION = 1
+FROZEN_CURSORS = "frozen_cursors"  # document metadata: {partition: cursor offset the freeze read}
 
 
 def _load_json(value: str | bytes, what: str) -> Any:
@@ -260,3 +261,14 @@ def cap_total(document: RangesDocument, max_messages: int) -> RangesDocument:
                 break
     cut = tuple(OffsetRange(r.partition, r.start, r.start + counts[r.partition]) for r in document.ranges)
     return RangesDocument(document.stream, cut, document.cursor_id, document.metadata)
+
+
+def frozen_cursor(document: RangesDocument, partition: int) -> int | None:
+    """The cursor offset the freeze read for ``partition``, if the document records it."""
+    recorded = document.metadata.get(FROZEN_CURSORS)
+    if not isinstance(recorded, Mapping) or str(partition) not in recorded:
+        return None
+    offset = recorded[str(partition)]
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < -1:
+        raise InvalidArgumentError(f"metadata {FROZEN_CURSORS} of partition {partition} must be >= -1, got {offset!r}")
+    return offset

@@ -12,9 +12,9 @@ from airflow.sdk.module_loading import import_string  # type: ignore[attr-define
 from liftbridge_provider import telemetry
 from liftbridge_provider.client import CursorMovedError, LiftbridgeClient, Message
 from liftbridge_provider.client.groups import group_cursor
-from liftbridge_provider.core.ranges import OffsetRange, RangesDocument, cap_total
+from liftbridge_provider.core.ranges import OffsetRange, RangesDocument, cap_total, frozen_cursor
 from liftbridge_provider.operators._base import failing_without_retries
-from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator, frozen_cursor
+from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator
 
 CommitCadence = Literal["end_of_operator", "end_of_batch", "never"]
 CADENCES = ("end_of_operator", "end_of_batch", "never")

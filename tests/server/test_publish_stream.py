@@ -23,6 +23,7 @@ from liftbridge_provider.client.publish.direct_call import DirectCall, open_dire
 from liftbridge_provider.client.publish.publish_stream import sticky_order
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.cluster import Node
+from tests.waiting import wait_until
 
 
 def new_stream(client: LiftbridgeClient, **options: Any) -> str:
@@ -276,11 +277,16 @@ def test_a_publish_after_its_first_broker_died_between_publishes_goes_to_another
 def test_a_publish_no_broker_accepts_is_reported_as_not_stored() -> None:
     """Every broker refuses the connection (the only node was SIGKILLed after a first publish): the publish
     fails as UnavailableError with may_be_stored False, since no byte of it reached a server. (Before, it
-    said the message may or may not have been stored.)"""
+    said the message may or may not have been stored.) The publish starts once gRPC has read the killed
+    node's reset: a message written to the old stream before that went onto a live-looking connection,
+    and may then rightly be reported as possibly stored."""
     with start_single() as server, LiftbridgeClient(server.brokers) as client:
         name = new_stream(client)
         assert client.publish(name, b"first") is not None
         server.kill(server.nodes[0].server_id)
+        channels = [c for group in client._pool._channels.values() for c in group]
+        assert channels, "the first publish opened no channel"
+        wait_until(lambda: not any(c.ready() for c in channels), 10, "gRPC to read the killed node's reset")
         started = time.monotonic()
         with pytest.raises(UnavailableError) as raised:
             client.publish(name, b"never sent", timeout=5)
