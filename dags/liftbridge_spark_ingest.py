@@ -36,8 +36,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Param
 
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook, liftbridge_connection_json
-from liftbridge_provider.operators.publish import LiftbridgePublishOperator
 from liftbridge_provider.operators.commit import LiftbridgeCommitCursorOperator
+from liftbridge_provider.operators.publish import LiftbridgePublishOperator
 from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator
 from liftbridge_provider.operators.streams import LiftbridgeCreateStreamOperator
 from liftbridge_provider.sensors.offset import LiftbridgePartitionOffsetSensor
