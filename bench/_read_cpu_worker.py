@@ -19,9 +19,13 @@ import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import LiftbridgeClient
-from liftbridge_provider.core.spark_planning import Slice
 from liftbridge_provider.spark.options import parse_options
 from liftbridge_provider.spark.reader import arrow_schema, read_slice
+
+try:
+    from liftbridge_provider.core.spark_planning import Slice
+except ModuleNotFoundError:  # a --base checkout from before the pure core (liftbridge_provider/core/)
+    from liftbridge_provider.spark.planning import Slice  # type: ignore[no-redef]
 
 
 def cpu_seconds() -> float:
