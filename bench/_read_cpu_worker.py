@@ -25,7 +25,7 @@ from liftbridge_provider.spark.reader import arrow_schema, read_slice
 try:
     from liftbridge_provider.core.spark_planning import Slice
 except ModuleNotFoundError:  # a --base checkout from before the pure core (liftbridge_provider/core/)
-    from liftbridge_provider.spark.planning import Slice  # type: ignore[no-redef]
+    from liftbridge_provider.spark.planning import Slice  # type: ignore[import-not-found,no-redef]
 
 
 def cpu_seconds() -> float:
