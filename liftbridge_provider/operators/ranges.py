@@ -32,10 +32,8 @@ from liftbridge_provider.delta_table import table_offsets
 from liftbridge_provider.operators._base import LiftbridgeBaseOperator, failing_without_retries, run_state
 from liftbridge_provider.operators.commit import LiftbridgeCommitCursorOperator
 
-__all__ = [
-    "LiftbridgeCommitCursorOperator",
-    "LiftbridgeOffsetRangesOperator",
-]  # the commit step's public path stays here too
+# The commit step keeps its public path here too (it lived in this module before operators/commit.py).
+__all__ = ["LiftbridgeCommitCursorOperator", "LiftbridgeOffsetRangesOperator"]
 
 StartFrom = Literal["cursor", "earliest"]
 EndAt = Literal["high_watermark"]

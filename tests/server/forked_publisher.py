@@ -13,10 +13,28 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import time
 
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.events.publisher import EventPublisher
+
+CHILD_DEADLINE = 30.0  # seconds a child may take (its drain is bounded by 15 s); then it is killed
+
+
+def wait_for(pid: int, deadline: float) -> int | str:
+    """The child's exit code, or "hung" once it was killed after ``deadline`` seconds (no child outlives us)."""
+    ends = time.monotonic() + deadline
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > ends:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return "hung"
+        time.sleep(0.01)
 
 
 def main(broker: str, stream: str, children: int) -> None:
@@ -31,7 +49,7 @@ def main(broker: str, stream: str, children: int) -> None:
     events.offer(b"k", b'{"who": "parent"}')
     assert events.drain(30) == 0, "the parent's first event was not published"
     events.offer(b"k", b'{"who": "parent, queued at the fork"}', delay=600)
-    codes = []
+    codes: list[int | str] = []
     for child in range(children):
         pid = os.fork()
         if pid == 0:  # the child: exits with 0 only if its own event (and no other) was published
@@ -41,8 +59,7 @@ def main(broker: str, stream: str, children: int) -> None:
                 os._exit(0 if (left, events.published) == (0, 1) else 1)
             finally:
                 os._exit(2)
-        _, status = os.waitpid(pid, 0)
-        codes.append(os.waitstatus_to_exitcode(status))
+        codes.append(wait_for(pid, CHILD_DEADLINE))
     left = events.drain(30)
     events.close(5)
     print(json.dumps({"children": codes, "parent_left": left, "parent_published": events.published}))
