@@ -38,12 +38,48 @@ def _pid_alive(pid: int) -> bool:
     return _pid_state(pid) != "Z"
 
 
-def _pid_state(pid: int) -> str | None:
-    """The one-letter state of ``pid`` from /proc (``T``: stopped), or None without /proc."""
+def _pid_state(pid: int, stat: Path | None = None) -> str | None:
+    """The one-letter state of ``pid`` from /proc (``T``: stopped), or None without /proc; ``stat``: read
+    that file instead (a thread's)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return (stat or Path(f"/proc/{pid}/stat")).read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return None
+
+
+STOP_WAIT = 10.0  # seconds stop_process waits for every thread of a process to stop
+
+
+def stop_process(pid: int, timeout: float = STOP_WAIT) -> None:
+    """SIGSTOP ``pid`` and return once every thread of it has stopped (a vanished peer, for fault tests).
+
+    ``kill`` only queues the signal. The group stop begins when the thread the
+    kernel picked handles it: a thread inside a system call that cannot be
+    interrupted (an fsync or a page fault on a busy disk) handles it only when
+    the call returns, and until then the process's other threads go on
+    answering. Raises DevServerError naming the threads still running after
+    ``timeout`` seconds (default 10); without /proc it returns once the signal is sent.
+    """
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while running := _running_threads(pid):
+        if time.monotonic() >= deadline:
+            raise DevServerError(f"pid {pid}: threads {', '.join(running)} still running {timeout:g}s after SIGSTOP")
+        time.sleep(0.005)
+
+
+def _running_threads(pid: int) -> list[str]:
+    """The threads of ``pid`` that are not stopped, as ``tid:state`` (none without /proc or once it exited)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    running = []
+    for tid in tasks:
+        state = _pid_state(int(tid), Path(f"/proc/{pid}/task/{tid}/stat"))
+        if state not in (None, "T", "t", "Z", "X"):
+            running.append(f"{tid}:{state}")
+    return running
 
 
 def pid_runs(pid: int, executable: Path) -> bool:
@@ -124,15 +160,14 @@ class ServerProcess:
         return self._popen.poll() if self._popen is not None else None
 
     def freeze(self) -> None:
-        """Stop the process with SIGSTOP: it keeps its sockets open but answers nothing (a vanished peer)."""
+        """Stop the process with SIGSTOP and wait until every thread has stopped (:func:`stop_process`): it
+        keeps its sockets open but answers nothing (a vanished peer)."""
         if not self.running:
             raise DevServerError(f"{self.executable.name} is not running; cannot freeze it")
-        self._signal(signal.SIGSTOP)
-        self.frozen = True
         pid = self.pid
-        deadline = time.monotonic() + 2.0
-        while pid is not None and _pid_state(pid) not in ("T", None) and time.monotonic() < deadline:
-            time.sleep(0.01)  # SIGSTOP is delivered asynchronously
+        assert pid is not None  # running
+        self.frozen = True  # set first: thaw() must send SIGCONT even if the wait below fails
+        stop_process(pid)
 
     def thaw(self) -> None:
         """Let a frozen process run again with SIGCONT (a no-op when it is not frozen)."""

@@ -28,6 +28,7 @@ from airflow.triggers.shared_stream import SharedStreamManager
 from liftbridge_provider.client import AsyncLiftbridgeClient, LiftbridgeClient, LiftbridgeError, StopPosition
 from liftbridge_provider.core.watching import CursorNames
 from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.devserver.process import stop_process
 from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
 
 WAIT = 30.0  # seconds any wait below may take before the test fails
@@ -412,7 +413,7 @@ def test_a_cursor_write_that_fails_ends_the_group_and_repeats_only_the_event_in_
             first = Watcher(SharedStreamManager(), trigger, 1, refuse=lambda p: False, hold=release).start()
             await until(lambda: client.fetch_cursor("frozen-write", stream, 0) == -1, "the watcher to start")
             await asyncio.sleep(1)  # it holds offset 0
-            os.kill(pid, signal.SIGSTOP)
+            stop_process(pid)
             try:
                 release.set()  # stored; the cursor write now meets a frozen server
                 await until(lambda: first.task is not None and first.task.done(), "the failed write to end the group")
@@ -451,7 +452,7 @@ def test_watcher_follows_a_new_leader_while_the_old_one_is_frozen(
             await until(lambda: len(watcher.stored) >= 2, "the first two messages")
             pid = liftbridge_cluster.node(leader).process.pid
             assert pid is not None
-            os.kill(pid, signal.SIGSTOP)
+            stop_process(pid)
             try:
                 frozen_at = asyncio.get_running_loop().time()
                 await asyncio.to_thread(_publish_to_new_leader, client, stream, leader)

@@ -32,6 +32,7 @@ from liftbridge_provider.client import (
 )
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.cluster import METADATA_LEADER_LINE
+from liftbridge_provider.devserver.process import stop_process
 from tests.waiting import wait_until_answered as wait_until
 
 pytestmark = pytest.mark.cluster
@@ -44,7 +45,7 @@ def frozen(cluster: DevServer, *server_ids: str) -> Iterator[None]:
     try:
         for pid in pids:
             assert pid is not None
-            os.kill(pid, signal.SIGSTOP)
+            stop_process(pid)
         yield
     finally:
         for pid in pids:

@@ -7,6 +7,7 @@ the client before that fix.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import threading
@@ -28,6 +29,7 @@ from liftbridge_provider.client import (
     StreamExistsError,
 )
 from liftbridge_provider.devserver import DevServer, start_single
+from liftbridge_provider.devserver.process import stop_process
 from liftbridge_provider.devserver.proxy import FaultProxy
 from tests.cancellation import cancelled_at_each_switch
 from tests.waiting import wait_until
@@ -202,9 +204,10 @@ def test_earliest_offset_is_sure_when_retention_removed_everything(client: Liftb
     assert client.earliest_offset(name, 0) == 20
 
 
-def test_earliest_offset_of_a_silent_leader_is_a_timeout_not_a_guess(tmp_path: Any) -> None:
+def test_earliest_offset_of_a_silent_leader_is_a_timeout_not_a_guess(tmp_path: Any, caplog: Any) -> None:
     """An earliest-offset probe that saw nothing within 2 s answered high watermark + 1, so
     on_data_loss='skip' skipped a whole range; a leader that stops answering must be a timeout."""
+    caplog.set_level(logging.INFO, logger="liftbridge_provider")  # a failure shows the reads' own account
     with start_single(data_dir=tmp_path / "lb") as server, LiftbridgeClient(server.brokers) as one:
         name = new_stream(one)
         one.publish_batch(name, [b"x"] * 10, ack_policy="all")
@@ -214,7 +217,7 @@ def test_earliest_offset_of_a_silent_leader_is_a_timeout_not_a_guess(tmp_path: A
 
         def fetch_then_freeze(*args: Any, **kwargs: Any) -> Any:
             info = fetch(*args, **kwargs)
-            os.kill(pid, signal.SIGSTOP)  # the leader answered, then stopped: a slow or vanishing peer
+            stop_process(pid)  # the leader answered, then stopped: a slow or vanishing peer
             return info
 
         one.fetch_partition_metadata = fetch_then_freeze  # type: ignore[method-assign]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,12 +16,53 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer, DevServerError, start_single
-from liftbridge_provider.devserver.process import pid_runs
+from liftbridge_provider.devserver.process import pid_runs, stop_process
 
 
 def process_state(pid: int) -> str:
     """The one-letter state of ``pid`` in /proc (T: stopped, S/R: running)."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+BUSY_THREADS = """
+import threading, time
+def spin():
+    while True:
+        pass
+for _ in range(4):
+    threading.Thread(target=spin, daemon=True).start()
+print("spinning", flush=True)
+time.sleep(120)
+"""
+
+
+def cpu_ticks(pid: int) -> int:
+    """User plus system CPU ticks ``pid`` has used (/proc/<pid>/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def test_stop_process_returns_only_once_every_thread_has_stopped() -> None:
+    """A fault test froze a node with a bare SIGSTOP and went on at once; the signal is delivered
+    asynchronously, and a thread still running answered a read the test expected to go unanswered.
+    Once stop_process returns, every thread is stopped and the process uses no more CPU."""
+    child = subprocess.Popen([sys.executable, "-c", BUSY_THREADS], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == b"spinning"
+        stop_process(child.pid)
+        states = {tid: process_state(int(tid)) for tid in os.listdir(f"/proc/{child.pid}/task")}
+        assert len(states) >= 5, states
+        assert set(states.values()) <= {"T", "t"}, states
+        before = cpu_ticks(child.pid)
+        time.sleep(0.5)
+        assert cpu_ticks(child.pid) == before, "a stopped process went on using CPU"
+        os.kill(child.pid, signal.SIGCONT)
+        time.sleep(0.3)
+        assert cpu_ticks(child.pid) > before, "the thawed process runs again"
+    finally:
+        child.kill()
+        child.wait(10)
 
 
 def fetch_brokers(address: str, timeout: float) -> int:
