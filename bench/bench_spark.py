@@ -61,13 +61,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from _cpu_split import PARTS, WATCHED, Meter, cpu_row, find_java
 from _golbbench import find_golbbench, go_liftbridge_version, run_golbbench, run_golbbench_together
 from _machine import machine_line
 from _standalone import standalone_cluster
@@ -93,32 +93,6 @@ CHUNK = 100_000  # messages per publish_batch call: bounds the memory of the pub
 
 
 # -- measuring ------------------------------------------------------------------------
-
-
-def cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs since boot, from the first line of /proc/stat."""
-    with open("/proc/stat") as stat:
-        values = [int(v) for v in stat.readline().split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    total = sum(values[:8])  # user nice system idle iowait irq softirq steal (guest is inside user)
-    return total - idle, total
-
-
-@dataclass
-class Meter:
-    """Wall-clock seconds and the machine's busy CPU share of a ``with`` block."""
-
-    seconds: float = 0.0
-    machine: float = 0.0
-
-    @contextmanager
-    def measure(self) -> Iterator[None]:
-        busy0, total0 = cpu_times()
-        wall0 = time.perf_counter()
-        yield
-        self.seconds = time.perf_counter() - wall0
-        busy1, total1 = cpu_times()
-        self.machine = (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
 
 
 @dataclass
@@ -279,6 +253,7 @@ class SparkBench:
             .getOrCreate()
         )
         self.spark.sparkContext.setLogLevel("ERROR")
+        WATCHED.jvm = find_java(self.spark.sparkContext._gateway.proc.pid)  # type: ignore[union-attr]
         self.startup = time.perf_counter() - started
         self.brokers = ""
         self.stream = ""
@@ -426,6 +401,19 @@ def print_table(tests: list[Test], baseline: Test, go: Test | None, size: int, r
     print(f"Throughput, best of {runs} run(s) per test (the first Spark run includes JVM / Python worker warm-up):")
     print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True))))
     for row in rows:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+
+
+def print_cpu(tests: list[Test]) -> None:
+    """CPU us per row of each test's shown run, by process: where a saturated machine's time went."""
+    header = ["test", "machine", *PARTS, "rest"]
+    rows = [[test.name, *cpu_row(test.best, test.rows)] for test in tests]
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
+    print(
+        "CPU us per row of the shown run (machine: all CPUs busy; rest: this process and go's readers; "
+        "go's rows include process start and connect):"
+    )
+    for row in [header, *rows]:
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
 
 
@@ -602,6 +590,7 @@ def run_on_server(spark: SparkBench, golbbench: Path | None, args: argparse.Name
     results = Results()
     with start_single() as server, LiftbridgeClient(server.brokers) as client:
         brokers = ",".join(server.brokers)
+        WATCHED.server = server.nodes[0].process.pid
         stream = "bench-spark"
         create_stream(client, stream, args.partitions)
         seconds = publish(client, stream, args.messages, args.partitions, args.size)
@@ -671,6 +660,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     by_name = {test.name: test for test in results.tests}
     print_table(results.tests, by_name[BASELINE], by_name.get(GO_ANCHOR), args.size, args.runs)
+    print()
+    print_cpu(results.tests)
     print_ratios(by_name)
     if results.standalone:
         print_standalone(results.standalone, args.standalone)
