@@ -123,6 +123,14 @@ class Subscription(Iterator[Message]):
                 raise LiftbridgeError(
                     f"undecodable message from the server: {exc}", stream=self.stream, partition=self.partition
                 ) from exc
+            except BaseException:
+                # The call ended (or the read was stopped) after the builder took messages the state has not
+                # been told of: tell it now, so a reopened call starts after them and the window (reset from
+                # the state) does not take them again.
+                last = builder.last_offset
+                if last is not None and last != seen:
+                    state.took(last, last=False)
+                raise
             status = TAKEN if outcome is None else outcome[0]
             last = builder.last_offset
             if last is not None and last != seen:
