@@ -3,10 +3,9 @@
 A rate on a saturated machine only says how the CPUs were shared; CPU seconds
 per row by process says what each part costs, so a ratio between two tests can
 be read as "this part is the difference". Read from /proc (Linux): the
-machine's busy time from /proc/stat, each process's user + system time from
-/proc/<pid>/stat, with its reaped children's time for a process tree (Spark's
-Python daemon forks the workers, and a worker that exited is counted in its
-parent's children time).
+machine's busy time from /proc/stat, each process's own user + system time
+from /proc/<pid>/stat; Spark's Python workers are the JVM's live descendants
+(its Python daemon forks them and reuses them from job to job).
 """
 
 from __future__ import annotations
@@ -54,10 +53,9 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def tree_ticks(pid: int) -> int:
-    """User + system ticks of ``pid`` and every descendant, the reaped ones included, each counted once."""
-    own, reaped = process_ticks(pid)
-    return own + reaped + sum(tree_ticks(child) for child in children(pid))
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and every live descendant."""
+    return [pid] + [p for child in children(pid) for p in tree_pids(child)]
 
 
 def find_java(pid: int) -> int | None:
@@ -81,15 +79,23 @@ class Watched:
     server: int | None = None
     jvm: int | None = None
 
-    def ticks(self) -> dict[str, int]:
-        parts: dict[str, int] = {}
+    def ticks(self) -> dict[str, dict[int, int]]:
+        """Own user + system ticks of each watched process, by part and pid (Spark's Python workers: every
+        live descendant of the JVM)."""
+        parts: dict[str, dict[int, int]] = {}
         if self.server is not None:
-            parts["server"] = sum(process_ticks(self.server))
+            parts["server"] = {self.server: process_ticks(self.server)[0]}
         if self.jvm is not None:
-            own = process_ticks(self.jvm)[0]
-            parts["jvm"] = own
-            parts["python workers"] = tree_ticks(self.jvm) - own
+            parts["jvm"] = {self.jvm: process_ticks(self.jvm)[0]}
+            parts["python workers"] = {p: process_ticks(p)[0] for p in tree_pids(self.jvm)[1:]}
         return parts
+
+
+def spent(before: dict[int, int], after: dict[int, int]) -> int:
+    """Ticks the processes of ``after`` used since ``before`` (a new one: all of its own). A process that
+    exited in between is left out, as its last ticks are not known (Spark's daemon does not collect its
+    workers' times): its CPU shows in the machine's total and the rest, not in its part."""
+    return sum(ticks - before.get(pid, 0) for pid, ticks in after.items())
 
 
 WATCHED = Watched()
@@ -116,7 +122,7 @@ class Meter:
         parts1 = WATCHED.ticks()
         self.machine = (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
         self.busy_seconds = (busy1 - busy0) / TICKS
-        self.cpu = {name: (parts1[name] - parts0.get(name, 0)) / TICKS for name in parts1}
+        self.cpu = {name: spent(parts0.get(name, {}), parts1[name]) / TICKS for name in parts1}
 
 
 def cpu_row(meter: Meter, rows: int) -> list[str]:
