@@ -28,8 +28,37 @@ def local_spark(app_name: str) -> SparkSession:
     )
 
 
+APP_NAME = "liftbridge-tests"
+_seen = {"first test": False}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the first test of a session that will use the ``spark`` fixture, start the session.
+
+    pyspark launches the JVM with a fork that runs Python code in the child
+    (``preexec_fn``); a fork while gRPC's threads run can kill that child ("Java
+    gateway process exited before sending its port number", docs/airflow.md,
+    "Forked processes and gRPC"). A test that reads through a client (gRPC)
+    before this worker's first Spark test would make every Spark test of the
+    worker fail, so the JVM comes first, whatever order the tests run in.
+    """
+    if _seen["first test"]:
+        return
+    _seen["first test"] = True
+    if any("spark" in getattr(other, "fixturenames", ()) for other in item.session.items):
+        local_spark(APP_NAME)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = local_spark("liftbridge-tests")
+    session = local_spark(APP_NAME)
     yield session
     session.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop a session started for tests this worker did not run (the fixture stops its own)."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
