@@ -127,19 +127,22 @@ class Subscription(Iterator[Message]):
                 # The call ended (or the read was stopped) after the builder took messages the state has not
                 # been told of: tell it now, so a reopened call starts after them and the window (reset from
                 # the state) does not take them again.
-                last = builder.last_offset
-                if last is not None and last != seen:
-                    state.took(last, last=False)
+                self._tell_taken(builder, seen, last=False)
                 raise
             status = TAKEN if outcome is None else outcome[0]
-            last = builder.last_offset
-            if last is not None and last != seen:
-                state.took(last, last=status == LAST)
-                seen = last
+            seen = self._tell_taken(builder, seen, last=status == LAST)
             if status == END:
                 state.passed_stop()
             if outcome is None or status in (LAST, END):
                 return
+
+    def _tell_taken(self, builder: ColumnBuilder, seen: int | None, *, last: bool) -> int | None:
+        """Tell the state of the messages the builder took after offset ``seen`` (``last``: up to the stop
+        offset); returns the builder's last offset, the next ``seen``."""
+        taken = builder.last_offset
+        if taken is not None and taken != seen:
+            self._state.took(taken, last=last)
+        return taken
 
     def _run(self) -> Generator[api.Message, None, None]:
         state = self._state

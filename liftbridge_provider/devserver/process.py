@@ -38,11 +38,15 @@ def _pid_alive(pid: int) -> bool:
     return _pid_state(pid) != "Z"
 
 
-def _pid_state(pid: int, stat: Path | None = None) -> str | None:
-    """The one-letter state of ``pid`` from /proc (``T``: stopped), or None without /proc; ``stat``: read
-    that file instead (a thread's)."""
+def _pid_state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` from /proc (``T``: stopped), or None without /proc."""
+    return _stat_state(Path(f"/proc/{pid}/stat"))
+
+
+def _stat_state(stat: Path) -> str | None:
+    """The one-letter state in a /proc ``stat`` file (a process's or a thread's), or None if unreadable."""
     try:
-        return (stat or Path(f"/proc/{pid}/stat")).read_text().rsplit(")", 1)[1].split()[0]
+        return stat.read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return None
 
@@ -76,7 +80,7 @@ def _running_threads(pid: int) -> list[str]:
         return []
     running = []
     for tid in tasks:
-        state = _pid_state(int(tid), Path(f"/proc/{pid}/task/{tid}/stat"))
+        state = _stat_state(Path(f"/proc/{pid}/task/{tid}/stat"))
         if state not in (None, "T", "t", "Z", "X"):
             running.append(f"{tid}:{state}")
     return running
