@@ -30,6 +30,7 @@ from liftbridge_provider.client import LiftbridgeClient, partition_by_round_robi
 from liftbridge_provider.core.watching import CursorNames
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.config import free_port
+from liftbridge_provider.devserver.leftovers import end_session
 
 pytestmark = pytest.mark.airflow_target
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -273,12 +274,7 @@ def test_the_event_dag_runs_once_from_a_published_batch(
             wait_until(lambda: _runs(home, "liftbridge_event_ingest", "success") == 1, "the run's success",
                        log.read_text)  # fmt: skip
         finally:
-            os.killpg(standalone.pid, signal.SIGTERM)
-            try:
-                standalone.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(standalone.pid, signal.SIGKILL)
-            _kill_left_behind(str(home))
+            end_session(standalone, ("AIRFLOW_HOME", str(home)))
     rows = lake_rows(lake / f"stream={stream}")
     assert sorted(rows) == sorted((p, o) for p in range(3) for o in range(100))
     assert _runs(home, "liftbridge_event_ingest") == 1
@@ -291,16 +287,3 @@ def _runs(home: Path, dag_id: str, state: str | None = None) -> int:
     with sqlite3.connect(home / "airflow.db", timeout=30) as db:
         count: int = db.execute(*query).fetchone()[0]
     return count
-
-
-def _kill_left_behind(airflow_home: str) -> None:
-    """SIGKILL what this Airflow left running (task processes run in their own sessions)."""
-    marker = f"AIRFLOW_HOME={airflow_home}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-        except OSError:
-            continue

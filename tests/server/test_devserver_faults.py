@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import grpc
@@ -16,7 +18,9 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer, DevServerError, start_single
+from liftbridge_provider.devserver.leftovers import end_session, leftover_pids
 from liftbridge_provider.devserver.process import pid_runs, stop_process
+from tests.waiting import wait_until
 
 
 def process_state(pid: int) -> str:
@@ -63,6 +67,60 @@ def test_stop_process_returns_only_once_every_thread_has_stopped() -> None:
     finally:
         child.kill()
         child.wait(10)
+
+
+@pytest.mark.parametrize(
+    ("leader_ignores_sigterm", "leader_ends_by"),
+    [(True, signal.SIGKILL), (False, signal.SIGTERM)],
+    ids=["leader-ignores-sigterm", "child-ignores-sigterm"],
+)
+def test_end_session_leaves_nothing_of_the_command_or_what_it_started(
+    leader_ignores_sigterm: bool, leader_ends_by: int
+) -> None:
+    """Guards the system tests' cleanup of `airflow standalone`, whose API server kept running after the
+    command itself had exited on SIGTERM. Gone once end_session returns: a child in the command's session
+    that ignores SIGTERM and whose environment lost the mark (Airflow's API server and executor workers:
+    setproctitle writes over it), a grandchild in a session of its own that kept the mark (a task's
+    spark-submit), and the command, which gets SIGKILL if it ignores SIGTERM."""
+    mark = ("LB_END_SESSION_TEST", uuid.uuid4().hex)
+    trap = "trap '' TERM; " if leader_ignores_sigterm else ""
+    script = f"{trap}setsid sleep 300 & (trap '' TERM; exec env -u {mark[0]} sleep 300) & while :; do sleep 0.1; done"
+    leader = subprocess.Popen(["sh", "-c", script], env={**os.environ, mark[0]: mark[1]}, start_new_session=True)
+    try:
+
+        def sleeps() -> tuple[list[int], list[int]]:
+            ours = [p for p in children(leader.pid) if cmdline(p).split(b"\0")[:2] == [b"sleep", b"300"]]
+            return [p for p in ours if os.getsid(p) == leader.pid], [p for p in ours if os.getsid(p) != leader.pid]
+
+        wait_until(lambda: all(sleeps()), 10, "an unmarked child in the session and a marked one outside it")
+        in_session, outside = sleeps()
+        assert not any(mark[0].encode() in Path(f"/proc/{p}/environ").read_bytes() for p in in_session)
+        started = time.monotonic()
+        end_session(leader, mark, timeout=1.0)
+        assert time.monotonic() - started < 10
+        assert leader.returncode == -leader_ends_by
+        assert leftover_pids(session=leader.pid, marked=mark) == [], "nothing of the session or with the mark"
+        assert not any(Path(f"/proc/{p}").exists() and process_state(p) != "Z" for p in in_session + outside)
+    finally:
+        for pid in leftover_pids(session=leader.pid, marked=mark):
+            os.kill(pid, signal.SIGKILL)
+
+
+def children(parent: int) -> list[int]:
+    """The pids whose parent is ``parent`` (field 4 of /proc/<pid>/stat)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, IndexError):
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(entry.name))
+    return found
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def fetch_brokers(address: str, timeout: float) -> int:

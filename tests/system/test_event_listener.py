@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,8 +24,9 @@ import pytest
 from liftbridge_provider.client import LiftbridgeClient, partition_by_key
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.config import free_port
+from liftbridge_provider.devserver.leftovers import end_session
 from tests.airflow.statsd import StatsdListener
-from tests.system.airflow_standalone import kill_left_behind, migrate
+from tests.system.airflow_standalone import migrate
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 WAIT = 300.0  # seconds a DAG run may take to be scheduled, run and reported under `airflow standalone`
@@ -118,12 +118,7 @@ def test_under_the_scheduler_a_runs_events_arrive_in_order_and_an_outage_only_dr
             node.stop(timeout=10)
             check_outage_only_drops(env, statsd, log)
         finally:
-            os.killpg(standalone.pid, signal.SIGTERM)
-            try:
-                standalone.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(standalone.pid, signal.SIGKILL)
-            kill_left_behind(env["AIRFLOW_HOME"])
+            end_session(standalone, ("AIRFLOW_HOME", env["AIRFLOW_HOME"]))
             statsd.close()
             node.stop(timeout=5)
 

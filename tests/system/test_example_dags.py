@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,8 @@ import pyarrow.parquet as pq
 from liftbridge_provider.client import LiftbridgeClient, partition_by_round_robin
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.config import free_port
-from tests.system.airflow_standalone import kill_left_behind, migrate
+from liftbridge_provider.devserver.leftovers import end_session
+from tests.system.airflow_standalone import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 FACET = "liftbridge_offsets"  # the dataset facet with the offsets a task read
@@ -155,12 +155,7 @@ def test_event_driven_example_ingests_every_published_message(liftbridge_server:
             client.publish_batch(stream, values, partitioner=partition_by_round_robin())
             rows = _wait_for_rows(lake / f"stream={stream}", 1200, tmp_path / "standalone.log")
         finally:
-            os.killpg(standalone.pid, signal.SIGTERM)
-            try:
-                standalone.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(standalone.pid, signal.SIGKILL)
-            kill_left_behind(env["AIRFLOW_HOME"])
+            end_session(standalone, ("AIRFLOW_HOME", env["AIRFLOW_HOME"]))
     assert len(rows) == 1200
     assert len(set(rows)) == 1200, "a message was ingested twice"
     assert {partition for partition, _ in rows} == {0, 1, 2}
