@@ -49,9 +49,10 @@ def kill_leftovers(*, session: int, marked: tuple[str, str], timeout: float = LE
     are not counted.
     """
     killed: list[int] = []
+    spared = _ancestry(os.getpid())  # this process and those that started it, whatever their environment
     deadline = time.monotonic() + timeout
     while True:
-        found = [pid for pid in leftover_pids(session=session, marked=marked) if pid != os.getpid()]
+        found = [pid for pid in leftover_pids(session=session, marked=marked) if pid not in spared]
         for pid in found:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -78,6 +79,18 @@ def leftover_pids(*, session: int, marked: tuple[str, str]) -> list[int]:
         except (OSError, ValueError, IndexError):  # gone meanwhile, or not ours to read
             continue
     return pids
+
+
+def _ancestry(pid: int) -> set[int]:
+    """``pid`` and its parent, grandparent and so on, up to init."""
+    chain = set()
+    while pid > 1 and pid not in chain:
+        chain.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return chain
 
 
 def _state_and_session(entry: Path) -> tuple[str, int]:

@@ -33,6 +33,7 @@ from liftbridge_provider import fault_points
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.core.watching import CursorNames
 from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.devserver.leftovers import end_session
 from tests.airflow.statsd import StatsdListener
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -95,8 +96,9 @@ class Triggerer:
         self._signal_group(signal.SIGKILL)
 
     def stop(self) -> None:
-        self._signal_group(signal.SIGTERM, wait=30)
-        self._signal_group(signal.SIGKILL)
+        """SIGTERM, SIGKILL after 30 s, then whatever of its session or its AIRFLOW_HOME is left."""
+        if self.process is not None:
+            end_session(self.process, ("AIRFLOW_HOME", self.env["AIRFLOW_HOME"]), timeout=30)
 
     def _signal_group(self, sig: signal.Signals, wait: float = 10) -> None:
         if self.process is None or self.process.poll() is not None:

@@ -178,8 +178,8 @@ class Triggerer:
 def triggerer(home: Path, liftbridge_server: DevServer) -> Iterator[Triggerer]:
     started = Triggerer(home, airflow_env(home, liftbridge_server, home / "dags"))
     yield started
-    started.signal(signal.SIGTERM)
-    started.signal(signal.SIGKILL)
+    if started.process is not None:
+        end_session(started.process, ("AIRFLOW_HOME", str(home)), timeout=30)
 
 
 def asset_offsets(home: Path, asset: str) -> list[tuple[int, int]]:
