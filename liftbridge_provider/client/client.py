@@ -21,6 +21,7 @@ from liftbridge_provider.client.publish.paths import PublishPaths
 from liftbridge_provider.client.publish_methods import PublishMethods
 from liftbridge_provider.client.range_read import BeyondHighWatermark
 from liftbridge_provider.client.reading import SubscriptionState
+from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.subscription import Subscription
 from liftbridge_provider.core import checks
@@ -90,6 +91,7 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         call waits up to 5 s, within ``timeout``, for the leader to commit them.
         """
         check_timeout("timeout", timeout)
+        checks.check_flag(settle, "settle")
         build.partition_metadata_request(stream, partition)
         return self._router.partition_metadata(stream, partition, timeout=timeout, settle=settle)
 
@@ -141,7 +143,7 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         any resume resumes every paused partition of the stream."""
         check_timeout("timeout", timeout)
         checks.check_flag(resume_all, "resume_all")
-        ids = self._partition_list(name, partitions)
+        ids = self._partition_list(name, partitions, "pause")
         if ids == []:
             return
         request = api.PauseStreamRequest(name=name, partitions=ids or [], resumeAll=resume_all)
@@ -159,14 +161,14 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         ``readonly=False``. An empty selection changes nothing (no SetStreamReadonly request is sent)."""
         check_timeout("timeout", timeout)
         checks.check_flag(readonly, "readonly")
-        ids = self._partition_list(name, partitions)
+        ids = self._partition_list(name, partitions, "change the readonly flag of")
         if ids == []:
             return
         request = api.SetStreamReadonlyRequest(name=name, partitions=ids or [], readonly=readonly)
         self._unary("SetStreamReadonly", request, timeout=timeout, stream=name)
 
-    def _partition_list(self, name: str, partitions: Iterable[int] | None) -> list[int] | None:
-        checks.check_stream_name(name)
+    def _partition_list(self, name: str, partitions: Iterable[int] | None, action: str) -> list[int] | None:
+        build.check_not_reserved(checks.check_stream_name(name), action)
         if partitions is None:
             return None
         return checks.check_partition_selection(partitions, self._router.partition_count(name), name)
@@ -204,14 +206,19 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         checks.check_flag(resume, "resume")
         if read_isr_replica is not None:
             checks.check_flag(read_isr_replica, "read_isr_replica")
-        count = self._router.partition_count(checks.check_stream_name(stream))
-        checks.check_partition(partition, count, stream)
         replica = self.config.read_isr_replica if read_isr_replica is None else read_isr_replica
         request = build.subscribe_request(
             stream, partition, start or StartPosition.new_only(), stop, read_isr_replica=replica, resume=resume
         )
+        started = Deadline(timeout) if timeout is not None else None  # the lookup counts against ``timeout``
+        lookup = min(started.left("subscribe"), self.config.request_timeout) if started is not None else None
+        checks.check_partition(partition, self._router.partition_count(stream, timeout=lookup), stream)
         return self._subscription(
-            request, stop, timeout=timeout, idle_timeout=idle_timeout, resubscribe_wait=resubscribe_wait
+            request,
+            stop,
+            timeout=started.left("subscribe") if started is not None else None,
+            idle_timeout=idle_timeout,
+            resubscribe_wait=resubscribe_wait,
         )
 
     def _subscription(
@@ -333,6 +340,7 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         with jittered 10-500 ms backoff, also for messages nobody has published yet; to wait only for a
         commit already on its way, use :meth:`wait_for_commit`."""
         check_timeout("timeout", timeout)
+        checks.check_partition(partition, stream=checks.check_stream_name(stream))
         checks.check_offset(offset, "offset", minimum=-1)
         info = self._router.high_watermark_reaching(stream, partition, offset, timeout=timeout, held_only=False)
         return info.high_watermark
@@ -352,6 +360,7 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         beyond the high watermark (``read_range``, the Spark source) decide by this.
         """
         check_timeout("timeout", timeout)
+        checks.check_partition(partition, stream=checks.check_stream_name(stream))
         checks.check_offset(offset, "offset", minimum=-1)
         return self._router.high_watermark_reaching(stream, partition, offset, timeout=timeout, held_only=True)
 
@@ -378,6 +387,7 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         """
         check_timeout("timeout", timeout)
         check_seconds("probe", probe)
+        checks.check_flag(resume, "resume")
         return offset_lookup.earliest_offset(
             self, stream, partition, self._router.deadline(timeout), resume=resume, probe=probe
         )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.core.checks import INT64_MAX, check_offset
 from liftbridge_provider.core.errors import InvalidArgumentError
 
 
@@ -40,15 +41,15 @@ def _nanos(value: datetime | int, name: str) -> int:
             raise InvalidArgumentError(f"{name} must be timezone-aware, got naive {value!r}")
         delta = value - datetime(1970, 1, 1, tzinfo=UTC)
         return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT64_MAX:
         return value
-    raise InvalidArgumentError(f"{name} must be an aware datetime or nanoseconds >= 0, got {value!r}")
+    raise InvalidArgumentError(
+        f"{name} must be an aware datetime or nanoseconds from 0 to {INT64_MAX}, got {value!r:.80}"
+    )
 
 
 def _offset(value: int, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidArgumentError(f"{name} must be a whole number >= 0, got {value!r}")
-    return value
+    return check_offset(value, name)
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,14 @@ def earliest_offset(
 ) -> int | None:
     """See ``LiftbridgeClient.earliest_offset``: None for a partition that never held a message, high
     watermark + 1 when retention removed every message, else the first retained offset."""
-    high_watermark = client.fetch_partition_metadata(stream, partition, timeout=deadline.remaining()).high_watermark
+    high_watermark = client.fetch_partition_metadata(
+        stream, partition, timeout=deadline.left("earliest_offset")
+    ).high_watermark
     if high_watermark < 0:
         return None
     up_to_committed = StopPosition.at_offset(high_watermark)
     first = first_retained(
-        client, stream, partition, up_to_committed, seconds=min(probe, deadline.remaining()), resume=resume
+        client, stream, partition, up_to_committed, seconds=min(probe, deadline.left("earliest_offset")), resume=resume
     )
     if first == ENDED_EMPTY:  # the server's own answer: its log starts past the high watermark
         log.info("%s/%d: nothing retained up to the high watermark %d", stream, partition, high_watermark)
@@ -47,12 +49,19 @@ def earliest_offset(
     if first is not None:
         return first
     try:
-        first = first_retained(client, stream, partition, TO_THE_END, seconds=deadline.remaining(), resume=resume)
+        first = first_retained(
+            client, stream, partition, TO_THE_END, seconds=deadline.left("earliest_offset"), resume=resume
+        )
     except LiftbridgeError as exc:
         if not log_is_empty(exc):
             raise
         first = first_retained(
-            client, stream, partition, up_to_committed, seconds=min(probe, deadline.remaining()), resume=resume
+            client,
+            stream,
+            partition,
+            up_to_committed,
+            seconds=min(probe, deadline.left("earliest_offset")),
+            resume=resume,
         )
         if first is not None and first != ENDED_EMPTY:
             return first
@@ -100,7 +109,7 @@ def offset_at_time(client: RangeReader, stream: str, partition: int, nanoseconds
 
 def committed_newest(client: RangeReader, stream: str, partition: int, deadline: Deadline) -> int:
     """The high watermark once it covers the newest offset the leader held when asked."""
-    info = client.fetch_partition_metadata(stream, partition, timeout=deadline.remaining())
+    info = client.fetch_partition_metadata(stream, partition, timeout=deadline.left("offset_at_time"))
     if info.newest_offset <= info.high_watermark:
         return info.high_watermark
     newest = info.newest_offset
@@ -124,9 +133,9 @@ def first_message(
         partition=partition,
         start=start,
         stop=stop,
-        timeout=deadline.remaining(),
+        timeout=deadline.left("reading the first message"),
         resume=True,
-        resubscribe_wait=deadline.remaining(),
+        resubscribe_wait=deadline.left("reading the first message"),
     )
     with subscription:
         return next(subscription, None)

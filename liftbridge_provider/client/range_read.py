@@ -74,6 +74,7 @@ def range_subscription(
     if read_isr_replica is not None:
         checks.check_flag(read_isr_replica, "read_isr_replica")
     checks.check_stream_name(stream)
+    checks.check_partition(partition, stream=stream)  # also for an empty range, which returns before any call
     checks.check_offset(start, "start")
     checks.check_offset(end, "end")
     if end < start:
@@ -111,6 +112,6 @@ def range_subscription(
         stop=StopPosition.at_offset(last),
         read_isr_replica=read_isr_replica,
         resume=resume,
-        timeout=deadline.remaining() if deadline is not None else None,
+        timeout=deadline.left("read_range") if deadline is not None else None,
         idle_timeout=idle_timeout,
     )

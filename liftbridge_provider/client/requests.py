@@ -16,6 +16,7 @@ from liftbridge_provider.client.errors import CursorsDisabledError, NoSuchStream
 from liftbridge_provider.client.messages import AckPolicy, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.core.checks import (
+    INT32_MAX,
     check_bytes,
     check_cursor_id,
     check_group,
@@ -32,6 +33,20 @@ ALL_BROKERS = -1
 """``replication_factor`` meaning "a replica on every broker"."""
 
 RESERVED_STREAMS = frozenset({"__activity", "__cursors"})
+
+
+def check_not_reserved(name: str, action: str) -> str:
+    """``name`` unless it is one of the server's own streams, which a client may read but not create,
+    publish to, pause or make readonly (a stray message or a readonly ``__cursors`` breaks every cursor)."""
+    if name in RESERVED_STREAMS:
+        raise InvalidArgumentError(
+            f"cannot {action} stream {name!r}: it is reserved by Liftbridge (streams {sorted(RESERVED_STREAMS)} "
+            "are the server's own)",
+            stream=name,
+        )
+    return name
+
+
 CURSORS_STREAM = "__cursors"
 
 
@@ -77,19 +92,28 @@ def create_stream_request(
     queue group ``group``, so the highest partition's subject and the group must fit one
     NATS protocol line (see :func:`check_subject`).
     """
+    if options is not None and not isinstance(options, StreamOptions):
+        raise InvalidArgumentError(
+            f"options must be a StreamOptions (or give its fields as keyword arguments), got {options!r:.80}"
+        )
     chosen = StreamOptions.of({**(options.given() if options is not None else {}), **settings})
-    check_stream_name(name)
-    if name in RESERVED_STREAMS:
-        raise InvalidArgumentError(f"stream name {name!r} is reserved by Liftbridge", stream=name)
-    whole(partitions, "partitions", minimum=1)
+    check_not_reserved(check_stream_name(name), "create")
+    whole(partitions, "partitions", minimum=1, maximum=INT32_MAX)
     checked_group = check_group(chosen.group)
     check_subject(subject, suffix=f".{partitions - 1}" if partitions > 1 else "", group=checked_group)
-    if replication_factor != ALL_BROKERS:
-        whole(replication_factor, "replication_factor (or -1 for every broker)", minimum=1)
+    values = chosen.checked()
+    if type(replication_factor) is not int or replication_factor != ALL_BROKERS:
+        whole(replication_factor, "replication_factor (or -1 for every broker)", minimum=1, maximum=INT32_MAX)
+        if int(values.get("minIsr", 1)) > replication_factor:
+            raise InvalidArgumentError(
+                f"min_isr {values['minIsr']} is more than replication_factor {replication_factor}: no message "
+                "could ever commit (ack_policy 'all' would always time out, and readers would see nothing)",
+                stream=name,
+            )
     request = api.CreateStreamRequest(
         subject=subject, name=name, group=checked_group, partitions=partitions, replicationFactor=replication_factor
     )
-    for field, value in chosen.checked().items():
+    for field, value in values.items():
         getattr(request, field).value = value
     return request
 
@@ -109,7 +133,7 @@ def publish_request(
     """A PublishRequest. ``expected_offset`` None means "next offset" (-1 on the wire); ``ack_inbox`` a NATS
     subject the server publishes the ack to (empty: its own)."""
     request = api.PublishRequest(
-        stream=stream,
+        stream=check_not_reserved(stream, "publish to"),
         partition=partition,
         value=check_bytes(value, "value"),
         ackPolicy=ack_policy.value,

@@ -88,6 +88,14 @@ class Deadline:
     def remaining(self) -> float:
         return max(self._end - time.monotonic(), 0.0)
 
+    def left(self, what: str) -> float:
+        """The seconds left, for a call made on this deadline's behalf; LiftbridgeTimeoutError naming
+        ``what`` when none are (the next call would refuse a timeout of 0 as bad input)."""
+        remaining = self.remaining()
+        if remaining <= 0.0:
+            raise LiftbridgeTimeoutError(f"{what}: no time left of the {self.timeout:g}s timeout")
+        return remaining
+
     def attempt_budget(self) -> float:
         """Seconds for the next attempt: half the call's time (at least MIN_ATTEMPT), never past the end."""
         return min(self.remaining(), max(MIN_ATTEMPT, self.timeout / 2))

@@ -179,8 +179,10 @@ class Router:
             return snapshot
         return self.run(plans.knowing(self.deadline(timeout), snapshot, stream))
 
-    def partition_count(self, stream: str) -> int:
-        return len(self.snapshot_with(stream).stream(stream).partitions)
+    def partition_count(self, stream: str, *, timeout: float | None = None) -> int:
+        """How many partitions ``stream`` has; asking the cluster (when the cache does not know it) takes at
+        most ``timeout`` seconds (default ``request_timeout``)."""
+        return len(self.snapshot_with(stream, timeout=timeout).stream(stream).partitions)
 
     def broker_addresses(self) -> list[str]:
         return broker_addresses(self.config, self.metadata.snapshot)

@@ -26,6 +26,12 @@ MAX_SUBJECT_LINE_BYTES = NATS_MAX_CONTROL_LINE - 64
 """Bytes left for a subject (with its ``.<partition>`` suffix) and a group in one NATS protocol line;
 64 bytes stay for what NATS adds (verb, spaces, subscription id, sizes)."""
 
+INT32_MAX = 2**31 - 1
+"""The largest partition number, partition count, replication factor and min ISR (protobuf int32 fields)."""
+
+INT64_MAX = 2**63 - 1
+"""The largest offset and byte or message count (protobuf int64 fields)."""
+
 _WHITE_SPACE = re.compile(r"\s")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _WILDCARD = re.compile(r"[*>]")
@@ -124,7 +130,9 @@ def check_flag(value: object, name: str) -> bool:
 def check_partition(partition: object, partitions: int | None = None, stream: str | None = None) -> int:
     """A partition number >= 0, and below ``partitions`` when the count is known."""
     if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
-        raise InvalidArgumentError(f"partition must be a whole number >= 0, got {partition!r}", stream=stream)
+        raise InvalidArgumentError(f"partition must be a whole number >= 0, got {_shown(partition)}", stream=stream)
+    if partition > INT32_MAX:
+        raise InvalidArgumentError(f"partition must be at most {INT32_MAX}, got {partition}", stream=stream)
     if partitions is not None and partition >= partitions:
         raise InvalidArgumentError(
             f"no partition {partition}: stream {stream!r} has partitions 0-{partitions - 1}",
@@ -160,8 +168,11 @@ def check_batch_messages(messages: object) -> Iterable[object]:
 
 
 def check_offset(offset: object, name: str = "offset", *, minimum: int = 0) -> int:
+    """An offset from ``minimum`` to :data:`INT64_MAX` (the server's int64)."""
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < minimum:
-        raise InvalidArgumentError(f"{name} must be a whole number >= {minimum}, got {offset!r}")
+        raise InvalidArgumentError(f"{name} must be a whole number >= {minimum}, got {_shown(offset)}")
+    if offset > INT64_MAX:
+        raise InvalidArgumentError(f"{name} must be at most {INT64_MAX}, got {offset}")
     return offset
 
 

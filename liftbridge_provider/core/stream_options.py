@@ -18,9 +18,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 
+from liftbridge_provider.core.checks import INT32_MAX, INT64_MAX
 from liftbridge_provider.core.errors import InvalidArgumentError
 
 Duration = timedelta | int | float
+
+MAX_DURATION_MS = INT64_MAX // 1_000_000
+"""The longest duration the server can hold, in ms (about 292 years): it multiplies the milliseconds by
+``time.Millisecond`` in an int64 of nanoseconds (server/config.go), and a larger value wraps around to a
+tiny or negative duration (a retention of a few hundred years became 0.45 ms and emptied the stream)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,7 +88,7 @@ class StreamOptions:
             ("segmentMaxBytes", self.segment_max_bytes),
         ):
             if count is not None:
-                values[field] = whole(count, _snake(field), minimum=0)
+                values[field] = whole(count, _snake(field), minimum=0, maximum=INT64_MAX)
         for field, duration in (
             ("retentionMaxAge", self.retention_max_age),
             ("cleanerInterval", self.cleaner_interval),
@@ -93,7 +99,7 @@ class StreamOptions:
                 values[field] = to_millis(duration, _snake(field))
         for field, count in (("compactMaxGoroutines", self.compact_max_goroutines), ("minIsr", self.min_isr)):
             if count is not None:
-                values[field] = whole(count, _snake(field), minimum=1)
+                values[field] = whole(count, _snake(field), minimum=1, maximum=INT32_MAX)
         for field, flag in (
             ("compactEnabled", self.compact_enabled),
             ("autoPauseDisableIfSubscribers", self.auto_pause_disable_if_subscribers),
@@ -108,22 +114,37 @@ class StreamOptions:
 
 
 def to_millis(value: Duration, name: str) -> int:
-    """Milliseconds from a timedelta or seconds; refuses negative values."""
+    """Whole milliseconds from a timedelta or seconds: 0 (the server's "none"), or 1 ms to
+    :data:`MAX_DURATION_MS`. A positive value that rounds to 0 ms is refused rather than sent as 0,
+    which the server reads as "no limit"."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     else:
-        raise InvalidArgumentError(f"{name} must be a timedelta or a number of seconds, got {value!r}")
-    if seconds < 0 or math.isnan(seconds):
-        raise InvalidArgumentError(f"{name} must not be negative, got {value!r}")
-    return round(seconds * 1000)
+        raise InvalidArgumentError(f"{name} must be a timedelta or a number of seconds, got {value!r:.80}")
+    if math.isnan(seconds) or seconds < 0:
+        raise InvalidArgumentError(f"{name} must not be negative, got {value!r:.80}")
+    millis = round(seconds * 1000) if math.isfinite(seconds) else MAX_DURATION_MS + 1
+    if millis > MAX_DURATION_MS:
+        raise InvalidArgumentError(
+            f"{name} must be at most {MAX_DURATION_MS / 1000:.3f} seconds (about 292 years: the server's "
+            f"limit; a longer one wraps around to almost none), got {value!r:.80}"
+        )
+    if millis == 0 and seconds > 0:
+        raise InvalidArgumentError(
+            f"{name} must be 0 or at least 0.001 seconds (1 ms): {value!r:.80} would be sent as 0, which the "
+            "server reads as no limit"
+        )
+    return millis
 
 
-def whole(value: object, name: str, *, minimum: int) -> int:
-    """``value`` when it is a whole number (not a bool) of at least ``minimum``."""
+def whole(value: object, name: str, *, minimum: int, maximum: int = INT64_MAX) -> int:
+    """``value`` when it is a whole number (not a bool) from ``minimum`` to ``maximum``."""
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidArgumentError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+        raise InvalidArgumentError(f"{name} must be a whole number >= {minimum}, got {value!r:.80}")
+    if value > maximum:
+        raise InvalidArgumentError(f"{name} must be at most {maximum}, got {value}")
     return value
 
 

@@ -113,8 +113,11 @@ class LiftbridgePublishOperator(LiftbridgeBaseOperator):
     :param window: messages in flight awaiting their ack (default 1024).
     :param ack_wait: seconds to wait for each ack (default: the connection's client, 5 s).
 
-    Any message that fails fails the task, listing the failures; nothing is
-    published after the batch in which a failure happened.
+    A bad record fails the task before anything is published when the source
+    can be read twice (a list or tuple of ``messages``, ``jsonl_path``);
+    otherwise before its batch is sent. Any message that fails fails the task,
+    listing the failures; nothing is published after the batch in which a
+    failure happened.
     """
 
     template_fields = (
@@ -194,11 +197,21 @@ class LiftbridgePublishOperator(LiftbridgeBaseOperator):
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"record #{index}: {exc}") from None
 
+    def _check_all_records(self) -> None:
+        """Every record of a source that can be read twice (``messages`` held in memory as a list or
+        tuple, or ``jsonl_path``) checked before the first batch goes out, so one bad record half-way
+        through publishes nothing; a retried task would send the first batches again. The records of
+        ``messages_callable`` or of a one-shot iterator are checked batch by batch."""
+        if self.jsonl_path is not None or isinstance(self.messages, list | tuple):
+            for index, record in enumerate(self._records()):
+                self._message(index, record)
+
     def execute(self, context: Any) -> dict[str, Any]:
         partitions: dict[int, dict[str, int]] = {}
         published, started, last_log = 0, time.monotonic(), time.monotonic()
         partitioner = self._partitioner()
-        with self.client() as client:
+        with self.client() as client:  # its bad-input errors fail the task without retries
+            self._check_all_records()
             self.hook.report_written(self.stream)
             records = iter(self._records())
             while chunk := list(itertools.islice(records, self.batch_size)):

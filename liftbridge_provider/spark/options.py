@@ -38,6 +38,7 @@ Writing (``df.write`` and ``writeStream``; see :class:`WriteOptions`): ``brokers
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -138,8 +139,8 @@ def _number(options: Mapping[str, str], name: str, kind: type[int] | type[float]
         number = kind(value)
     except ValueError:
         raise InvalidArgumentError(f"option {name} must be a {kind.__name__}, got {value!r}") from None
-    if number <= 0:
-        raise InvalidArgumentError(f"option {name} must be > 0, got {value!r}")
+    if not math.isfinite(number) or number <= 0:  # nan compares false: a read timeout of nan never fired
+        raise InvalidArgumentError(f"option {name} must be a finite number > 0, got {value!r}")
     return number
 
 

@@ -583,21 +583,23 @@ def _cursor_writes(client: LiftbridgeClient) -> int:
 def test_publish_refuses_records_that_are_not_bytes_str_or_mappings(
     airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
 ) -> None:
-    """Bad input: an int record was published as b"42"; refuse it, naming its index and type."""
+    """Bad input: an int record was published as b"42"; refuse it, naming its index and type. In the second
+    batch of a list, it used to fail the task after the first batch was stored (a retry sent it again):
+    a source that can be read twice is checked whole before anything is sent."""
     stream = stream_name()
     client.create_stream(stream, stream)
     body = f"""
         from datetime import timedelta
         LiftbridgePublishOperator(
-            task_id="publish", stream={stream!r}, messages=[b"ok", "fine", 42], partitioner=None,
-            retries=2, retry_delay=timedelta(0),
+            task_id="publish", stream={stream!r}, messages=[b"ok", "fine", b"three", 42], partitioner=None,
+            batch_size=2, retries=2, retry_delay=timedelta(0),
         )
     """
     run = run_dag(airflow_home, body, connection_env(liftbridge_server))
     assert run.states == {"publish": "failed"}, run.output[-4000:]
     assert run.tries["publish"] == 1
-    assert "record #2: record must be bytes, str or a mapping, got int" in run.output
-    assert client.fetch_partition_metadata(stream, 0).high_watermark == -1, "nothing of the batch was published"
+    assert "record #3: record must be bytes, str or a mapping, got int" in run.output
+    assert client.fetch_partition_metadata(stream, 0).high_watermark == -1, "nothing of the list was published"
 
 
 def test_commit_records_offsets_retention_removed_before_a_freeze(

@@ -262,6 +262,114 @@ PROBE: list[tuple[str, Call, type[Exception] | None, str]] = [
         NoSuchPartitionError,
         "no partition 9",
     ),
+    # numbers the server cannot hold: a retention of 585 years wrapped to 0.45 ms on the server and its
+    # cleaner emptied the stream; others raised protobuf's bare ValueError ("Value out of range")
+    (
+        "create_stream retention 585 years",
+        lambda c, s: c.create_stream(s + ".new", s + "-new", retention_max_age=18446744073.710),
+        InvalidArgumentError,
+        "retention_max_age must be at most 9223372036.854 seconds",
+    ),
+    (
+        "create_stream retention 0.4 ms",
+        lambda c, s: c.create_stream(s + ".new", s + "-new", retention_max_age=0.0004),
+        InvalidArgumentError,
+        "must be 0 or at least 0.001 seconds",
+    ),
+    (
+        "create_stream partitions 2**31",
+        lambda c, s: c.create_stream(s + ".new", s + "-new", partitions=2**31),
+        InvalidArgumentError,
+        "partitions must be at most 2147483647",
+    ),
+    (
+        "create_stream min_isr above replication",
+        lambda c, s: c.create_stream(s + ".new", s + "-new", replication_factor=1, min_isr=3),
+        InvalidArgumentError,
+        "min_isr 3 is more than replication_factor 1",
+    ),
+    (
+        "fetch_partition_metadata partition 2**31",
+        lambda c, s: c.fetch_partition_metadata(s, 2**31),
+        InvalidArgumentError,
+        "partition must be at most 2147483647",
+    ),
+    (
+        "set_cursor offset 2**63",
+        lambda c, s: c.set_cursor(CURSOR, s, 0, 2**63),
+        InvalidArgumentError,
+        "must be at most 9223372036854775807",
+    ),
+    (
+        "publish expected_offset 2**63",
+        lambda c, s: c.publish(s, b"x", expected_offset=2**63),
+        InvalidArgumentError,
+        "expected_offset must be at most 9223372036854775807",
+    ),
+    (
+        "subscribe start offset 2**63",
+        lambda c, s: c.subscribe(s, start=StartPosition.at_offset(2**63)),
+        InvalidArgumentError,
+        "must be at most 9223372036854775807",
+    ),
+    # the server's own streams: a stray message in __cursors, or __cursors made readonly, broke every cursor
+    (
+        "publish to __cursors",
+        lambda c, s: c.publish("__cursors", b"garbage"),
+        InvalidArgumentError,
+        "cannot publish to stream '__cursors': it is reserved",
+    ),
+    (
+        "publish_batch to __activity",
+        lambda c, s: c.publish_batch("__activity", [b"garbage"]),
+        InvalidArgumentError,
+        "it is reserved",
+    ),
+    (
+        "set_stream_readonly __cursors",
+        lambda c, s: c.set_stream_readonly("__cursors"),
+        InvalidArgumentError,
+        "cannot change the readonly flag of stream '__cursors'",
+    ),
+    ("pause_stream __cursors", lambda c, s: c.pause_stream("__cursors"), InvalidArgumentError, "cannot pause stream"),
+    # arguments never checked: an empty range returned [] for partition -1; the waits asked the server
+    (
+        "read_range partition -1, empty range",
+        lambda c, s: list(c.read_range(s, -1, 5, 5)),
+        InvalidArgumentError,
+        "partition must be a whole number >= 0, got -1",
+    ),
+    (
+        "wait_for_commit stream 'a b'",
+        lambda c, s: c.wait_for_commit("a b", 0, 1),
+        InvalidArgumentError,
+        "invalid stream name 'a b'",
+    ),
+    (
+        "wait_for_high_watermark partition -1",
+        lambda c, s: c.wait_for_high_watermark(s, -1, 1),
+        InvalidArgumentError,
+        "partition must be a whole number >= 0, got -1",
+    ),
+    # flags checked before any server call: "no" is truthy and verified; "x" was accepted
+    (
+        "fetch_partition_metadata settle 'x'",
+        lambda c, s: c.fetch_partition_metadata(s, 0, settle="x"),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "settle must be True or False",
+    ),
+    (
+        "advance_cursor verify 'no'",
+        lambda c, s: c.advance_cursor(CURSOR, s, 0, 1, verify="no"),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "verify must be True or False",
+    ),
+    (
+        "earliest_offset resume 'no'",
+        lambda c, s: c.earliest_offset(s, 0, resume="no"),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "resume must be True or False",
+    ),
     (
         "async set_cursor timeout -1",
         lambda c, s: run_async(c, lambda a: a.set_cursor(CURSOR, s, 0, 1, timeout=-1)),
@@ -380,6 +488,13 @@ def test_the_create_stream_operator_refuses_them_too(monkeypatch: pytest.MonkeyP
             ({"stream": "grp", "group": "bad group"}, "invalid group 'bad group'"),
             ({"stream": "a" * 300}, "300 bytes; at most 255"),
             ({"stream": "wild", "subject": "events.>"}, "invalid subject 'events.>'"),
+            # a float or a bool was truncated by int() (2 and 1 partitions), None failed untyped (retried)
+            ({"stream": "float-count", "partitions": 2.7}, "partitions must be a whole number"),
+            ({"stream": "bool-count", "partitions": True}, "partitions must be a whole number"),
+            ({"stream": "none-count", "partitions": None}, "partitions must be a whole number"),
+            ({"stream": "huge-count", "partitions": 2**31}, "partitions must be at most 2147483647"),
+            ({"stream": "wrap", "retention_max_age": 18446744073.710}, "retention_max_age must be at most"),
+            ({"stream": "isr", "min_isr": 3}, "min_isr 3 is more than replication_factor 1"),
         ]
         for arguments, text in cases:
             operator = LiftbridgeCreateStreamOperator(task_id=unique("create"), liftbridge_conn_id=conn_id, **arguments)

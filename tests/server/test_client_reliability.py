@@ -90,7 +90,9 @@ def test_publish_batch_ends_when_acks_never_come(tmp_path: Any) -> None:
     """With ack policy ALL and the ISR below min ISR no ack ever comes; the batch
     still ends, by ack_wait for each message and by the batch timeout."""
     with start_single(data_dir=tmp_path / "lb") as server, LiftbridgeClient(server.brokers) as one:
-        name = new_stream(one, min_isr=2)  # one node: the ISR (1) stays below min ISR (2), nothing commits
+        # every broker (one): the ISR (1) stays below min ISR (2), nothing commits; with a replication factor
+        # given, a min ISR above it is refused before sending
+        name = new_stream(one, replication_factor=-1, min_isr=2)
         result, elapsed = bounded(
             lambda: one.publish_batch(name, [b"x"] * 50, ack_policy="all", ack_wait=1, raise_on_error=False), 30
         )
@@ -385,3 +387,42 @@ def test_a_cancelled_async_call_never_goes_on(liftbridge_server: DevServer) -> N
     # The connection wait ends within the first few switches (where 3.11's wait_for lost them: 1, 2, 3);
     # how many more the RPC takes depends on the machine (CI's call outlasted all 60 once).
     assert outcomes[:4].count("cancelled") >= 3, outcomes[:4]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.publish("s", b"v", timeout=0.3),
+        lambda c: c.publish_batch("s", [b"v"], timeout=0.3),
+        lambda c: c.subscribe("s", timeout=0.3),
+    ],
+    ids=["publish", "publish_batch", "subscribe"],
+)
+def test_the_partition_lookup_keeps_the_calls_timeout(call: Callable[[LiftbridgeClient], Any]) -> None:
+    """A publish, batch or subscribe on a stream the cache does not know asks the cluster for its partition
+    count first. That question took request_timeout (10 s here) whatever the call's own timeout: three calls
+    with timeout=0.3 against an address where nothing listens each returned after 10.0 s."""
+    with LiftbridgeClient(["127.0.0.1:1"], request_timeout=10) as client:
+        started = time.monotonic()
+        with pytest.raises(LiftbridgeError):
+            call(client)
+        assert time.monotonic() - started < 0.3 + 1.0
+
+
+def test_a_tiny_timeout_is_a_timeout_not_bad_input(client: LiftbridgeClient) -> None:
+    """offset_at_time and read_range pass the time they have left to the calls they make; when none was
+    left, that 0 was refused as bad input (InvalidArgumentError, which Airflow does not retry), in 16 of 20
+    offset_at_time calls with timeout=0.001. Now it is a timeout, or the answer if it came in time."""
+    name = new_stream(client)
+    client.publish(name, b"one", ack_policy="all")
+    errors: list[LiftbridgeError] = []
+    for _ in range(20):
+        for call in (
+            lambda: client.offset_at_time(name, 0, 0, timeout=0.001),
+            lambda: list(client.read_range(name, 0, 0, 1, timeout=0.001)),
+        ):
+            try:
+                call()
+            except LiftbridgeError as exc:
+                errors.append(exc)
+    assert all(isinstance(error, LiftbridgeTimeoutError) for error in errors), errors[:3]

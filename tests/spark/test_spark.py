@@ -225,7 +225,7 @@ def test_range_beyond_what_the_leader_holds_is_refused_at_once(
             {"stream": "S", "startingOffsets": "earliest"},
             "give ranges, or a start (startingOffsets, startingTimestamp or startingOffsetsByTimestamp) and an end",
         ),
-        ({"ranges": "{}", "minPartitions": "0"}, "option minPartitions must be > 0"),
+        ({"ranges": "{}", "minPartitions": "0"}, "option minPartitions must be a finite number > 0"),
     ],
 )
 def test_bad_input_is_refused_before_any_task(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -134,7 +135,7 @@ def test_create_stream_request_leaves_unset_options_to_the_server() -> None:
         ({"subject": "a..b", "name": "n"}, "invalid subject 'a..b'"),
         ({"subject": "s", "name": ""}, "invalid stream name ''"),
         ({"subject": "s", "name": "a/b"}, "invalid stream name 'a/b'"),
-        ({"subject": "s", "name": "__cursors"}, "'__cursors' is reserved"),
+        ({"subject": "s", "name": "__cursors"}, "cannot create stream '__cursors': it is reserved"),
         ({"subject": "s", "name": "n", "partitions": 0}, "partitions must be a whole number >= 1, got 0"),
         ({"subject": "s", "name": "n", "replication_factor": 0}, "replication_factor (or -1 for every broker)"),
         ({"subject": "s", "name": "n", "retention_max_age": -1}, "retention_max_age must not be negative"),
@@ -142,6 +143,30 @@ def test_create_stream_request_leaves_unset_options_to_the_server() -> None:
         ({"subject": "s", "name": "n", "min_isr": 0}, "min_isr must be a whole number >= 1"),
         ({"subject": "s", "name": "n", "compact_enabled": "yes"}, "compact_enabled must be True or False"),
         ({"subject": "s", "name": "n", "retention_max_bytes": -5}, "retention_max_bytes must be a whole number >= 0"),
+        # durations the server cannot hold: its int64 of nanoseconds wraps, and a retention of 585 years
+        # became 0.45 ms and emptied the stream; a positive one that rounds to 0 ms means "no limit" there
+        (
+            {"subject": "s", "name": "n", "retention_max_age": 18446744073.710},
+            "retention_max_age must be at most 9223372036.854 seconds",
+        ),
+        ({"subject": "s", "name": "n", "segment_max_age": timedelta.max}, "segment_max_age must be at most"),
+        ({"subject": "s", "name": "n", "auto_pause_time": math.inf}, "auto_pause_time must be at most"),
+        ({"subject": "s", "name": "n", "cleaner_interval": 1e300}, "cleaner_interval must be at most"),
+        ({"subject": "s", "name": "n", "retention_max_age": math.nan}, "retention_max_age must not be negative"),
+        ({"subject": "s", "name": "n", "retention_max_age": 0.0004}, "must be 0 or at least 0.001 seconds (1 ms)"),
+        # numbers above the int32 and int64 fields of the request (protobuf raised a bare ValueError)
+        ({"subject": "s", "name": "n", "partitions": 2**31}, "partitions must be at most 2147483647"),
+        ({"subject": "s", "name": "n", "replication_factor": 2**31}, "replication_factor (or -1 for every broker)"),
+        ({"subject": "s", "name": "n", "replication_factor": -1.0}, "replication_factor (or -1 for every broker)"),
+        ({"subject": "s", "name": "n", "min_isr": 2**31}, "min_isr must be at most 2147483647"),
+        ({"subject": "s", "name": "n", "retention_max_bytes": 2**63}, "retention_max_bytes must be at most"),
+        ({"subject": "s", "name": "n", "compact_max_goroutines": 2**31}, "compact_max_goroutines must be at most"),
+        # a min ISR no replica set can reach: every ack_policy="all" publish would time out
+        (
+            {"subject": "s", "name": "n", "replication_factor": 1, "min_isr": 3},
+            "min_isr 3 is more than replication_factor 1",
+        ),
+        ({"subject": "s", "name": "n", "options": {"min_isr": 1}}, "options must be a StreamOptions"),
     ],
 )
 def test_create_stream_request_refuses_bad_input(kwargs: dict[str, Any], message: str) -> None:
@@ -154,10 +179,10 @@ def test_create_stream_request_refuses_bad_input(kwargs: dict[str, Any], message
 def test_stream_options_are_one_value_given_whole_or_as_keywords() -> None:
     """StreamOptions and keyword arguments make the same request; keywords override the value's fields."""
     options = StreamOptions(group="g", retention_max_age=timedelta(hours=1), min_isr=2)
-    whole = build.create_stream_request("s", "s", options=options)
-    keywords = build.create_stream_request("s", "s", group="g", retention_max_age=3600, min_isr=2)
+    whole = build.create_stream_request("s", "s", replication_factor=3, options=options)
+    keywords = build.create_stream_request("s", "s", replication_factor=3, group="g", retention_max_age=3600, min_isr=2)
     assert whole == keywords
-    assert build.create_stream_request("s", "s", options=options, min_isr=3).minIsr.value == 3
+    assert build.create_stream_request("s", "s", replication_factor=3, options=options, min_isr=3).minIsr.value == 3
     assert options.given() == {"group": "g", "retention_max_age": timedelta(hours=1), "min_isr": 2}
 
 

@@ -8,6 +8,7 @@ and ``--batch-bytes``; ``--compacted`` marks a compacted stream.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +126,19 @@ def test_source_budget_options_defaults_and_limits() -> None:
         parse_options({"brokers": "a", "ranges": "{}", "batchBytes": str(3 << 30)})
     with pytest.raises(InvalidArgumentError, match="option compacted must be true or false, got 'yes'"):
         parse_options({"brokers": "a", "ranges": "{}", "compacted": "yes"})
+
+
+@pytest.mark.parametrize("option", ["readTimeout", "requestTimeout", "minPartitions", "maxRecordsPerPartition"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1"])
+def test_source_numbers_must_be_finite_and_positive(option: str, value: str) -> None:
+    """readTimeout=nan was kept: a read's "no message for read_timeout seconds" test compares with nan, is
+    never true, and a silent read never ended. Each number option now refuses what is not finite and > 0."""
+    if option in ("minPartitions", "maxRecordsPerPartition") and value in ("nan", "inf", "-inf"):
+        expected = f"option {option} must be a int"  # int("nan") is not a number at all
+    else:
+        expected = f"option {option} must be a finite number > 0, got {value!r}"
+    with pytest.raises(InvalidArgumentError, match=re.escape(expected)):
+        parse_options({"brokers": "a", "ranges": "{}", option: value})
 
 
 def test_problems_accept_gaps_only_where_allowed() -> None:

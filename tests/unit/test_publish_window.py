@@ -241,7 +241,7 @@ def test_a_bare_value_becomes_the_same_request_as_a_publish_message() -> None:
     """publish_batch's shortcut for bytes values (partition 0, no partitioner) builds what the general path does."""
 
     class ThreePartitions:
-        def partition_count(self, stream: str) -> int:
+        def partition_count(self, stream: str, *, timeout: float | None = None) -> int:
             return 3
 
     router = ThreePartitions()  # only the partition count is asked

@@ -84,11 +84,13 @@ class PublishPaths:
         if correlation_id is not None and (not isinstance(correlation_id, str) or not correlation_id):
             raise InvalidArgumentError(f"correlation_id must be a non-empty string, got {correlation_id!r}")
         chooser = resolve_partitioner(partitioner)
-        chosen = choose_partition(self._router, stream, key, value, partition=partition, partitioner=chooser)
+        if partition is not None:
+            checks.check_partition(partition, stream=stream)
+        # every check that needs no cluster first: bad input fails at once, even with no broker reachable
         request = build.publish_request(
-            stream,
+            checks.check_stream_name(stream),
             value,
-            partition=chosen,
+            partition=0,
             key=key,
             headers=headers,
             ack_policy=policy,
@@ -96,12 +98,17 @@ class PublishPaths:
             correlation_id=correlation_id or "",
             ack_inbox=ack_inbox or "",
         )
+        deadline = self._router.deadline(timeout)  # one for the whole call, the partition lookup included
+        chosen = choose_partition(
+            self._router, stream, key, value, partition=partition, partitioner=chooser, timeout=deadline.left("publish")
+        )
+        request.partition = chosen
 
         try:
             if policy == AckPolicy.NONE or self._may_be_authorized() or ack_inbox or correlation_id:
-                response = self._send_once("Publish", request, timeout, stream, chosen)
+                response = self._send_once("Publish", request, deadline.left("publish"), stream, chosen)
                 return None if policy == AckPolicy.NONE or not response.HasField("ack") else Ack(response.ack, chosen)
-            response = self._on_shared_streams(request, timeout)
+            response = self._on_shared_streams(request, deadline.left("publish"))
             if response.HasField("asyncError"):
                 raise async_error(response, stream, chosen)
         except MessageTooLargeError as exc:

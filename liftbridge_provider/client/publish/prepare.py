@@ -33,7 +33,7 @@ class PublishMessage:
 class Partitions(Protocol):
     """Where a stream's partition count comes from (the client's router: its metadata, refreshed if needed)."""
 
-    def partition_count(self, stream: str) -> int: ...
+    def partition_count(self, stream: str, *, timeout: float | None = None) -> int: ...
 
 
 class PreparedTooLong(Exception):
@@ -57,9 +57,12 @@ def choose_partition(
     *,
     partition: int | None,
     partitioner: Partitioner | None,
+    timeout: float | None = None,
 ) -> int:
-    """The partition of a single publish (see :func:`partition_for`), the stream's name checked first."""
-    count = partitions.partition_count(checks.check_stream_name(stream))
+    """The partition of a single publish (see :func:`partition_for`), the stream's name checked first; the
+    partition count asked of the cluster within ``timeout`` seconds when the cache does not know it."""
+    stream = build.check_not_reserved(checks.check_stream_name(stream), "publish to")
+    count = partitions.partition_count(stream, timeout=timeout)
     return partition_for(stream, count, key, value, partition, partitioner)
 
 
@@ -89,7 +92,8 @@ def batch_requests(
     deadline: Deadline | None,
 ) -> list[api.PublishRequest]:
     """Every message checked and built, before anything is sent; PreparedTooLong past the deadline."""
-    count = partitions.partition_count(checks.check_stream_name(stream))
+    stream = build.check_not_reserved(checks.check_stream_name(stream), "publish to")
+    count = partitions.partition_count(stream, timeout=deadline.left("publish_batch") if deadline else None)
     requests = []
     items = iter(messages)
     plain = partial(api.PublishRequest, stream=stream, ackPolicy=policy.value, expectedOffset=-1)
