@@ -149,18 +149,43 @@ def ranges_from_offsets(
     return RangesDocument(stream, tuple(OffsetRange(p, starting[p], ending[p]) for p in starting), cursor_id)
 
 
+class _Pairs(list[tuple[Any, Any]]):
+    """A JSON object's (key, value) pairs in order, duplicates kept (``json.loads``' object_pairs_hook)."""
+
+
 def partition_offsets(value: Mapping[Any, Any] | str, what: str) -> dict[int, int]:
-    """``{partition: offset}`` from a mapping or JSON object whose keys may be strings ("0")."""
+    """``{partition: offset}`` from a mapping or JSON object whose keys may be strings of digits ("0").
+
+    A partition named twice (``{"0": 1, "0": 2}``, or ``"0"`` and ``"00"``) is refused: JSON keeps the last
+    value silently, and the read started past offsets it should have read. Keys other than plain digits
+    (``"0_0"``, ``"+0"``, ``" 0"``, which ``int()`` reads as 0) are refused too."""
+    pairs: list[tuple[Any, Any]]
     if isinstance(value, str):
-        value = _load_json(value, what)
-    if not isinstance(value, Mapping):
-        raise InvalidArgumentError(f"{what} must map partitions to offsets, got {value!r}")
-    offsets = {}
-    for key, offset in value.items():
         try:
-            partition = int(key)
-        except (TypeError, ValueError):
-            raise InvalidArgumentError(f"{what}: partition {key!r} is not a number") from None
+            loaded = json.loads(value, object_pairs_hook=_Pairs)
+        except ValueError as exc:
+            raise InvalidArgumentError(
+                f"{what} must be a JSON object mapping partitions to offsets, got {value!r:.80} (not JSON: {exc})"
+            ) from exc
+        if not isinstance(loaded, _Pairs):  # an array, a number, null
+            raise InvalidArgumentError(f"{what} must map partitions to offsets, got {value!r:.80}")
+        pairs = loaded
+    elif isinstance(value, Mapping):
+        pairs = list(value.items())
+    else:
+        raise InvalidArgumentError(f"{what} must map partitions to offsets, got {value!r:.80}")
+    offsets: dict[int, int] = {}
+    for key, offset in pairs:
+        if isinstance(key, str) and key.isascii() and key.removeprefix("-").isdigit():
+            partition = int(key)  # a negative one is refused below, naming the rule
+        elif isinstance(key, int) and not isinstance(key, bool):
+            partition = key
+        else:
+            raise InvalidArgumentError(f"{what}: partition {key!r} is not a number (digits only)")
+        if partition in offsets:
+            raise InvalidArgumentError(
+                f"{what} names partition {partition} twice (key {key!r}); give each partition once"
+            )
         offsets[check_offset(partition, f"{what} partition")] = check_offset(
             offset, f"{what} offset of partition {partition}"
         )

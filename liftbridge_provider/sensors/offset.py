@@ -10,11 +10,17 @@ from typing import Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
 from airflow.sdk import BaseSensorOperator
 
-from liftbridge_provider.client import InvalidArgumentError, NoSuchPartitionError, NoSuchStreamError
+from liftbridge_provider.client import NoSuchPartitionError, NoSuchStreamError
+from liftbridge_provider.core.checks import check_offset
 from liftbridge_provider.core.ranges import RangesDocument, check_partitions, partition_offsets
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.operators._base import failing_without_retries
-from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger, unmet_targets, waiting_note
+from liftbridge_provider.triggers.offset import (
+    LiftbridgeOffsetTrigger,
+    positive_seconds,
+    unmet_targets,
+    waiting_note,
+)
 
 # Trigger error events that no retry can fix (the trigger names the error's class).
 PERMANENT_EVENT_ERRORS = {NoSuchStreamError.__name__, NoSuchPartitionError.__name__}
@@ -25,7 +31,8 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
 
     Targets come from exactly one of:
 
-    - ``target_offset`` with ``partitions`` (default: all partitions);
+    - ``target_offset`` with ``partitions`` (default: all partitions); a whole number, or the digits a
+      template renders;
     - ``target_offsets``: ``{partition: offset}``;
     - ``ranges``: a ranges document; each non-empty range targets ``end - 1``.
 
@@ -47,7 +54,7 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
         *,
         stream: str | None = None,
         partitions: Sequence[int] | None = None,
-        target_offset: int | None = None,
+        target_offset: int | str | None = None,
         target_offsets: Mapping[Any, int] | None = None,
         ranges: RangesDocument | Mapping[str, Any] | str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
@@ -60,8 +67,8 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
             raise ValueError("give exactly one of target_offset, target_offsets or ranges")
         if ranges is None and not stream:
             raise ValueError("stream is required unless ranges are given")
-        if poll_interval is not None and (isinstance(poll_interval, bool) or not poll_interval > 0):
-            raise ValueError(f"poll_interval must be a number of seconds > 0, got {poll_interval!r}")
+        if poll_interval is not None:
+            positive_seconds(poll_interval, "poll_interval")
         self.stream = stream
         self.partitions = partitions
         self.target_offset = target_offset
@@ -85,15 +92,13 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
             assert self.stream is not None
             if self.target_offsets is not None:
                 return self.stream, partition_offsets(self.target_offsets, "target_offsets")
-            if (
-                not isinstance(self.target_offset, int)
-                or isinstance(self.target_offset, bool)
-                or self.target_offset < 0
-            ):
-                raise InvalidArgumentError(f"target_offset must be a whole number >= 0, got {self.target_offset!r}")
+            target = self.target_offset
+            if isinstance(target, str) and target.strip().isascii() and target.strip().isdigit():
+                target = int(target)  # a template renders text
+            target = check_offset(target, "target_offset")
             count = len(self.hook.get_conn().stream_info(self.stream).partitions)
             chosen = check_partitions(self.partitions, count, self.stream)
-            return self.stream, dict.fromkeys(chosen, self.target_offset)
+            return self.stream, dict.fromkeys(chosen, target)
 
     def poke(self, context: Any) -> bool:
         stream, targets = self._targets()

@@ -243,6 +243,13 @@ def _bound(options: Mapping[str, str], side: str) -> Bound | None:
         return Bound(name, times={str(p): ms for p, ms in partition_offsets(value, name).items()})
     if name.endswith("Timestamp"):
         return Bound(name, times={"*": _milliseconds(value, name)})
+    if value.strip().lower() not in ("earliest", "latest"):
+        try:
+            partition_offsets(value, name)  # checked here, before any broker is asked
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(
+                f'{name} must be earliest, latest or {{"partition": offset}} JSON: {exc}'
+            ) from None
     return Bound(name, offsets=value)
 
 

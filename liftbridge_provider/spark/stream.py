@@ -86,6 +86,8 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             partitions = self._partitions(client)
             assert self.options.starting_offsets is not None
             starts = start_offsets(client, self.stream, self.options.starting_offsets, partitions)
+            count = len(client.stream_info(self.stream).partitions)
+            check_partitions(sorted(starts), count, self.stream)  # a partition the stream lacks is an error
         log.info("liftbridge stream %s starts at %s", self.stream, starts)
         initial = _json({p: starts.get(p, 0) for p in partitions})
         if self._next_start is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -16,9 +17,12 @@ from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 
 
 def positive_seconds(value: object, name: str, allowed: str = "a number of seconds > 0") -> float:
-    """A positive number of seconds; anything else is refused, naming it."""
+    """A positive, finite number of seconds; anything else is refused, naming it (an infinite poll
+    interval slept forever, past the trigger's own timeout)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise InvalidArgumentError(f"{name} must be {allowed}, got {value!r}")
+    if value == math.inf:
+        raise InvalidArgumentError(f"{name} must be {allowed}, got {value!r}: it must be finite")
     return float(value)
 
 
@@ -107,13 +111,15 @@ class LiftbridgeOffsetTrigger(BaseTrigger):
                         {"status": "success", "high_watermarks": {str(p): hw for p, hw in high_watermarks.items()}}
                     )
                     return
-                if self.timeout is not None and time.monotonic() - started > self.timeout:
+                left = None if self.timeout is None else started + self.timeout - time.monotonic()
+                if left is not None and left <= 0:
                     missing_offsets = {str(p): n for p, n in missing.items()}
                     note = waiting_note(self.stream, self.targets, infos)
                     yield TriggerEvent({"status": "timeout", "missing": missing_offsets, "note": note})
                     return
                 self.log.info("%s", waiting_note(self.stream, self.targets, infos))
-                await asyncio.sleep(self.poll_interval)
+                # the timeout is a deadline: the last sleep ends at it, not a poll interval after
+                await asyncio.sleep(self.poll_interval if left is None else min(self.poll_interval, left))
         except LiftbridgeError as exc:
             yield TriggerEvent({"status": "error", "error": type(exc).__name__, "message": str(exc)})
         finally:

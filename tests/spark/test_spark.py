@@ -226,6 +226,17 @@ def test_range_beyond_what_the_leader_holds_is_refused_at_once(
             "give ranges, or a start (startingOffsets, startingTimestamp or startingOffsetsByTimestamp) and an end",
         ),
         ({"ranges": "{}", "minPartitions": "0"}, "option minPartitions must be a finite number > 0"),
+        # a partition the stream does not have was dropped in silence; one named twice kept the last offset
+        # given, and the offsets before it were never read
+        (
+            {"stream": "S", "startingOffsets": '{"0": 0, "5": 0}', "endingOffsets": '{"0": 1, "5": 1}'},
+            "no partition 5",
+        ),
+        (
+            {"stream": "S", "startingOffsets": '{"0": 1, "00": 2}', "endingOffsets": '{"0": 9}'},
+            "names partition 0 twice",
+        ),
+        ({"stream": "S", "startingOffsets": "earliestt", "endingOffsets": "latest"}, "must be earliest, latest or"),
     ],
 )
 def test_bad_input_is_refused_before_any_task(

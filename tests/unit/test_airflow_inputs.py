@@ -20,6 +20,10 @@ from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger
         ({"targets": {0: 1}, "poll_interval": -1}, "poll_interval must be a number of seconds > 0, got -1"),
         ({"targets": {0: 1}, "poll_interval": 0}, "poll_interval must be a number of seconds > 0, got 0"),
         ({"targets": {0: 1}, "timeout": -5}, "timeout must be None or a number of seconds > 0, got -5"),
+        # an infinite poll interval slept forever, past the trigger's own timeout
+        ({"targets": {0: 1}, "poll_interval": float("inf")}, "poll_interval must be a number of seconds > 0"),
+        ({"targets": {0: 1}, "timeout": float("inf")}, "timeout must be None or a number of seconds > 0"),
+        ({"targets": {0: 1}, "poll_interval": "5"}, "poll_interval must be a number of seconds > 0"),
     ],
 )
 def test_offset_trigger_refuses_negative_targets_and_intervals(kwargs: dict[str, Any], message: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from liftbridge_provider.client import InvalidArgumentError
@@ -35,6 +37,17 @@ def test_min_partitions_splits_the_largest_slices(minimum: int) -> None:
     assert len(slices) >= min(minimum, 13), "enough slices, up to one per offset"
     assert covered(slices) == {0: list(range(10)), 2: [100, 101, 102]}, "exact cover, no overlap"
     assert all(s.count >= 1 for s in slices)
+
+
+def test_a_huge_min_partitions_plans_one_slice_per_offset_without_hanging() -> None:
+    """minPartitions=2**40 split the largest slice with a scan of the whole list each time: quadratic in the
+    slices made (8,000 offsets took 4.2 s, 100,000 would take about ten minutes) on the driver, with no
+    deadline. Splitting stops at one offset per slice, and now takes a heap."""
+    slices = plan_slices([OffsetRange(0, 0, 60_000), OffsetRange(3, 7, 40_007)], min_partitions=2**40)
+    assert len(slices) == 100_000
+    assert all(s.count == 1 for s in slices)
+    assert covered(slices) == {0: list(range(60_000)), 3: list(range(7, 40_007))}
+    assert plan_slices([OffsetRange(0, 5, 5), OffsetRange(1, 9, 9)], min_partitions=4) == [], "nothing to split"
 
 
 def test_bad_planning_arguments() -> None:
@@ -123,3 +136,23 @@ def test_the_sink_accepts_the_checkpoint_option_spark_hands_a_stream_sink() -> N
     checkpoint; Spark passes that option to the sink too, which must take it (and leave it to Spark)."""
     options = parse_write_options({"brokers": "127.0.0.1:9292", "stream": "s", "checkpointLocation": "/tmp/ck"})
     assert options.stream == "s"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ('{"0": 1, "0": 2}', "names partition 0 twice"),
+        ('{"0": 1, "00": 2}', "names partition 0 twice (key '00')"),
+        ('{"0_0": 3}', "partition '0_0' is not a number (digits only)"),
+        ('{"+1": 3}', "partition '+1' is not a number"),
+        ("[]", "must map partitions to offsets, got '[]'"),
+        ('{"0": {"a": 1}}', "offset of partition 0 must be a whole number"),
+        ("earliestt", "must be earliest, latest or"),
+    ],
+)
+def test_offsets_json_names_each_partition_once_by_its_digits(value: str, message: str) -> None:
+    """JSON keeps the last of two equal keys, and int() reads "00", "0_0" and "+0" as 0: a read given
+    {"0": 1, "00": 2} started partition 0 at 2, and offset 1 was never read. Refused before any broker is
+    asked, naming the option."""
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        parse_options({"brokers": "a", "stream": "s", "startingOffsets": value, "endingOffsets": "latest"})
