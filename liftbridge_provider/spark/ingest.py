@@ -58,6 +58,7 @@ from liftbridge_provider.core.lake import LakeError, Outcome
 from liftbridge_provider.core.ranges import RangesDocument
 from liftbridge_provider.delta_table import require_deltalake, table_path
 from liftbridge_provider.spark.lake_store import HadoopStore
+from liftbridge_provider.spark.options import parse_options
 from liftbridge_provider.spark.parquet_ingest import Job, ingest_parquet
 from liftbridge_provider.spark.source import LiftbridgeDataSource
 from liftbridge_provider.spark.table_ingest import ingest_table
@@ -353,6 +354,28 @@ def check_executors(spark: SparkSession) -> None:
         )
 
 
+SOURCE_FLAGS = {
+    "minPartitions": "--min-partitions",
+    "maxRecordsPerPartition": "--max-records-per-partition",
+    "readTimeout": "--read-timeout",
+    "batchSize": "--batch-size",
+    "batchBytes": "--batch-bytes",
+    "requestTimeout": "--request-timeout",
+}
+
+
+def check_source_arguments(args: argparse.Namespace, config: ClientConfig) -> None:
+    """The source options the job's arguments make, checked as the source will check them, with the
+    flag named: a --batch-size of 0 failed the first read, after the run had claimed its pieces."""
+    try:
+        parse_options({**source_options(config, args, cores=1), "ranges": "{}"})
+    except InvalidArgumentError as exc:
+        message = str(exc)
+        for option, flag in SOURCE_FLAGS.items():
+            message = message.replace(f"option {option} ", f"{flag} (option {option}) ")
+        raise InvalidArgumentError(message) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:] == ["--path"]:
         print(job_path())
@@ -360,9 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its per-connection INFO lines say nothing to users
     args = parse_args(argv)
-    try:  # refuse bad input before starting Spark
+    try:  # refuse bad input before starting Spark (and so before anything is claimed in the lake)
         load_ranges(args.ranges)
-        client_config(args, os.environ)
+        check_source_arguments(args, client_config(args, os.environ))
         if args.lake_format == "iceberg":
             document = load_ranges(args.ranges)
             iceberg_format(args, document.stream).check()

@@ -201,3 +201,32 @@ def test_a_driver_python_that_cannot_run_where_spark_submit_runs_is_refused_befo
     assert missing_driver_python("./env/bin/python", "cluster", lambda path: False) is None
     assert missing_driver_python("./env/bin/python", "client", lambda path: True) is None
     assert missing_driver_python(None, "client", lambda path: False) is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--batch-size", "0"], "--batch-size (option batchSize) must be"),
+        (["--read-timeout", "nan"], "--read-timeout (option readTimeout) must be a finite number > 0"),
+        (["--read-timeout", "-1"], "--read-timeout (option readTimeout) must be a finite number > 0"),
+        (["--min-partitions", "0"], "--min-partitions (option minPartitions) must be"),
+        (["--batch-bytes", str(2 << 30)], "--batch-bytes (option batchBytes) must be at most"),
+        (["--request-timeout", "1e12"], "request_timeout must be at most 1e+09 seconds"),
+    ],
+)
+def test_the_job_refuses_bad_source_arguments_before_spark_and_any_claim(
+    tmp_path: Path, flags: list[str], message: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """--batch-size 0 or --read-timeout nan passed the job's own checks: Spark started, the run claimed its
+    pieces in the lake's ledger, and only the first read refused the option (by its Spark name). Now the
+    job exits 2 naming the flag, before Spark starts, and the lake is untouched."""
+    lake = tmp_path / "lake"
+    ranges = '{"stream": "s", "ranges": [{"partition": 0, "start": 0, "end": 5}]}'
+    started = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ingest.SparkSession, "builder", property(lambda _: started.append(1)))
+        code = ingest.main(["--brokers", "a", "--ranges", ranges, "--output", str(lake), *flags])
+    assert code == 2
+    assert message in caplog.text
+    assert not started, "Spark was not started"
+    assert not lake.exists(), "nothing was claimed or written"

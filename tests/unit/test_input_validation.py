@@ -218,6 +218,17 @@ def test_bad_timeouts_are_refused(value: object) -> None:
     assert str(raised.value) == f"ack_wait must be a number of seconds > 0 (or None for the default), got {value!r}"
 
 
+@pytest.mark.parametrize("value", [1e9 + 1, 1e12, 1e300])
+def test_timeouts_beyond_what_grpc_can_hold_are_refused(value: float) -> None:
+    """A request_timeout of 1e12 was accepted, and every call then failed at once with "no answer within
+    1e+12s" (gRPC's deadline overflows); timeouts and waits now go up to 1e9 seconds (about 31 years)."""
+    with pytest.raises(InvalidArgumentError, match=r"ack_wait must be at most 1e\+09 seconds"):
+        options.check_timeout("ack_wait", value)
+    with pytest.raises(InvalidArgumentError, match=r"request_timeout must be at most 1e\+09 seconds"):
+        ClientConfig(brokers=["a"], request_timeout=value)
+    assert options.check_timeout("ack_wait", 1e9) == 1e9
+
+
 # -- flags, partitions, batches -------------------------------------------------------------------
 
 
