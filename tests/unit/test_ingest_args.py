@@ -222,9 +222,16 @@ def test_the_job_refuses_bad_source_arguments_before_spark_and_any_claim(
     job exits 2 naming the flag, before Spark starts, and the lake is untouched."""
     lake = tmp_path / "lake"
     ranges = '{"stream": "s", "ranges": [{"partition": 0, "start": 0, "end": 5}]}'
-    started = []
+    started: list[str] = []
+
+    class NoSpark:
+        @property
+        def builder(self) -> Any:
+            started.append("builder")
+            raise AssertionError("Spark was started")
+
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ingest.SparkSession, "builder", property(lambda _: started.append(1)))
+        patch.setattr("liftbridge_provider.spark.ingest.SparkSession", NoSpark())
         code = ingest.main(["--brokers", "a", "--ranges", ranges, "--output", str(lake), *flags])
     assert code == 2
     assert message in caplog.text

@@ -225,7 +225,7 @@ def test_timeouts_beyond_what_grpc_can_hold_are_refused(value: float) -> None:
     with pytest.raises(InvalidArgumentError, match=r"ack_wait must be at most 1e\+09 seconds"):
         options.check_timeout("ack_wait", value)
     with pytest.raises(InvalidArgumentError, match=r"request_timeout must be at most 1e\+09 seconds"):
-        ClientConfig(brokers=["a"], request_timeout=value)
+        ClientConfig(brokers=("a",), request_timeout=value)
     assert options.check_timeout("ack_wait", 1e9) == 1e9
 
 
