@@ -11,7 +11,7 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from liftbridge_provider import telemetry
-from liftbridge_provider.client import CursorMovedError, CursorStep, LiftbridgeClient, Message
+from liftbridge_provider.client import CursorMovedError, CursorStep, InvalidArgumentError, LiftbridgeClient, Message
 from liftbridge_provider.core.functions import import_function
 from liftbridge_provider.core.ranges import check_partitions, partition_offsets
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
@@ -118,9 +118,16 @@ class LiftbridgeMessageSensor(BaseSensorOperator):
             positions = {p: client.fetch_cursor(self.cursor_id, self.stream, p) + 1 for p in chosen}
             for partition, position in positions.items():
                 self._gauge_lag(client, partition, position - 1)
-        else:
+        else:  # the mapping's partitions are watched; each must exist, and cover ``partitions`` when given
             given = partition_offsets(self.start, "start")
-            positions = {p: given[p] for p in chosen if p in given}
+            check_partitions(sorted(given), count, self.stream)
+            uncovered = [p for p in chosen if p not in given] if self.partitions is not None else []
+            if uncovered or not given:
+                raise InvalidArgumentError(
+                    f"start gives no offset for partition(s) {uncovered or chosen} of {self.stream!r}: name each "
+                    f"watched partition in start, got {self.start!r:.80}"
+                )
+            positions = {p: given[p] for p in (chosen if self.partitions is not None else sorted(given))}
         self._keep(context, client, positions)
         return positions
 

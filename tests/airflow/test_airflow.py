@@ -230,6 +230,11 @@ def test_bad_input_fails_tasks_with_clear_messages(
         LiftbridgePartitionOffsetSensor(task_id="bad_target", stream={stream!r}, target_offset=-4, timeout=5)
         LiftbridgePublishOperator(task_id="bad_partition", stream={stream!r}, messages=[b"x"], partitioner=None,
                                   messages_callable_kwargs={{}}, batch_size=1, window=0)
+        # a start naming a partition the stream lacks watched nothing, and the sensor waited for its timeout
+        LiftbridgeMessageSensor(task_id="start_elsewhere", stream={stream!r}, apply_function="builtins.len",
+                                start={{"5": 0}}, timeout=600)
+        LiftbridgeMessageSensor(task_id="start_uncovered", stream={stream!r}, apply_function="builtins.len",
+                                partitions=[0, 1], start={{"0": 0}}, timeout=600)
     """
     run = run_dag(airflow_home, body, connection_env(liftbridge_server))
     assert set(run.states.values()) == {"failed"}, run.states
@@ -241,6 +246,8 @@ def test_bad_input_fails_tasks_with_clear_messages(
         "each range must be {'partition', 'start', 'end'}",
         "target_offset must be a whole number >= 0, got -4",
         "window must be a whole number >= 1, got 0",
+        f"no partition 5: stream '{stream}' has partitions 0-1",
+        f"start gives no offset for partition(s) [1] of '{stream}'",
     ]
     for message in expected:
         assert message in run.output, message
