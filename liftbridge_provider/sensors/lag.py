@@ -78,7 +78,7 @@ class LiftbridgeCursorLagSensor(BaseSensorOperator):
 
     def _max_lag(self) -> int:
         value: object = self.max_lag
-        if isinstance(value, str) and value.strip().isdigit():
+        if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():  # "²" is a digit too
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise InvalidArgumentError(f"max_lag must be a whole number of offsets >= 0, got {value!r}")

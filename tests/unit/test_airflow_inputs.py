@@ -110,3 +110,21 @@ def test_await_message_trigger_refuses_bad_values(kwargs: dict[str, Any], messag
     options: dict[str, Any] = {"stream": "s", "start_offsets": {0: 0}, "apply_function": "m.f"}
     with pytest.raises(InvalidArgumentError, match=message):
         LiftbridgeAwaitMessageTrigger(**{**options, **kwargs})
+
+
+@pytest.mark.parametrize(("value", "expected"), [(5, 5), ("7", 7), (" 0 ", 0)])
+def test_cursor_lag_sensor_reads_max_lag_given_or_rendered(value: object, expected: int) -> None:
+    from liftbridge_provider.sensors.lag import LiftbridgeCursorLagSensor  # noqa: PLC0415 - Airflow reads its home
+
+    sensor = LiftbridgeCursorLagSensor(task_id="lag", stream="s", cursor_id="c", max_lag=value)  # type: ignore[arg-type]
+    assert sensor._max_lag() == expected
+
+
+@pytest.mark.parametrize("value", ["²", "-1", "1.5", -1, True, None])
+def test_cursor_lag_sensor_refuses_a_max_lag_that_is_not_whole(value: object) -> None:
+    """A rendered "²" passed str.isdigit() and int() then raised a bare ValueError, which Airflow retried."""
+    from liftbridge_provider.sensors.lag import LiftbridgeCursorLagSensor  # noqa: PLC0415 - Airflow reads its home
+
+    sensor = LiftbridgeCursorLagSensor(task_id="lag", stream="s", cursor_id="c", max_lag=value)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="max_lag must be a whole number of offsets >= 0"):
+        sensor._max_lag()
