@@ -78,7 +78,7 @@ class AsyncLiftbridgeClient:
         """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader;
         a paused partition answers too, resumed only when unsettled (as for the sync client)."""
         check_timeout("timeout", timeout)
-        build.partition_metadata_request(stream, partition)
+        build.partition_metadata_request(stream, partition, settle=settle)
         deadline = self._router.deadline(timeout)
         return await self._router.run(
             partition_plans.partition_metadata(

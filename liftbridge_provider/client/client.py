@@ -91,8 +91,7 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         call waits up to 5 s, within ``timeout``, for the leader to commit them.
         """
         check_timeout("timeout", timeout)
-        checks.check_flag(settle, "settle")
-        build.partition_metadata_request(stream, partition)
+        build.partition_metadata_request(stream, partition, settle=settle)
         return self._router.partition_metadata(stream, partition, timeout=timeout, settle=settle)
 
     # -- streams ---------------------------------------------------------------
@@ -161,14 +160,17 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         ``readonly=False``. An empty selection changes nothing (no SetStreamReadonly request is sent)."""
         check_timeout("timeout", timeout)
         checks.check_flag(readonly, "readonly")
-        ids = self._partition_list(name, partitions, "change the readonly flag of")
+        # making __cursors writable again is the way out of a readonly one, so only readonly=True is refused
+        ids = self._partition_list(name, partitions, "make readonly" if readonly else None)
         if ids == []:
             return
         request = api.SetStreamReadonlyRequest(name=name, partitions=ids or [], readonly=readonly)
         self._unary("SetStreamReadonly", request, timeout=timeout, stream=name)
 
-    def _partition_list(self, name: str, partitions: Iterable[int] | None, action: str) -> list[int] | None:
-        build.check_not_reserved(checks.check_stream_name(name), action)
+    def _partition_list(self, name: str, partitions: Iterable[int] | None, action: str | None) -> list[int] | None:
+        checks.check_stream_name(name)
+        if action is not None:
+            build.check_not_reserved(name, action)
         if partitions is None:
             return None
         return checks.check_partition_selection(partitions, self._router.partition_count(name), name)

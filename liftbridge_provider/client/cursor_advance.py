@@ -41,7 +41,13 @@ from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 
 from liftbridge_provider.client.errors import CursorMovedError
-from liftbridge_provider.core.checks import check_cursor_id, check_offset, check_partition, check_stream_name
+from liftbridge_provider.core.checks import (
+    check_cursor_id,
+    check_flag,
+    check_offset,
+    check_partition,
+    check_stream_name,
+)
 from liftbridge_provider.core.errors import InvalidArgumentError
 
 
@@ -171,6 +177,7 @@ def advance(
 
     The input is checked at the first step, before any action is yielded.
     """
+    check_flag(verify, "verify")  # "no" is truthy: it would have verified
     targets, views = check_advance(cursor_id, stream, offsets, expected)
     found: dict[int, int] = {}
     for partition in sorted(targets):

@@ -21,7 +21,6 @@ from liftbridge_provider.client.group_ports import GroupClient
 from liftbridge_provider.client.options import ClientConfig, check_timeout
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import Router
-from liftbridge_provider.core import checks
 
 
 class CursorMethods:
@@ -88,7 +87,6 @@ class CursorMethods:
         """:meth:`advance_cursor` for several partitions ``{partition: offset}`` at once: every partition is
         checked before any is written, and one that moved refuses the whole move."""
         check_timeout("timeout", timeout)
-        checks.check_flag(verify, "verify")  # "no" is truthy: it would have verified
         plan = cursor_advance.advance(cursor_id, stream, offsets, expected, verify=verify)
         deadline = Deadline(timeout if timeout is not None else self.config.request_timeout)
         return cursor_advance.run(

@@ -43,8 +43,9 @@ class PublishMethods:
         (or the partitioner named ``"key"`` or ``"round_robin"``), else 0.
         ``expected_offset`` (streams with optimistic concurrency control)
         must be the offset the message will get; None means "next". ``timeout``
-        bounds the wait for the ack (default ``request_timeout``); an expired
-        wait raises AckTimeoutError. A publish that may have reached the server
+        bounds the whole call (default ``request_timeout``): the stream's partition count, when the cache
+        does not know it, and the wait for the ack; an expired ack wait raises AckTimeoutError, a deadline
+        spent before sending LiftbridgeTimeoutError (nothing sent). A publish that may have reached the server
         is never re-sent: errors after sending carry ``may_be_stored=True``. A message over
         the server's size limit raises MessageTooLargeError naming its size.
 

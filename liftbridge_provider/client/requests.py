@@ -19,6 +19,7 @@ from liftbridge_provider.core.checks import (
     INT32_MAX,
     check_bytes,
     check_cursor_id,
+    check_flag,
     check_group,
     check_headers,
     check_offset,
@@ -188,7 +189,11 @@ def cursor_partition(cursor_id: str, stream: str, partition: int, cursor_partiti
     return zlib.crc32(key) % cursor_partitions
 
 
-def partition_metadata_request(stream: str, partition: int) -> api.FetchPartitionMetadataRequest:
+def partition_metadata_request(
+    stream: str, partition: int, *, settle: bool = True
+) -> api.FetchPartitionMetadataRequest:
+    """The request, its arguments checked (``settle`` is the caller's flag: see ``fetch_partition_metadata``)."""
+    check_flag(settle, "settle")
     return api.FetchPartitionMetadataRequest(
         stream=check_stream_name(stream), partition=check_partition(partition, stream=stream)
     )

@@ -176,8 +176,9 @@ def partition_offsets(value: Mapping[Any, Any] | str, what: str) -> dict[int, in
         raise InvalidArgumentError(f"{what} must map partitions to offsets, got {value!r:.80}")
     offsets: dict[int, int] = {}
     for key, offset in pairs:
-        if isinstance(key, str) and key.isascii() and key.removeprefix("-").isdigit():
-            partition = int(key)  # a negative one is refused below, naming the rule
+        negative = isinstance(key, str) and key[:1] == "-" and key[1:].isascii() and key[1:].isdigit()
+        if isinstance(key, str) and ((key.isascii() and key.isdigit()) or (negative and int(key) < 0)):
+            partition = int(key)  # a negative one is refused below, naming the rule ("-0" is not a key)
         elif isinstance(key, int) and not isinstance(key, bool):
             partition = key
         else:

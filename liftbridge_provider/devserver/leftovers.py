@@ -29,19 +29,24 @@ def end_session(process: subprocess.Popen[bytes], marked: tuple[str, str], timeo
     seconds, then :func:`kill_leftovers` for its session and for ``marked`` (``(variable, value)``).
     A group that is already gone is not an error.
     """
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
+    if process.poll() is None:  # once reaped, its pid (and so its group id) may be another process's
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout)
-    return kill_leftovers(session=process.pid, marked=marked)
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout)
+    # Reaped now: a live process with its pid took the number over (the kernel keeps the number while
+    # our session has members, so then none can), and the session rule would hit that one's session.
+    reused = Path(f"/proc/{process.pid}").exists()
+    return kill_leftovers(session=None if reused else process.pid, marked=marked)
 
 
-def kill_leftovers(*, session: int, marked: tuple[str, str], timeout: float = LEFTOVERS_WAIT) -> list[int]:
-    """SIGKILL every process of ``session`` and every process whose environment holds ``marked``.
+def kill_leftovers(*, session: int | None, marked: tuple[str, str], timeout: float = LEFTOVERS_WAIT) -> list[int]:
+    """SIGKILL every process of ``session`` (None: no session rule) and every process whose environment
+    holds ``marked``.
 
     A process still stopping may fork one more (a scheduler's executor worker) after a pass over /proc,
     so the scan repeats until one finds nothing, for at most ``timeout`` seconds (then a
@@ -64,7 +69,7 @@ def kill_leftovers(*, session: int, marked: tuple[str, str], timeout: float = LE
         time.sleep(0.1)
 
 
-def leftover_pids(*, session: int, marked: tuple[str, str]) -> list[int]:
+def leftover_pids(*, session: int | None, marked: tuple[str, str]) -> list[int]:
     """The live processes of ``session`` (its id: the pid of the command that began it) or whose
     environment holds ``marked`` (``(variable, value)``), among those this process may read."""
     marker = "=".join(marked).encode()

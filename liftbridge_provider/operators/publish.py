@@ -198,11 +198,15 @@ class LiftbridgePublishOperator(LiftbridgeBaseOperator):
             raise InvalidArgumentError(f"record #{index}: {exc}") from None
 
     def _check_all_records(self) -> None:
-        """Every record of a source that can be read twice (``messages`` held in memory as a list or
-        tuple, or ``jsonl_path``) checked before the first batch goes out, so one bad record half-way
-        through publishes nothing; a retried task would send the first batches again. The records of
-        ``messages_callable`` or of a one-shot iterator are checked batch by batch."""
-        if self.jsonl_path is not None or isinstance(self.messages, list | tuple):
+        """Every record of a source that can be read twice (``messages`` held in memory as a list or tuple,
+        or ``jsonl_path`` naming a regular file) checked before the first batch goes out, so one bad record
+        half-way through publishes nothing; a retried task would send the first batches again. The records
+        of ``messages_callable``, a one-shot iterator or a pipe are checked batch by batch."""
+        if self.jsonl_path is not None:
+            twice = Path(self.jsonl_path).is_file()
+        else:
+            twice = isinstance(self.messages, list | tuple)
+        if twice:
             for index, record in enumerate(self._records()):
                 self._message(index, record)
 

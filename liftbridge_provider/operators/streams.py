@@ -124,7 +124,7 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
 def _partition_count(value: object) -> int:
     """The partition count as given, or rendered by a template (digits); 2.7, True or None are refused,
     not truncated to 2 or 1. The range is checked with the rest of the request."""
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():  # "²" is a digit too
         return int(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return value

@@ -94,6 +94,15 @@ class Bound:
     offsets: str | None = None
     times: Mapping[str, int] | None = None
 
+    def named_partitions(self) -> list[int]:
+        """The partitions this bound names one by one (JSON keys), whatever kind it is; none for
+        ``earliest``/``latest`` or one time for every partition."""
+        if self.times is not None:
+            return sorted(int(p) for p in self.times if p != "*")
+        if self.offsets is None or self.offsets.strip().lower() in ("earliest", "latest"):
+            return []
+        return sorted(partition_offsets(self.offsets, self.name))
+
     def time_of(self, partition: int) -> int | None:
         """Milliseconds for ``partition`` (None: none given for it); only for a bound of times."""
         assert self.times is not None

@@ -121,9 +121,10 @@ def resolve_ranges(options: ReadOptions, client: LiftbridgeClient) -> RangesDocu
         assert options.ending_offsets is not None
         count = len(client.stream_info(options.stream).partitions)
         wanted = check_partitions(options.partitions, count, options.stream)
+        for bound in (options.starting_offsets, options.ending_offsets):  # none dropped in silence
+            check_partitions(bound.named_partitions(), count, options.stream)
         starts = start_offsets(client, options.stream, options.starting_offsets, wanted)
         ends = start_offsets(client, options.stream, options.ending_offsets, wanted)
-        check_partitions(sorted(set(starts) | set(ends)), count, options.stream)  # none dropped in silence
         chosen = [p for p in wanted if p in starts or p in ends] if options.partitions is None else wanted
         missing = [p for p in chosen if p not in starts or p not in ends]
         if missing:

@@ -85,9 +85,9 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         with self._client() as client:
             partitions = self._partitions(client)
             assert self.options.starting_offsets is not None
+            count = len(client.stream_info(self.stream).partitions)  # a partition the stream lacks is an error
+            check_partitions(self.options.starting_offsets.named_partitions(), count, self.stream)
             starts = start_offsets(client, self.stream, self.options.starting_offsets, partitions)
-            count = len(client.stream_info(self.stream).partitions)
-            check_partitions(sorted(starts), count, self.stream)  # a partition the stream lacks is an error
         log.info("liftbridge stream %s starts at %s", self.stream, starts)
         initial = _json({p: starts.get(p, 0) for p in partitions})
         if self._next_start is None:

@@ -99,6 +99,7 @@ class Triggerer:
         """SIGTERM, SIGKILL after 30 s, then whatever of its session or its AIRFLOW_HOME is left."""
         if self.process is not None:
             end_session(self.process, ("AIRFLOW_HOME", self.env["AIRFLOW_HOME"]), timeout=30)
+            self.process = None  # stopped once: the fixture's teardown stops every triggerer again
 
     def _signal_group(self, sig: signal.Signals, wait: float = 10) -> None:
         if self.process is None or self.process.poll() is not None:

@@ -329,7 +329,7 @@ PROBE: list[tuple[str, Call, type[Exception] | None, str]] = [
         "set_stream_readonly __cursors",
         lambda c, s: c.set_stream_readonly("__cursors"),
         InvalidArgumentError,
-        "cannot change the readonly flag of stream '__cursors'",
+        "cannot make readonly stream '__cursors'",
     ),
     ("pause_stream __cursors", lambda c, s: c.pause_stream("__cursors"), InvalidArgumentError, "cannot pause stream"),
     # arguments never checked: an empty range returned [] for partition -1; the waits asked the server
@@ -394,6 +394,16 @@ def test_bad_input_never_reaches_the_server(  # noqa: PLR0917 - fixtures and tab
         call(client, stream)
     assert text in str(raised.value)
     assert server_state(liftbridge_server, client, stream) == before, "nothing may reach the server"
+
+
+def test_a_readonly_cursors_stream_can_be_made_writable_again(client: LiftbridgeClient, stream: str) -> None:
+    """Making __cursors readonly is refused; making it writable is not: that is the way out of a readonly
+    __cursors left by another tool, and cursors are set and read as before."""
+    with pytest.raises(InvalidArgumentError, match="cannot make readonly stream '__cursors'"):
+        client.set_stream_readonly("__cursors")
+    client.set_stream_readonly("__cursors", readonly=False)
+    client.set_cursor(CURSOR, stream, 1, 0)
+    assert client.fetch_cursor(CURSOR, stream, 1) == 0
 
 
 def test_empty_partition_selection_touches_no_partition(liftbridge_server: DevServer, client: LiftbridgeClient) -> None:

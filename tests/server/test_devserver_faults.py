@@ -106,6 +106,31 @@ def test_end_session_leaves_nothing_of_the_command_or_what_it_started(
             os.kill(pid, signal.SIGKILL)
 
 
+def test_end_session_of_a_command_already_reaped_signals_nobody_else() -> None:
+    """Guards the triggerer teardown that stopped a killed, reaped triggerer again: its pid (its group and
+    session id) can belong to another test's command by then, and killpg and the session rule would have
+    stopped that one. A reaped command is not signalled, and a reused pid drops the session rule."""
+    victim = subprocess.Popen(["sleep", "300"], start_new_session=True)  # a session leader, as a reused pid
+    try:
+
+        class Reaped:
+            pid = victim.pid  # what a reaped command's number now names
+            returncode = 0
+
+            def poll(self) -> int:
+                return 0
+
+            def wait(self, timeout: float | None = None) -> int:
+                return 0
+
+        killed = end_session(Reaped(), ("LB_END_SESSION_TEST", uuid.uuid4().hex), timeout=1.0)  # type: ignore[arg-type]
+        assert killed == []
+        assert victim.poll() is None, "the other command still runs"
+    finally:
+        victim.kill()
+        victim.wait(10)
+
+
 def children(parent: int) -> list[int]:
     """The pids whose parent is ``parent`` (field 4 of /proc/<pid>/stat)."""
     found = []

@@ -237,6 +237,10 @@ def test_range_beyond_what_the_leader_holds_is_refused_at_once(
             "names partition 0 twice",
         ),
         ({"stream": "S", "startingOffsets": "earliestt", "endingOffsets": "latest"}, "must be earliest, latest or"),
+        (
+            {"stream": "S", "startingOffsetsByTimestamp": '{"5": 1}', "endingOffsetsByTimestamp": '{"5": 2}'},
+            "no partition 5",
+        ),
     ],
 )
 def test_bad_input_is_refused_before_any_task(

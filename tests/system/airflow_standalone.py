@@ -1,4 +1,4 @@
-"""Set up an `airflow standalone` of the system tests: migrate its metadata DB (devserver.process.end_session
+"""Set up an `airflow standalone` of the system tests: migrate its metadata DB (devserver.leftovers.end_session
 stops it and what its tasks left running).
 
 Shared by tests/system/test_example_dags.py and test_event_listener.py.

@@ -145,6 +145,8 @@ def test_the_sink_accepts_the_checkpoint_option_spark_hands_a_stream_sink() -> N
         ('{"0": 1, "00": 2}', "names partition 0 twice (key '00')"),
         ('{"0_0": 3}', "partition '0_0' is not a number (digits only)"),
         ('{"+1": 3}', "partition '+1' is not a number"),
+        ('{"-0": 3}', "partition '-0' is not a number"),
+        ('{"-2": 3}', "partition must be a whole number >= 0, got -2"),
         ("[]", "must map partitions to offsets, got '[]'"),
         ('{"0": {"a": 1}}', "offset of partition 0 must be a whole number"),
         ("earliestt", "must be earliest, latest or"),
