@@ -134,7 +134,7 @@ def publish_request(
     """A PublishRequest. ``expected_offset`` None means "next offset" (-1 on the wire); ``ack_inbox`` a NATS
     subject the server publishes the ack to (empty: its own)."""
     request = api.PublishRequest(
-        stream=check_not_reserved(stream, "publish to"),
+        stream=stream,
         partition=partition,
         value=check_bytes(value, "value"),
         ackPolicy=ack_policy.value,

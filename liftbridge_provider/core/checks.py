@@ -121,6 +121,14 @@ def check_stream_names(streams: object) -> list[str]:
     return [check_stream_name(s) for s in streams]
 
 
+def rendered_int(value: object) -> object:
+    """The int a templated field's rendered ASCII digits stand for (``"7"`` -> 7); any other value as it is,
+    for the field's own check to judge ("²" is a digit to ``str.isdigit`` but not to ``int``)."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        return int(value)
+    return value
+
+
 def check_flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidArgumentError(f"{name} must be True or False, got {_shown(value)}")

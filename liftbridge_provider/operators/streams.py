@@ -9,6 +9,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 
 from liftbridge_provider.client import NoSuchStreamError, StreamExistsError
 from liftbridge_provider.client.metadata import StreamInfo
+from liftbridge_provider.core.checks import rendered_int
 from liftbridge_provider.core.stream_options import Duration, StreamOptions
 from liftbridge_provider.operators._base import LiftbridgeBaseOperator
 
@@ -124,8 +125,7 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
 def _partition_count(value: object) -> int:
     """The partition count as given, or rendered by a template (digits); 2.7, True or None are refused,
     not truncated to 2 or 1. The range is checked with the rest of the request."""
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():  # "²" is a digit too
-        return int(value)
+    value = rendered_int(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     raise AirflowFailException(f"partitions must be a whole number (or a template rendering one), got {value!r:.80}")

@@ -10,6 +10,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from liftbridge_provider import telemetry
 from liftbridge_provider.client import InvalidArgumentError
+from liftbridge_provider.core.checks import rendered_int
 from liftbridge_provider.core.ranges import check_partitions
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.operators._base import failing_without_retries
@@ -77,9 +78,7 @@ class LiftbridgeCursorLagSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=not behind, xcom_value=lags)
 
     def _max_lag(self) -> int:
-        value: object = self.max_lag
-        if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():  # "²" is a digit too
-            value = int(value)
+        value = rendered_int(self.max_lag)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise InvalidArgumentError(f"max_lag must be a whole number of offsets >= 0, got {value!r}")
         return value

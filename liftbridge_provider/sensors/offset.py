@@ -11,7 +11,7 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 from airflow.sdk import BaseSensorOperator
 
 from liftbridge_provider.client import NoSuchPartitionError, NoSuchStreamError
-from liftbridge_provider.core.checks import check_offset
+from liftbridge_provider.core.checks import check_offset, rendered_int
 from liftbridge_provider.core.ranges import RangesDocument, check_partitions, partition_offsets
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.operators._base import failing_without_retries
@@ -92,10 +92,7 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
             assert self.stream is not None
             if self.target_offsets is not None:
                 return self.stream, partition_offsets(self.target_offsets, "target_offsets")
-            target = self.target_offset
-            if isinstance(target, str) and target.strip().isascii() and target.strip().isdigit():
-                target = int(target)  # a template renders text
-            target = check_offset(target, "target_offset")
+            target = check_offset(rendered_int(self.target_offset), "target_offset")  # a template renders text
             count = len(self.hook.get_conn().stream_info(self.stream).partitions)
             chosen = check_partitions(self.partitions, count, self.stream)
             return self.stream, dict.fromkeys(chosen, target)

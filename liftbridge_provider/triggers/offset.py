@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -12,6 +11,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from liftbridge_provider.client import AsyncLiftbridgeClient, InvalidArgumentError, LiftbridgeError
 from liftbridge_provider.client.metadata import PartitionInfo
+from liftbridge_provider.client.options import MAX_SECONDS, check_seconds
 from liftbridge_provider.core.ranges import partition_offsets
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 
@@ -19,11 +19,12 @@ from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 def positive_seconds(value: object, name: str, allowed: str = "a number of seconds > 0") -> float:
     """A positive, finite number of seconds; anything else is refused, naming it (an infinite poll
     interval slept forever, past the trigger's own timeout)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidArgumentError(f"{name} must be {allowed}, got {value!r}")
-    if value == math.inf:
-        raise InvalidArgumentError(f"{name} must be {allowed}, got {value!r}: it must be finite")
-    return float(value)
+    try:
+        return check_seconds(name, value)
+    except InvalidArgumentError:
+        raise InvalidArgumentError(
+            f"{name} must be {allowed}, got {value!r} (finite, at most {MAX_SECONDS:g})"
+        ) from None
 
 
 def optional_seconds(value: object, name: str) -> float | None:

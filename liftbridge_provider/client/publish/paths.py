@@ -88,7 +88,7 @@ class PublishPaths:
             checks.check_partition(partition, stream=stream)
         # every check that needs no cluster first: bad input fails at once, even with no broker reachable
         request = build.publish_request(
-            checks.check_stream_name(stream),
+            build.check_not_reserved(checks.check_stream_name(stream), "publish to"),
             value,
             partition=0,
             key=key,

@@ -59,9 +59,8 @@ def choose_partition(
     partitioner: Partitioner | None,
     timeout: float | None = None,
 ) -> int:
-    """The partition of a single publish (see :func:`partition_for`), the stream's name checked first; the
-    partition count asked of the cluster within ``timeout`` seconds when the cache does not know it."""
-    stream = build.check_not_reserved(checks.check_stream_name(stream), "publish to")
+    """The partition of a single publish (see :func:`partition_for`) of a checked stream name; the partition
+    count asked of the cluster within ``timeout`` seconds when the cache does not know it."""
     count = partitions.partition_count(stream, timeout=timeout)
     return partition_for(stream, count, key, value, partition, partitioner)
 
