@@ -21,7 +21,7 @@ from liftbridge_provider.client.publish.paths import PublishPaths
 from liftbridge_provider.client.publish_methods import PublishMethods
 from liftbridge_provider.client.range_read import BeyondHighWatermark
 from liftbridge_provider.client.reading import SubscriptionState
-from liftbridge_provider.client.retry import Deadline
+from liftbridge_provider.client.retry import Deadline, left_of
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.subscription import Subscription
 from liftbridge_provider.core import checks
@@ -142,11 +142,12 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         any resume resumes every paused partition of the stream."""
         check_timeout("timeout", timeout)
         checks.check_flag(resume_all, "resume_all")
-        ids = self._partition_list(name, partitions, "pause")
+        deadline = Deadline(timeout) if timeout is not None else None
+        ids = self._partition_list(name, partitions, "pause", deadline)
         if ids == []:
             return
         request = api.PauseStreamRequest(name=name, partitions=ids or [], resumeAll=resume_all)
-        self._unary("PauseStream", request, timeout=timeout, stream=name)
+        self._unary("PauseStream", request, timeout=left_of(deadline, "pause_stream"), stream=name)
 
     def set_stream_readonly(
         self,
@@ -161,19 +162,26 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         check_timeout("timeout", timeout)
         checks.check_flag(readonly, "readonly")
         # making __cursors writable again is the way out of a readonly one, so only readonly=True is refused
-        ids = self._partition_list(name, partitions, "make readonly" if readonly else None)
+        deadline = Deadline(timeout) if timeout is not None else None
+        ids = self._partition_list(name, partitions, "make readonly" if readonly else None, deadline)
         if ids == []:
             return
         request = api.SetStreamReadonlyRequest(name=name, partitions=ids or [], readonly=readonly)
-        self._unary("SetStreamReadonly", request, timeout=timeout, stream=name)
+        self._unary("SetStreamReadonly", request, timeout=left_of(deadline, "set_stream_readonly"), stream=name)
 
-    def _partition_list(self, name: str, partitions: Iterable[int] | None, action: str | None) -> list[int] | None:
+    def _partition_list(
+        self, name: str, partitions: Iterable[int] | None, action: str | None, deadline: Deadline | None
+    ) -> list[int] | None:
+        """The checked selection; the partition count is looked up (within the call's deadline) only for a
+        well-formed, non-empty list."""
         checks.check_stream_name(name)
         if action is not None:
             build.check_not_reserved(name, action)
-        if partitions is None:
-            return None
-        return checks.check_partition_selection(partitions, self._router.partition_count(name), name)
+
+        def count() -> int:
+            return self._router.partition_count(name, timeout=left_of(deadline, "the partition lookup"))
+
+        return checks.check_partition_selection(partitions, count, name)
 
     # -- reading ---------------------------------------------------------------
 

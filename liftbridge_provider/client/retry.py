@@ -105,6 +105,12 @@ class Deadline:
         return self.remaining() <= 0.0
 
 
+def left_of(deadline: Deadline | None, what: str) -> float | None:
+    """The seconds left of ``deadline`` for a call made on its behalf, or None (the callee's default) when
+    the call has no deadline; LiftbridgeTimeoutError naming ``what`` when none are left."""
+    return deadline.left(what) if deadline is not None else None
+
+
 class RetryState:
     """Tracks attempts of one call and decides, after each failure, whether and how to go on.
 

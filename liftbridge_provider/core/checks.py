@@ -10,7 +10,7 @@ cluster's metadata (cursors enabled, the stream exists) stay with the client
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from liftbridge_provider.core.errors import InvalidArgumentError
 
@@ -150,10 +150,13 @@ def check_partition(partition: object, partitions: int | None = None, stream: st
     return partition
 
 
-def check_partition_selection(partitions: object, count: int, stream: str) -> list[int] | None:
+def check_partition_selection(partitions: object, count: int | Callable[[], int], stream: str) -> list[int] | None:
     """Partitions chosen by the caller: None (every partition), or a list of existing partition numbers.
 
-    An empty list stays empty: it selects no partition (the server would read it as "all").
+    ``count`` is the stream's partition count, or a function that looks it up: it is called only once
+    the selection is a non-empty list of partition numbers, so a malformed selection is refused before
+    anything is asked of the cluster. An empty list stays empty: it selects no partition (the server
+    would read it as "all").
     """
     if partitions is None:
         return None
@@ -162,7 +165,12 @@ def check_partition_selection(partitions: object, count: int, stream: str) -> li
             f"partitions must be a list of partition numbers (or None for all), got {_shown(partitions)}",
             stream=stream,
         )
-    return [check_partition(p, count, stream) for p in partitions]
+    numbers = [check_partition(p, None, stream) for p in partitions]
+    if numbers:
+        known = count() if callable(count) else count
+        for number in numbers:
+            check_partition(number, known, stream)
+    return numbers
 
 
 def check_batch_messages(messages: object) -> Iterable[object]:

@@ -423,6 +423,30 @@ def test_empty_partition_selection_touches_no_partition(liftbridge_server: DevSe
     assert flags == {0: True, 1: True, 2: True}, "None still means every partition"
 
 
+@pytest.mark.parametrize(
+    ("partitions", "message"),
+    [
+        ("0", "partitions must be a list of partition numbers (or None for all), got '0'"),
+        ([-1], "partition must be a whole number >= 0, got -1"),
+        ([0, "1"], "partition must be a whole number >= 0, got '1'"),
+    ],
+)
+def test_a_malformed_partition_selection_is_refused_before_the_partition_lookup(
+    client: LiftbridgeClient, partitions: Any, message: str
+) -> None:
+    """The selection's shape is checked before the client asks the cluster how many partitions the stream has: on
+    a stream that does not exist the caller hears about the bad value, not about the missing stream."""
+    missing = unique("no-such")
+    with pytest.raises(InvalidArgumentError) as paused:
+        client.pause_stream(missing, partitions=partitions)
+    assert message in str(paused.value)
+    with pytest.raises(InvalidArgumentError) as made_readonly:
+        client.set_stream_readonly(missing, partitions=partitions)
+    assert message in str(made_readonly.value)
+    with pytest.raises(NoSuchStreamError):  # a well-formed selection is looked up, and the stream is missing
+        client.pause_stream(missing, partitions=[0])
+
+
 def test_partitioner_names_key_and_round_robin(client: LiftbridgeClient) -> None:
     """partitioner="key" raised "str is not callable"; the names are accepted like the callables."""
     name = unique()
