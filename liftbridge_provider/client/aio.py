@@ -32,11 +32,12 @@ from liftbridge_provider.client.group_requests import AutoOffset
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo
-from liftbridge_provider.client.options import ClientConfig, check_timeout
+from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.reading import NoLeaderYet, SubscriptionState, Verdict
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import AsyncRouter
 from liftbridge_provider.core import checks
+from liftbridge_provider.core.checks import check_timeout
 from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)

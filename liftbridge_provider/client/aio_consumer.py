@@ -36,7 +36,7 @@ from liftbridge_provider.client.groups import (
     start_of,
 )
 from liftbridge_provider.client.messages import Message
-from liftbridge_provider.client.options import check_seconds, check_timeout
+from liftbridge_provider.core.checks import check_seconds, check_timeout
 from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)

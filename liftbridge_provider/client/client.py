@@ -16,7 +16,7 @@ from liftbridge_provider.client.connections import ConnectionPool
 from liftbridge_provider.client.cursor_methods import CursorMethods
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, StreamInfo
-from liftbridge_provider.client.options import ClientConfig, check_seconds, check_timeout
+from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.publish.paths import PublishPaths
 from liftbridge_provider.client.publish_methods import PublishMethods
 from liftbridge_provider.client.range_read import BeyondHighWatermark
@@ -25,6 +25,7 @@ from liftbridge_provider.client.retry import Deadline, left_of
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.subscription import Subscription
 from liftbridge_provider.core import checks
+from liftbridge_provider.core.checks import check_seconds, check_timeout
 
 log = logging.getLogger(__name__)
 

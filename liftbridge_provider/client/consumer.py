@@ -47,8 +47,8 @@ from liftbridge_provider.client.groups import (
     start_of,
 )
 from liftbridge_provider.client.messages import Message, StartPosition
-from liftbridge_provider.client.options import check_seconds, check_timeout
 from liftbridge_provider.client.subscription import Subscription
+from liftbridge_provider.core.checks import check_seconds, check_timeout
 from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)

@@ -18,9 +18,10 @@ from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.consumer import AutoOffset, Consumer
 from liftbridge_provider.client.cursor_advance import CursorMove
 from liftbridge_provider.client.group_ports import GroupClient
-from liftbridge_provider.client.options import ClientConfig, check_timeout
+from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import Router
+from liftbridge_provider.core.checks import check_timeout
 
 
 class CursorMethods:

@@ -9,8 +9,8 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.groups import Membership, Partition
 from liftbridge_provider.client.messages import StartPosition
-from liftbridge_provider.client.options import check_seconds
 from liftbridge_provider.core import checks
+from liftbridge_provider.core.checks import check_seconds
 from liftbridge_provider.core.errors import InvalidArgumentError
 
 AutoOffset = Literal["earliest", "latest", "none"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 import ssl
 import tempfile
@@ -15,6 +14,7 @@ from typing import Any
 import grpc
 import grpc.experimental
 
+from liftbridge_provider.core.checks import check_seconds
 from liftbridge_provider.core.errors import InvalidArgumentError
 
 DEFAULT_PORT = 9292
@@ -311,30 +311,3 @@ def _grpc_options(value: object) -> tuple[tuple[str, Any], ...]:
     if pairs is None or not all(isinstance(p, tuple | list) and len(p) == 2 and isinstance(p[0], str) for p in pairs):
         raise InvalidArgumentError(f"grpc_options must be (name, value) pairs, got {value!r}")
     return tuple((name, option) for name, option in pairs)
-
-
-MAX_SECONDS = 1e9
-"""The longest timeout or wait, in seconds (about 31 years). gRPC's deadline overflows far above it: a
-request_timeout of 1e12 made every call fail at once with "no answer within 1e+12s"."""
-
-
-def check_timeout(name: str, value: object) -> float | None:
-    """A call's timeout: None (the default) or seconds > 0 up to :data:`MAX_SECONDS`; never a bool, NaN
-    or negative."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    if value is not None and not ok:
-        raise InvalidArgumentError(f"{name} must be a number of seconds > 0 (or None for the default), got {value!r}")
-    if value is not None and value > MAX_SECONDS:  # type: ignore[operator]
-        raise InvalidArgumentError(f"{name} must be at most {MAX_SECONDS:g} seconds, got {value!r}")
-    return None if value is None else float(value)  # type: ignore[arg-type]
-
-
-def check_seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
-    """Validate a positive duration in seconds (a number, not NaN or infinite, at most :data:`MAX_SECONDS`)."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):  # type: ignore[operator]
-        bound = ">= 0" if allow_zero else "> 0"
-        raise InvalidArgumentError(f"{name} must be a number of seconds {bound}, got {value!r}")
-    if value > MAX_SECONDS:  # type: ignore[operator]
-        raise InvalidArgumentError(f"{name} must be at most {MAX_SECONDS:g} seconds, got {value!r}")
-    return float(value)  # type: ignore[arg-type]

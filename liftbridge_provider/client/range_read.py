@@ -9,10 +9,11 @@ from liftbridge_provider.client import watermarks
 from liftbridge_provider.client.errors import BeyondHighWatermarkError
 from liftbridge_provider.client.messages import StartPosition, StopPosition
 from liftbridge_provider.client.metadata import PartitionInfo
-from liftbridge_provider.client.options import ClientConfig, check_timeout
+from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.subscription import Subscription
 from liftbridge_provider.core import checks
+from liftbridge_provider.core.checks import check_timeout
 from liftbridge_provider.core.errors import InvalidArgumentError
 
 BeyondHighWatermark = Literal["refuse", "wait", "truncate"]

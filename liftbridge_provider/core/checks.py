@@ -9,6 +9,7 @@ cluster's metadata (cursors enabled, the stream exists) stay with the client
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 
@@ -221,3 +222,46 @@ def check_cursor_id(cursor_id: object) -> str:
     if not isinstance(cursor_id, str) or not cursor_id or "," in cursor_id:
         raise InvalidArgumentError(f"cursor_id must be a non-empty string without commas, got {cursor_id!r}")
     return cursor_id
+
+
+MAX_SECONDS = 1e9
+"""The longest timeout or wait, in seconds (about 31 years). gRPC's deadline overflows far above it: a
+request_timeout of 1e12 made every call fail at once with "no answer within 1e+12s"."""
+
+
+def check_timeout(name: str, value: object) -> float | None:
+    """A call's timeout: None (the default) or seconds > 0 up to :data:`MAX_SECONDS`; never a bool, NaN
+    or negative."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if value is not None and not ok:
+        raise InvalidArgumentError(f"{name} must be a number of seconds > 0 (or None for the default), got {value!r}")
+    if value is not None and value > MAX_SECONDS:  # type: ignore[operator]
+        raise InvalidArgumentError(f"{name} must be at most {MAX_SECONDS:g} seconds, got {value!r}")
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def check_seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
+    """Validate a positive duration in seconds (a number, not NaN or infinite, at most :data:`MAX_SECONDS`)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not allow_zero):  # type: ignore[operator]
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidArgumentError(f"{name} must be a number of seconds {bound}, got {value!r}")
+    if value > MAX_SECONDS:  # type: ignore[operator]
+        raise InvalidArgumentError(f"{name} must be at most {MAX_SECONDS:g} seconds, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+MIN_POLL_SECONDS = 0.1
+"""The shortest interval between two polls of the cluster, in seconds: every poll is a request, so a shorter
+interval would be a busy loop against the brokers."""
+
+
+def check_poll_interval(name: str, value: object) -> float:
+    """Seconds between two polls of the cluster: from :data:`MIN_POLL_SECONDS` to :data:`MAX_SECONDS`."""
+    seconds = check_seconds(name, value)
+    if seconds < MIN_POLL_SECONDS:
+        raise InvalidArgumentError(
+            f"{name} must be at least {MIN_POLL_SECONDS:g} seconds (every poll is a request to the cluster), "
+            f"got {value!r}"
+        )
+    return seconds

@@ -26,12 +26,17 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from liftbridge_provider.core.checks import check_cursor_id, check_partition, check_stream_name
+from liftbridge_provider.core.checks import (
+    check_cursor_id,
+    check_partition,
+    check_poll_interval,
+    check_seconds,
+    check_stream_name,
+)
 from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.core.ranges import RangesDocument, ranges_from_offsets
 
@@ -78,12 +83,6 @@ def _positive_int(value: object, name: str) -> int:
     return value
 
 
-def _positive_seconds(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise InvalidArgumentError(f"{name} must be a number of seconds > 0, got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True)
 class WatchSettings:
     """What one watcher follows and how; validated on creation.
@@ -99,8 +98,8 @@ class WatchSettings:
     :param max_in_flight: message mode: events per partition sent to Airflow
         and not yet stored (default 1: at most one event repeated after a crash).
     :param max_messages: batch mode: offsets that fire a batch (default 1000).
-    :param max_wait: batch mode: seconds after which a non-empty batch fires (default 60).
-    :param poll_interval: batch mode: seconds between high-watermark checks (default 2).
+    :param max_wait: batch mode: seconds after which a non-empty batch fires, > 0 and at most 1e9 (default 60).
+    :param poll_interval: batch mode: seconds between high-watermark checks, from 0.1 to 1e9 (default 2).
     :param dlq_stream: message mode: the stream that messages a watcher refuses are
         published to before the cursor passes them (None: a refused message stops the watcher).
     """
@@ -131,8 +130,8 @@ class WatchSettings:
         object.__setattr__(self, "cursor_id", check_cursor_id(self.cursor_id or f"airflow-{self.mode}-watcher"))
         _positive_int(self.max_in_flight, "max_in_flight")
         _positive_int(self.max_messages, "max_messages")
-        object.__setattr__(self, "max_wait", _positive_seconds(self.max_wait, "max_wait"))
-        object.__setattr__(self, "poll_interval", _positive_seconds(self.poll_interval, "poll_interval"))
+        object.__setattr__(self, "max_wait", check_seconds("max_wait", self.max_wait))
+        object.__setattr__(self, "poll_interval", check_poll_interval("poll_interval", self.poll_interval))
         if self.dlq_stream is not None:
             check_stream_name(self.dlq_stream)
             if self.mode != "message":

@@ -11,13 +11,12 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 from airflow.sdk import BaseSensorOperator
 
 from liftbridge_provider.client import NoSuchPartitionError, NoSuchStreamError
-from liftbridge_provider.core.checks import check_offset, rendered_int
+from liftbridge_provider.core.checks import check_offset, check_poll_interval, rendered_int
 from liftbridge_provider.core.ranges import RangesDocument, check_partitions, partition_offsets
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.operators._base import failing_without_retries
 from liftbridge_provider.triggers.offset import (
     LiftbridgeOffsetTrigger,
-    positive_seconds,
     unmet_targets,
     waiting_note,
 )
@@ -39,7 +38,7 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
     :param stream: stream name (taken from ``ranges`` when given).
     :param deferrable: wait in the triggerer instead of a worker slot (default:
         ``[operators] default_deferrable``).
-    :param poll_interval: seconds between checks in deferrable mode, > 0 (default: ``poke_interval``).
+    :param poll_interval: seconds between checks in deferrable mode, from 0.1 to 1e9 (default: ``poke_interval``).
     :param liftbridge_conn_id: the ``liftbridge`` connection.
 
     Paused partitions are checked without being resumed. Bad targets and a
@@ -68,7 +67,7 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
         if ranges is None and not stream:
             raise ValueError("stream is required unless ranges are given")
         if poll_interval is not None:
-            positive_seconds(poll_interval, "poll_interval")
+            check_poll_interval("poll_interval", poll_interval)
         self.stream = stream
         self.partitions = partitions
         self.target_offset = target_offset

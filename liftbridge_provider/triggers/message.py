@@ -76,7 +76,7 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
     :param max_in_flight: message mode: events per partition not yet stored by Airflow (default 1).
     :param max_messages: batch mode: offsets that fire a batch (default 1000).
     :param max_wait: batch mode: seconds after which a non-empty batch fires (default 60).
-    :param poll_interval: batch mode: seconds between checks (default 2).
+    :param poll_interval: batch mode: seconds between checks, from 0.1 to 1e9 (default 2).
     """
 
     def __init__(

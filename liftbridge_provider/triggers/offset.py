@@ -11,25 +11,19 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from liftbridge_provider.client import AsyncLiftbridgeClient, InvalidArgumentError, LiftbridgeError
 from liftbridge_provider.client.metadata import PartitionInfo
-from liftbridge_provider.client.options import MAX_SECONDS, check_seconds
+from liftbridge_provider.core.checks import MAX_SECONDS, check_poll_interval, check_timeout
 from liftbridge_provider.core.ranges import partition_offsets
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 
 
-def positive_seconds(value: object, name: str, allowed: str = "a number of seconds > 0") -> float:
-    """A positive, finite number of seconds; anything else is refused, naming it (an infinite poll
-    interval slept forever, past the trigger's own timeout)."""
+def optional_seconds(value: object, name: str) -> float | None:
+    """None (no limit), or a number of seconds > 0 and at most :data:`MAX_SECONDS`."""
     try:
-        return check_seconds(name, value)
+        return check_timeout(name, value)
     except InvalidArgumentError:
         raise InvalidArgumentError(
-            f"{name} must be {allowed}, got {value!r} (finite, at most {MAX_SECONDS:g})"
+            f"{name} must be None or a number of seconds > 0, got {value!r} (finite, at most {MAX_SECONDS:g})"
         ) from None
-
-
-def optional_seconds(value: object, name: str) -> float | None:
-    """None, or a positive number of seconds."""
-    return None if value is None else positive_seconds(value, name, "None or a number of seconds > 0")
 
 
 def unmet_targets(targets: Mapping[int, int], high_watermarks: Mapping[int, int]) -> dict[int, int]:
@@ -62,7 +56,7 @@ class LiftbridgeOffsetTrigger(BaseTrigger):
     :param stream: stream name.
     :param targets: ``{partition: offset}``, both >= 0 (keys may be strings, as JSON makes them).
     :param liftbridge_conn_id: the ``liftbridge`` connection.
-    :param poll_interval: seconds between checks, > 0 (default 5).
+    :param poll_interval: seconds between checks, from 0.1 to 1e9 (default 5).
     :param timeout: seconds, > 0, after which a timeout event is sent (default: none).
 
     Bad values raise InvalidArgumentError here, before anything is serialised.
@@ -83,7 +77,7 @@ class LiftbridgeOffsetTrigger(BaseTrigger):
         self.stream = stream
         self.targets = partition_offsets(targets, "target")
         self.liftbridge_conn_id = liftbridge_conn_id
-        self.poll_interval = positive_seconds(poll_interval, "poll_interval")
+        self.poll_interval = check_poll_interval("poll_interval", poll_interval)
         self.timeout = optional_seconds(timeout, "timeout")
         self._client: AsyncLiftbridgeClient | None = None
 

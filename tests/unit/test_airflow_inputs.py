@@ -24,6 +24,7 @@ from liftbridge_provider.triggers.offset import LiftbridgeOffsetTrigger
         ({"targets": {0: 1}, "poll_interval": float("inf")}, "poll_interval must be a number of seconds > 0"),
         ({"targets": {0: 1}, "timeout": float("inf")}, "timeout must be None or a number of seconds > 0"),
         ({"targets": {0: 1}, "poll_interval": "5"}, "poll_interval must be a number of seconds > 0"),
+        ({"targets": {0: 1}, "poll_interval": 1e-9}, r"poll_interval must be at least 0\.1 seconds"),
     ],
 )
 def test_offset_trigger_refuses_negative_targets_and_intervals(kwargs: dict[str, Any], message: str) -> None:

@@ -25,7 +25,6 @@ from liftbridge_provider.client import (
     InvalidArgumentError,
     LiftbridgeClient,
     TLSConfig,
-    options,
     partition_by_key,
     partitioners,
 )
@@ -208,13 +207,13 @@ def test_good_client_options_pass() -> None:
 
 @pytest.mark.parametrize(("value", "expected"), [(None, None), (1, 1.0), (0.25, 0.25), (3600, 3600.0)])
 def test_timeouts_pass(value: float | None, expected: float | None) -> None:
-    assert options.check_timeout("timeout", value) == expected
+    assert checks.check_timeout("timeout", value) == expected
 
 
 @pytest.mark.parametrize("value", [-1, -0.5, 0, math.nan, math.inf, -math.inf, True, False, "5", [1]])
 def test_bad_timeouts_are_refused(value: object) -> None:
     with pytest.raises(InvalidArgumentError) as raised:
-        options.check_timeout("ack_wait", value)
+        checks.check_timeout("ack_wait", value)
     assert str(raised.value) == f"ack_wait must be a number of seconds > 0 (or None for the default), got {value!r}"
 
 
@@ -223,10 +222,10 @@ def test_timeouts_beyond_what_grpc_can_hold_are_refused(value: float) -> None:
     """A request_timeout of 1e12 was accepted, and every call then failed at once with "no answer within
     1e+12s" (gRPC's deadline overflows); timeouts and waits now go up to 1e9 seconds (about 31 years)."""
     with pytest.raises(InvalidArgumentError, match=r"ack_wait must be at most 1e\+09 seconds"):
-        options.check_timeout("ack_wait", value)
+        checks.check_timeout("ack_wait", value)
     with pytest.raises(InvalidArgumentError, match=r"request_timeout must be at most 1e\+09 seconds"):
         ClientConfig(brokers=("a",), request_timeout=value)
-    assert options.check_timeout("ack_wait", 1e9) == 1e9
+    assert checks.check_timeout("ack_wait", 1e9) == 1e9
 
 
 # -- flags, partitions, batches -------------------------------------------------------------------

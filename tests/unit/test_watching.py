@@ -44,6 +44,9 @@ from liftbridge_provider.triggers.watchers import WatcherError, reader_for
         ({"max_messages": 2.5}, "max_messages must be a whole number >= 1, got 2.5"),
         ({"max_wait": 0}, "max_wait must be a number of seconds > 0, got 0"),
         ({"poll_interval": float("nan")}, "poll_interval must be a number of seconds > 0"),
+        # every poll is a metadata request: a nanosecond interval was a busy loop against the brokers
+        ({"poll_interval": 1e-9}, "poll_interval must be at least 0.1 seconds (every poll is a request"),
+        ({"max_wait": 1e12}, "max_wait must be at most 1e.09 seconds, got 1000000000000.0"),
         ({"liftbridge_conn_id": ""}, "liftbridge_conn_id must be a connection id"),
         ({"dlq_stream": "orders"}, "dlq_stream must be another stream than 'orders'"),
         ({"dlq_stream": "dead letters"}, "invalid stream name 'dead letters'"),
@@ -53,6 +56,16 @@ from liftbridge_provider.triggers.watchers import WatcherError, reader_for
 def test_bad_settings_are_named(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message.replace("(", r"\(").replace("[", r"\[")):
         WatchSettings(stream="orders", **kwargs)
+
+
+@pytest.mark.parametrize("poll_interval", [1e-9, 0.0999])
+def test_the_message_trigger_refuses_a_poll_interval_under_the_floor(poll_interval: float) -> None:
+    """The batch watcher's trigger polls the high watermark every poll_interval seconds: below 0.1 s it is refused
+    when the DAG is parsed, naming the value and the floor."""
+    with pytest.raises(InvalidArgumentError, match=r"poll_interval must be at least 0\.1 seconds") as raised:
+        LiftbridgeMessageTrigger(stream="orders", mode="batch", poll_interval=poll_interval)
+    assert repr(poll_interval) in str(raised.value)
+    assert LiftbridgeMessageTrigger(stream="orders", mode="batch", poll_interval=0.1).settings.poll_interval == 0.1
 
 
 def test_group_key_separates_what_changes_the_reader() -> None:

@@ -29,7 +29,7 @@ from liftbridge_provider.client.connections import ConnectionPool
 from liftbridge_provider.client.errors import MessageTooLargeError, ReadonlyPartitionError
 from liftbridge_provider.client.messages import Ack, AckPolicy
 from liftbridge_provider.client.metadata import PartitionInfo
-from liftbridge_provider.client.options import ClientConfig, check_timeout
+from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.partitioners import Partitioner, PartitionerName, resolve_partitioner
 from liftbridge_provider.client.publish import plans as publish_plans
 from liftbridge_provider.client.publish.nats_publisher import NatsBatchPublisher, partition_subject
@@ -47,6 +47,7 @@ from liftbridge_provider.client.publish.publisher import BatchPublisher, async_e
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.core import checks
+from liftbridge_provider.core.checks import check_timeout
 from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
 
 
