@@ -184,13 +184,18 @@ def check_batch_messages(messages: object) -> Iterable[object]:
     return messages
 
 
-def check_offset(offset: object, name: str = "offset", *, minimum: int = 0) -> int:
-    """An offset from ``minimum`` to :data:`INT64_MAX` (the server's int64)."""
+def check_offset(offset: object, name: str = "offset", *, minimum: int = 0, maximum: int = INT64_MAX) -> int:
+    """An offset (or another whole number the server keeps in an int64) from ``minimum`` to ``maximum``
+    (default :data:`INT64_MAX`)."""
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < minimum:
         raise InvalidArgumentError(f"{name} must be a whole number >= {minimum}, got {_shown(offset)}")
-    if offset > INT64_MAX:
-        raise InvalidArgumentError(f"{name} must be at most {INT64_MAX}, got {offset}")
+    if offset > maximum:
+        raise InvalidArgumentError(f"{name} must be at most {maximum}, got {offset}")
     return offset
+
+
+MAX_TIMESTAMP_MS = INT64_MAX // 1_000_000
+"""The latest time in milliseconds since the epoch (2262-04-11): the server keeps times as int64 nanoseconds."""
 
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)

@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from liftbridge_provider.core.checks import check_cursor_id, check_offset, check_partition, check_stream_name
+from liftbridge_provider.core.checks import (
+    INT64_MAX,
+    check_cursor_id,
+    check_offset,
+    check_partition,
+    check_stream_name,
+)
 from liftbridge_provider.core.errors import InvalidArgumentError
 
 VERSION = 1
@@ -153,8 +159,11 @@ class _Pairs(list[tuple[Any, Any]]):
     """A JSON object's (key, value) pairs in order, duplicates kept (``json.loads``' object_pairs_hook)."""
 
 
-def partition_offsets(value: Mapping[Any, Any] | str, what: str) -> dict[int, int]:
-    """``{partition: offset}`` from a mapping or JSON object whose keys may be strings of digits ("0").
+def partition_offsets(
+    value: Mapping[Any, Any] | str, what: str, *, unit: str = "offset", maximum: int = INT64_MAX
+) -> dict[int, int]:
+    """``{partition: offset}`` from a mapping or JSON object whose keys may be strings of digits ("0"); each
+    value a whole number from 0 to ``maximum``, named ``unit`` in an error ("offset", or a time in ms).
 
     A partition named twice (``{"0": 1, "0": 2}``, or ``"0"`` and ``"00"``) is refused: JSON keeps the last
     value silently, and the read started past offsets it should have read. Keys other than plain digits
@@ -188,7 +197,7 @@ def partition_offsets(value: Mapping[Any, Any] | str, what: str) -> dict[int, in
                 f"{what} names partition {partition} twice (key {key!r}); give each partition once"
             )
         offsets[check_offset(partition, f"{what} partition")] = check_offset(
-            offset, f"{what} offset of partition {partition}"
+            offset, f"{what} {unit} of partition {partition}", maximum=maximum
         )
     return offsets
 

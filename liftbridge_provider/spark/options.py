@@ -45,7 +45,7 @@ from typing import Literal
 
 from liftbridge_provider.client import AckPolicy, ClientConfig, NatsConfig, TLSConfig
 from liftbridge_provider.client.options import split_brokers, split_nats_servers
-from liftbridge_provider.core.checks import check_cursor_id, check_stream_name
+from liftbridge_provider.core.checks import MAX_TIMESTAMP_MS, check_cursor_id, check_stream_name
 from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.core.ranges import partition_offsets
 
@@ -249,7 +249,8 @@ def _bound(options: Mapping[str, str], side: str) -> Bound | None:
     (name,) = given
     value = options[name.lower()]
     if name.endswith("OffsetsByTimestamp"):
-        return Bound(name, times={str(p): ms for p, ms in partition_offsets(value, name).items()})
+        times = partition_offsets(value, name, unit=_TIME, maximum=MAX_TIMESTAMP_MS)
+        return Bound(name, times={str(p): ms for p, ms in times.items()})
     if name.endswith("Timestamp"):
         return Bound(name, times={"*": _milliseconds(value, name)})
     if value.strip().lower() not in ("earliest", "latest"):
@@ -262,14 +263,18 @@ def _bound(options: Mapping[str, str], side: str) -> Bound | None:
     return Bound(name, offsets=value)
 
 
+_TIME = "time in milliseconds since the epoch"
+
+
 def _milliseconds(value: str, name: str) -> int:
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise InvalidArgumentError(f"option {name} must be milliseconds since the epoch, got {value!r}") from None
-    if number < 0:
-        raise InvalidArgumentError(f"option {name} must be milliseconds since the epoch >= 0, got {value!r}")
-    return number
+    """A time option: ASCII digits, milliseconds since the epoch from 0 to :data:`MAX_TIMESTAMP_MS`."""
+    digits = value.strip()
+    if not (digits.isascii() and digits.isdigit()) or int(digits) > MAX_TIMESTAMP_MS:
+        raise InvalidArgumentError(
+            f"option {name} must be milliseconds since the epoch (digits, from 0 to {MAX_TIMESTAMP_MS}, "
+            f"2262-04-11: the server keeps int64 nanoseconds), got {value!r:.80}"
+        )
+    return int(digits)
 
 
 def _batch_bytes(options: Mapping[str, str]) -> int:

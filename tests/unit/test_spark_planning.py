@@ -88,7 +88,29 @@ def test_options_are_parsed_and_checked() -> None:
             {"brokers": "a", "stream": "s", "startingOffsets": "earliest", "startingTimestamp": "5"},
             "give one of startingOffsets, startingTimestamp, not several",
         ),
-        ({"brokers": "a", "stream": "s", "startingTimestamp": "-1", "endingOffsets": "latest"}, ">= 0, got '-1'"),
+        ({"brokers": "a", "stream": "s", "startingTimestamp": "-1", "endingOffsets": "latest"}, "from 0 to"),
+        # a time past 2262 overflows the server's int64 nanoseconds: refused naming the option and its unit
+        (
+            {"brokers": "a", "stream": "s", "startingTimestamp": "1" + "0" * 30, "endingOffsets": "latest"},
+            "option startingTimestamp must be milliseconds since the epoch (digits, from 0 to 9223372036854",
+        ),
+        (
+            {"brokers": "a", "stream": "s", "startingTimestamp": "\uff11\uff12", "endingOffsets": "latest"},
+            "option startingTimestamp must be milliseconds since the epoch (digits",
+        ),
+        (
+            {"brokers": "a", "stream": "s", "startingOffsets": "earliest", "endingOffsetsByTimestamp": '{"1": 1e3}'},
+            "endingOffsetsByTimestamp time in milliseconds since the epoch of partition 1 must be a whole number",
+        ),
+        (
+            {
+                "brokers": "a",
+                "stream": "s",
+                "startingOffsets": "earliest",
+                "endingOffsetsByTimestamp": '{"1": 9223372036855}',
+            },
+            "endingOffsetsByTimestamp time in milliseconds since the epoch of partition 1 must be at most 922337203685",
+        ),
         (
             {"brokers": "a", "stream": "s", "startingTimestamp": "yesterday", "endingOffsets": "latest"},
             "startingTimestamp must be milliseconds since the epoch",
