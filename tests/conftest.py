@@ -16,6 +16,7 @@ names the artifacts (screenshots, logs) that tests kept under artifacts/.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from liftbridge_provider.client import LiftbridgeClient
+from liftbridge_provider.client import LiftbridgeClient, NoSuchStreamError
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.devserver import DevServer
 
@@ -80,6 +81,42 @@ def airflow_home() -> Path:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (home / "dags").mkdir(exist_ok=True)
     return home
+
+
+_SHARED_NODES: list[DevServer] = []
+
+
+@pytest.fixture(scope="session")
+def liftbridge_server(liftbridge_server: DevServer) -> DevServer:
+    """The session's single node (liftbridge_provider.devserver.pytest_plugin), noted so that each module's
+    streams on it can be deleted when the module ends (:func:`module_streams_deleted`)."""
+    _SHARED_NODES.append(liftbridge_server)
+    return liftbridge_server
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_streams_deleted() -> Iterator[None]:
+    """The streams a test module made on the session's node are deleted after its last test.
+
+    A node's idle CPU grows with its partitions (each leader runs its own timers): the hundreds of streams a
+    worker's modules leave behind took a large share of the 2-CPU machine by the end of a run. Each xdist
+    worker has its own node and runs its modules one after another, and no session-wide fixture makes
+    streams, so what a module made is its own. Streams that were there before the module are kept.
+    """
+    before = _stream_names() if _SHARED_NODES else set()
+    yield
+    if not _SHARED_NODES:
+        return
+    with LiftbridgeClient(_SHARED_NODES[0].brokers) as tidy:
+        for name in _stream_names() - before:
+            if not name.startswith("__"):  # __cursors and __activity belong to the server
+                with contextlib.suppress(NoSuchStreamError):
+                    tidy.delete_stream(name)
+
+
+def _stream_names() -> set[str]:
+    with LiftbridgeClient(_SHARED_NODES[0].brokers) as look:
+        return set(look.fetch_metadata().streams)
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,10 @@
 """Run DAGs with the real Airflow CLI and read back what they left: the helpers the Airflow integration tests share.
 
 ``run_dag`` writes a DAG file into Airflow's home (its ``dags`` folder; the home and its
-SQLite metadata DB come from the ``airflow_home`` fixture of tests/conftest.py),
-runs `airflow dags test` on it and returns a :class:`DagRun` with the CLI's output and the
-run's XComs, task states and try numbers from the metadata DB.
+SQLite metadata DB come from the ``airflow_home`` fixture of tests/conftest.py), runs
+`airflow dags test` on it (in a process forked from a warm one, tests/airflow/warm_cli.py)
+and returns a :class:`DagRun` with the CLI's output and the run's XComs, task states and
+try numbers from the metadata DB.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from liftbridge_provider.devserver import DevServer
+from tests.airflow.warm_cli import run_airflow
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 IMPORTS = """
@@ -74,14 +76,7 @@ def run_dag(home: Path, body: str, env: dict[str, str], dag_id: str | None = Non
     dag_id = dag_id or f"lbtest_{uuid.uuid4().hex[:8]}"
     source = IMPORTS + f"\nwith DAG({dag_id!r}, schedule=None):\n" + textwrap.indent(textwrap.dedent(body), "    ")
     (home / "dags" / f"{dag_id}.py").write_text(source)
-    result = subprocess.run(
-        [AIRFLOW, "dags", "test", dag_id],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_airflow(["dags", "test", dag_id], {**os.environ, **env}, timeout=300)
     return DagRun(dag_id, result)
 
 

@@ -18,6 +18,7 @@ import pytest
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.devserver import DevServer
 from tests.airflow.airflow_runs import AIRFLOW, DagRun, connection_env, run_dag, stream_name
+from tests.airflow.warm_cli import run_airflow
 
 RETRY = "retries=2, retry_delay=timedelta(0)"
 
@@ -34,7 +35,7 @@ def rerun_tasks(run: DagRun, task_ids: list[str], env: dict[str, str]) -> DagRun
 
 
 def _airflow(command: list[str], env: dict[str, str]) -> str:
-    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, timeout=300, check=False)
+    done = run_airflow(command[1:], {**os.environ, **env}, timeout=300)
     return done.stdout + done.stderr
 
 
