@@ -32,6 +32,7 @@ from liftbridge_provider.client.metadata import PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.partitioners import Partitioner, PartitionerName, resolve_partitioner
 from liftbridge_provider.client.publish import plans as publish_plans
+from liftbridge_provider.client.publish.dropping import drop_in_background
 from liftbridge_provider.client.publish.nats_publisher import NatsBatchPublisher, partition_subject
 from liftbridge_provider.client.publish.prepare import (
     PreparedTooLong,
@@ -158,6 +159,7 @@ class PublishPaths:
                 result = publisher.run()
             if isinstance(result.failures, Failures):
                 result.failures = result.failures.with_listed(partial(sized, requests=requests))
+            drop_in_background(requests)
         if raise_on_error:
             result.raise_for_failures()
         return result

@@ -13,6 +13,7 @@ from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.errors import AckTimeoutError, MessageTooLargeError
 from liftbridge_provider.client.messages import AckPolicy
 from liftbridge_provider.client.partitioners import Partitioner
+from liftbridge_provider.client.publish.dropping import drop_in_background
 from liftbridge_provider.client.publish.publish_window import BatchResult, Failures, PublishFailure
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.core import checks
@@ -93,12 +94,13 @@ def batch_requests(
     """Every message checked and built, before anything is sent; PreparedTooLong past the deadline."""
     stream = build.check_not_reserved(checks.check_stream_name(stream), "publish to")
     count = partitions.partition_count(stream, timeout=deadline.left("publish_batch") if deadline else None)
-    requests = []
+    requests: list[api.PublishRequest] = []
     items = iter(messages)
     plain = partial(api.PublishRequest, stream=stream, ackPolicy=policy.value, expectedOffset=-1)
     for index, item in enumerate(items):
         if deadline is not None and index % 1024 == 0 and deadline.expired:
             left = sum(1 for _ in items) if not isinstance(messages, Sized) else len(messages) - index - 1
+            drop_in_background(requests)  # freeing what was built would make the late call later still
             raise PreparedTooLong(index + 1 + left)
         if type(item) is bytes and partitioner is None:  # a bare value for partition 0: nothing else to check
             requests.append(plain(value=item, correlationId=str(index)))
