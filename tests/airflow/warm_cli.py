@@ -1,7 +1,7 @@
 """Airflow CLI commands run in a fresh process forked from one that has already imported Airflow.
 
 A cold ``airflow dags test`` of a one-task DAG spends about half of its CPU importing Airflow and the
-modules of its in-process API (docs/benchmarks.md, "Test suite"), and the suite runs about fifty such
+modules of its in-process API (docs/benchmarks.md, "The test suite's time"), and the suite runs about fifty such
 commands on a 2-CPU machine. :func:`run_airflow` runs the same entry point as the ``airflow`` script
 (``airflow.__main__.main``) in a new process each time, forked from a ``multiprocessing`` forkserver that
 imported those modules once per pytest worker. Each command still gets a process of its own: its own
