@@ -40,7 +40,7 @@ from liftbridge_provider.client.health import Signal
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import is_refusal, paused_error
-from liftbridge_provider.client.retry import backoff_delay
+from liftbridge_provider.client.retry import backoff_delay, leader_changing
 from liftbridge_provider.core.errors import LiftbridgeError
 
 _ENDS_CLEANLY = ("stop offset reached", "end of readonly partition", "stream is empty")
@@ -92,8 +92,9 @@ def ends_cleanly(exc: grpc.RpcError) -> bool:
 
 
 def resubscribable(exc: grpc.RpcError) -> bool:
-    """The broker went away, stopped answering or stopped leading the partition, or its reader met a segment
-    the cleaner had just closed: try again (from the next offset), elsewhere if need be."""
+    """The broker went away, stopped answering or stopped leading the partition, the metadata leadership is
+    moving (a paused partition cannot be resumed until it settles), or its reader met a segment the cleaner had
+    just closed: try again (from the next offset), elsewhere if need be."""
     code, details = exc.code(), (exc.details() or "").lower()
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return True
@@ -101,7 +102,7 @@ def resubscribable(exc: grpc.RpcError) -> bool:
         return True
     if code == grpc.StatusCode.UNKNOWN and "segment has been closed" in details:
         return True  # the server's reader met a segment the cleaner had just closed (compaction, retention)
-    return code == grpc.StatusCode.INTERNAL and ("closed" in details or "no known metadata leader" in details)
+    return leader_changing(code, details) or (code == grpc.StatusCode.INTERNAL and "closed" in details)
 
 
 class NoLeaderYet(grpc.RpcError):

@@ -38,8 +38,15 @@ MIN_ATTEMPT = 4.0  # seconds: FetchMetadata may poll peers for 3 s on the server
 _TLS_FAILURES = ("handshake failed", "certificate_verify_failed", "hostname verification", "tsi_")
 
 
-# The server's words for a metadata leader that is being replaced (INTERNAL): nothing was applied.
-_LEADER_CHANGING = ("no known metadata leader", "no responders available for request")
+# The server's words (INTERNAL) for a metadata leader that is being replaced, so nothing was applied: none is
+# elected yet, or the new one does not yet listen for the requests other brokers forward to it. Unary calls
+# back off and retry; subscriptions read again.
+LEADER_CHANGING = ("no known metadata leader", "no responders available for request")
+
+
+def leader_changing(code: grpc.StatusCode, details: str) -> bool:
+    """An INTERNAL answer that says the metadata leadership is moving (``details`` lowercased)."""
+    return code == grpc.StatusCode.INTERNAL and any(marker in details for marker in LEADER_CHANGING)
 
 
 class Action(enum.Enum):
@@ -60,7 +67,7 @@ def classify(exc: grpc.RpcError, *, leader_directed: bool, attempt_expired: bool
         if any(marker in details for marker in _TLS_FAILURES):
             return Action.FAIL  # a TLS mismatch does not heal by retrying
         return Action.REFRESH if leader_directed else Action.NEXT_BROKER
-    if code == grpc.StatusCode.INTERNAL and any(marker in details for marker in _LEADER_CHANGING):
+    if leader_changing(code, details):
         return Action.BACK_OFF
     if leader_directed and code == grpc.StatusCode.FAILED_PRECONDITION and "leader" in details:
         return Action.REFRESH

@@ -404,6 +404,10 @@ def test_a_leader_left_out_of_a_cached_broker_list_keeps_its_last_address() -> N
         (grpc.StatusCode.UNKNOWN, "failed to reinitialize reader: segment has been closed", True),
         (grpc.StatusCode.INTERNAL, "segment has been closed", True),
         (grpc.StatusCode.UNAVAILABLE, "Socket closed", True),
+        # A paused partition resumed by the read while the metadata leader is being elected, or before the new
+        # one listens for forwarded requests: the same "leader changing" answers a unary call retries.
+        (grpc.StatusCode.INTERNAL, "failed to resume stream: no known metadata leader", True),
+        (grpc.StatusCode.INTERNAL, "failed to resume stream: nats: no responders available for request", True),
         (grpc.StatusCode.UNKNOWN, "some other server failure", False),
         (grpc.StatusCode.NOT_FOUND, "no such stream", False),
     ],
