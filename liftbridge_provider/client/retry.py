@@ -41,12 +41,12 @@ _TLS_FAILURES = ("handshake failed", "certificate_verify_failed", "hostname veri
 # The server's words (INTERNAL) for a metadata leader that is being replaced, so nothing was applied: none is
 # elected yet, or the new one does not yet listen for the requests other brokers forward to it. Unary calls
 # back off and retry; subscriptions read again.
-LEADER_CHANGING = ("no known metadata leader", "no responders available for request")
+_LEADER_CHANGING = ("no known metadata leader", "no responders available for request")
 
 
 def leader_changing(code: grpc.StatusCode, details: str) -> bool:
     """An INTERNAL answer that says the metadata leadership is moving (``details`` lowercased)."""
-    return code == grpc.StatusCode.INTERNAL and any(marker in details for marker in LEADER_CHANGING)
+    return code == grpc.StatusCode.INTERNAL and any(marker in details for marker in _LEADER_CHANGING)
 
 
 class Action(enum.Enum):
