@@ -22,28 +22,42 @@ def create_stream(
     config: ClientConfig, snapshot: Metadata, request: api.CreateStreamRequest, deadline: Deadline
 ) -> Plan[None]:
     """CreateStream as :func:`ambiguous_admin` sends it (a lost answer's AlreadyExists is ours when the stream has
-    our subject and partition count), then the metadata refreshed within the deadline (at least 1 ms)."""
+    our subject and partition count), then the metadata refreshed (:func:`_refresh_after`)."""
 
     def create(stub: Any, timeout: float) -> Any:
         return stub.CreateStream(request, timeout=timeout)
 
     name = request.name
     ours = stream_created_as(request.subject, request.partitions, config, deadline, name)
-    yield from ambiguous_admin(config, snapshot, create, deadline, stream=name, already_done=ours)
-    yield Refresh(max(deadline.remaining(), 0.001))
+    outcome = "the stream may have been created (create_stream again raises StreamExistsError if it was)"
+    yield from ambiguous_admin(config, snapshot, create, deadline, stream=name, already_done=ours, outcome=outcome)
+    yield from _refresh_after(deadline)
 
 
 def delete_stream(
     config: ClientConfig, snapshot: Metadata, request: api.DeleteStreamRequest, deadline: Deadline
 ) -> Plan[None]:
     """DeleteStream as :func:`ambiguous_admin` sends it (a lost answer's NotFound means it was deleted), then the
-    metadata refreshed within the deadline (at least 1 ms)."""
+    metadata refreshed (:func:`_refresh_after`)."""
 
     def delete(stub: Any, timeout: float) -> Any:
         return stub.DeleteStream(request, timeout=timeout)
 
-    yield from ambiguous_admin(config, snapshot, delete, deadline, stream=request.name, already_done=stream_gone)
-    yield Refresh(max(deadline.remaining(), 0.001))
+    outcome = "the stream may have been deleted (delete_stream again raises NoSuchStreamError if it was)"
+    yield from ambiguous_admin(
+        config, snapshot, delete, deadline, stream=request.name, already_done=stream_gone, outcome=outcome
+    )
+    yield from _refresh_after(deadline)
+
+
+def _refresh_after(deadline: Deadline) -> Plan[None]:
+    """The cached metadata refreshed after a create or delete that succeeded, within what is left of the deadline
+    (at least 1 ms). Its failure does not undo the success: the cache refreshes itself when next asked about a
+    stream it does not know, and a call to a deleted stream is answered NotFound."""
+    try:
+        yield Refresh(max(deadline.remaining(), 0.001))
+    except LiftbridgeError:
+        return
 
 
 def ambiguous_admin(
@@ -54,6 +68,7 @@ def ambiguous_admin(
     *,
     stream: str,
     already_done: Callable[[LiftbridgeError], Plan[bool]],
+    outcome: str,
 ) -> Plan[Any]:
     """A CreateStream or DeleteStream: retried only in a way that cannot misreport what happened.
 
@@ -61,7 +76,8 @@ def ambiguous_admin(
     next broker. One that fails after sending may have been applied; it is sent
     again, and if that answer is the error the first attempt would cause
     (AlreadyExists for a create, NotFound for a delete), ``already_done(error)``
-    decides whether the first attempt did it (then the call succeeds).
+    decides whether the first attempt did it (then the call succeeds). A call whose deadline passes after
+    anything was sent ends in :class:`LiftbridgeTimeoutError` saying ``outcome``: what may have happened.
     """
     state = RetryState(deadline, leader_directed=False, stream=stream)
     maybe_applied = False
@@ -78,7 +94,8 @@ def ambiguous_admin(
                     if (yield from already_done(error)):
                         return None
                     raise error from exc
-                maybe_applied = maybe_applied or not isinstance(exc, NotSent)
+                if not isinstance(exc, NotSent):
+                    maybe_applied, state.unknown_outcome = True, outcome
                 note_if_hung(state, address, exc)
                 action, delay = state.after_failure(_as_retryable(exc))
             if action is not Action.NEXT_BROKER:
@@ -89,7 +106,7 @@ def ambiguous_admin(
 
 
 class _LostAnswer(grpc.RpcError):
-    """An admin call whose answer was lost after sending: retried (the retry finds out what happened)."""
+    """An admin call sent whose answer did not come: retried (the retry finds out what happened)."""
 
     def __init__(self, cause: grpc.RpcError) -> None:
         self.cause = cause
@@ -98,12 +115,22 @@ class _LostAnswer(grpc.RpcError):
         return grpc.StatusCode.UNAVAILABLE
 
     def details(self) -> str:
-        return f"answer lost ({self.cause.code().name}: {self.cause.details()})"
+        return f"sent, but no answer came ({self.cause.code().name}: {self.cause.details()})"
+
+
+# The server's words (INTERNAL) when it stopped waiting for the Raft apply of a create or delete at the call's
+# deadline (server/raft.go, timeoutFuture): the apply goes on and may still commit, as after a lost answer.
+_RAFT_APPLY_TIMED_OUT = "raft operation timed out"
 
 
 def _as_retryable(exc: grpc.RpcError) -> grpc.RpcError:
-    """Connection-level failures after sending (UNAVAILABLE, a hung attempt, a reset) are worth a retry."""
+    """Failures after sending that leave the outcome open (the connection failed, the attempt hung, the server
+    gave up waiting for its own Raft apply) are worth a retry; a failure before sending stays as it is."""
+    if isinstance(exc, NotSent):
+        return exc
     if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+        return _LostAnswer(exc)
+    if exc.code() == grpc.StatusCode.INTERNAL and _RAFT_APPLY_TIMED_OUT in (exc.details() or ""):
         return _LostAnswer(exc)
     return exc
 

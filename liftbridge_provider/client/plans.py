@@ -95,7 +95,7 @@ class Attempt:
     def after_connect(self, connection: Connection) -> None:
         """Raise :class:`NotSent` unless the RPC may go out on a channel that ended its wait so."""
         if connection is Connection.SILENT or (self.connect_first and connection is not Connection.READY):
-            raise NotSent(self.address, connection)
+            raise NotSent(self.address, connection, waited=self.connect_budget())
 
     def rpc_timeout(self, connect_started: float) -> float:
         """Seconds the RPC gets after a connection wait that began at ``connect_started`` (``time.monotonic()``):
@@ -137,9 +137,10 @@ AnyPlan = Generator[DriverAction, Any, T]
 class NotSent(grpc.RpcError):
     """The channel did not connect within the attempt's time: nothing was sent, another broker may take it."""
 
-    def __init__(self, address: str, connection: Connection = Connection.SILENT) -> None:
+    def __init__(self, address: str, connection: Connection = Connection.SILENT, waited: float | None = None) -> None:
         self.address = address
         self.connection = connection
+        self.waited = CONNECT_TRY if waited is None else waited  # seconds the connection was given
 
     def code(self) -> grpc.StatusCode:
         return grpc.StatusCode.UNAVAILABLE
@@ -147,7 +148,7 @@ class NotSent(grpc.RpcError):
     def details(self) -> str:
         if self.connection is Connection.REFUSED:
             return f"could not connect to {self.address} (refused or unreachable)"
-        return f"could not connect to {self.address} (no answer within {CONNECT_TRY:g}s)"
+        return f"could not connect to {self.address} (no answer within {self.waited:g}s)"
 
 
 def paused_error(stream: str, partition: int) -> PartitionPausedError:

@@ -134,6 +134,9 @@ class RetryState:
         self.partition = partition
         self.attempt = 0
         self.last_error: LiftbridgeError | None = None
+        # What may have happened when a call that is not idempotent runs out of time after sending (set by its
+        # plan): the deadline then ends it in a LiftbridgeTimeoutError saying so.
+        self.unknown_outcome: str | None = None
         self._attempt_ends = 0.0
 
     def attempt_timeout(self, limit: float | None = None) -> float:
@@ -182,6 +185,9 @@ class RetryState:
     def timeout_error(self) -> LiftbridgeError:
         """The error to raise when the deadline passes: the last retryable error, or a timeout."""
         message = f"no answer within {self.deadline.timeout:g}s"
+        if self.unknown_outcome is not None:
+            message = f"{message} after the request was sent: {self.unknown_outcome}"
+            return LiftbridgeTimeoutError(message, stream=self.stream, partition=self.partition)
         if self.last_error is not None:
             error = type(self.last_error)(
                 f"{message}; last error: {self.last_error.message}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import threading
@@ -84,6 +85,55 @@ def test_create_fetch_and_delete_stream(client: LiftbridgeClient, liftbridge_ser
         client.stream_info(name)
     with pytest.raises(NoSuchStreamError):
         client.delete_stream(name)
+
+
+# Timeouts short enough that a create or delete sent to the server runs out of time before its answer comes back.
+SHORT_TIMEOUTS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02)
+
+
+def test_a_create_or_delete_that_ran_out_of_time_is_a_timeout_that_says_what_may_have_happened(
+    client: LiftbridgeClient,
+) -> None:
+    """A create or delete whose deadline passed after it was sent may still be applied: the server waits for
+    its Raft apply only as long as the call's deadline, then answers INTERNAL "raft operation timed out" while
+    the apply can still commit. That came out as a plain LiftbridgeError, and a deadline that passed on the
+    client's side as an UnavailableError "answer lost". Both are timeouts with an unknown outcome: a
+    LiftbridgeTimeoutError naming the timeout and what may have happened, and calling again settles it. A call
+    whose time ran out before it could send says so, and then nothing happened."""
+    unknown = 0
+    for timeout in SHORT_TIMEOUTS:
+        name = f"t-{uuid.uuid4().hex[:10]}"
+        failure = _failure_of(lambda: client.create_stream(name, name, timeout=timeout))  # noqa: B023
+        if isinstance(failure, LiftbridgeTimeoutError):
+            unknown += 1
+            assert f"{timeout:g}s after the request was sent: the stream may have been created" in failure.message
+        elif failure is not None:  # nothing was sent: no stream
+            assert "could not connect" in failure.message, failure.message
+            assert name not in client.fetch_metadata().streams
+        with contextlib.suppress(StreamExistsError):  # created by the call that ran out of time
+            client.create_stream(name, name)
+        assert client.fetch_metadata().streams[name].subject == name
+
+        failure = _failure_of(lambda: client.delete_stream(name, timeout=timeout))  # noqa: B023
+        if isinstance(failure, LiftbridgeTimeoutError):
+            unknown += 1
+            assert f"{timeout:g}s after the request was sent: the stream may have been deleted" in failure.message
+        elif failure is not None:  # nothing was sent: the stream is there
+            assert "could not connect" in failure.message, failure.message
+            assert name in client.fetch_metadata().streams
+        with contextlib.suppress(NoSuchStreamError):  # deleted by the call that ran out of time
+            client.delete_stream(name)
+        assert name not in client.fetch_metadata().streams
+    assert unknown, f"no create or delete ran out of time after sending, with timeouts {SHORT_TIMEOUTS}"
+
+
+def _failure_of(call: Callable[[], object]) -> LiftbridgeTimeoutError | UnavailableError | None:
+    """The timeout or unavailability ``call`` raised, None when it succeeded (any other error propagates)."""
+    try:
+        call()
+    except (LiftbridgeTimeoutError, UnavailableError) as exc:
+        return exc
+    return None
 
 
 def test_replication_factor_all_brokers(client: LiftbridgeClient) -> None:

@@ -186,7 +186,9 @@ def test_a_create_whose_answer_was_lost_succeeds_when_the_stream_is_ours() -> No
     deadline = Deadline(5)
     ours = admin_plans.stream_created_as("s", 1, CONFIG, deadline, "s")
     result, _ = drive(
-        admin_plans.ambiguous_admin(CONFIG, snapshot(), lambda s, t: None, deadline, stream="s", already_done=ours),
+        admin_plans.ambiguous_admin(
+            CONFIG, snapshot(), lambda s, t: None, deadline, stream="s", already_done=ours, outcome="created"
+        ),
         answer,
     )
     assert result is None
@@ -195,10 +197,59 @@ def test_a_create_whose_answer_was_lost_succeeds_when_the_stream_is_ours() -> No
     with pytest.raises(StreamExistsError):
         drive(
             admin_plans.ambiguous_admin(
-                CONFIG, snapshot(), lambda s, t: None, Deadline(5), stream="s", already_done=other
+                CONFIG, snapshot(), lambda s, t: None, Deadline(5), stream="s", already_done=other, outcome="created"
             ),
             answer,
         )
+
+
+def test_a_create_whose_raft_apply_outlived_the_deadline_is_sent_again_and_found_to_be_ours() -> None:
+    """The server stops waiting for a create's Raft apply at the call's deadline and answers INTERNAL "raft
+    operation timed out", yet the apply may commit: that is a lost answer, not a final error."""
+    attempts = 0
+
+    def answer(action: plans.PlanAction) -> Any:
+        nonlocal attempts
+        if isinstance(action, plans.Attempt):
+            attempts += 1
+            if attempts == 1:
+                raise Rpc(grpc.StatusCode.INTERNAL, "Failed to replicate partition: raft operation timed out")
+            raise Rpc(grpc.StatusCode.ALREADY_EXISTS, "stream already exists")
+        if isinstance(action, plans.Refresh):
+            return snapshot()
+        return no_sleep(action)
+
+    request = api.CreateStreamRequest(subject="s", name="s", partitions=1)
+    result, _ = drive(admin_plans.create_stream(CONFIG, snapshot(), request, Deadline(5)), answer)
+    assert result is None
+    assert attempts == 2
+
+
+def test_a_create_that_runs_out_of_time_after_sending_says_the_stream_may_exist() -> None:
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            time.sleep(0.06)
+            raise Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        return no_sleep(action)
+
+    request = api.CreateStreamRequest(subject="s", name="s", partitions=1)
+    with pytest.raises(LiftbridgeTimeoutError) as failure:
+        drive(admin_plans.create_stream(CONFIG, snapshot(), request, Deadline(0.05)), answer)
+    assert "no answer within 0.05s after the request was sent" in failure.value.message
+    assert "may have been created" in failure.value.message
+
+
+def test_a_create_whose_metadata_refresh_fails_still_succeeds() -> None:
+    """The create succeeded; a refresh of the cache that ran out of the call's last millisecond does not undo it."""
+
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Refresh):
+            raise LiftbridgeTimeoutError("no answer within 0.001s")
+        return None
+
+    request = api.CreateStreamRequest(subject="s", name="s", partitions=1)
+    result, _ = drive(admin_plans.create_stream(CONFIG, snapshot(), request, Deadline(5)), answer)
+    assert result is None
 
 
 def test_a_create_refused_at_once_is_not_excused() -> None:
@@ -209,7 +260,7 @@ def test_a_create_refused_at_once_is_not_excused() -> None:
     with pytest.raises(StreamExistsError):
         drive(
             admin_plans.ambiguous_admin(
-                CONFIG, snapshot(), lambda s, t: None, Deadline(5), stream="s", already_done=ours
+                CONFIG, snapshot(), lambda s, t: None, Deadline(5), stream="s", already_done=ours, outcome="created"
             ),
             answer,
         )
