@@ -58,7 +58,7 @@ from liftbridge_provider.core.lake import LakeError, Outcome
 from liftbridge_provider.core.ranges import RangesDocument
 from liftbridge_provider.delta_table import require_deltalake, table_path
 from liftbridge_provider.spark.lake_store import HadoopStore
-from liftbridge_provider.spark.options import parse_options
+from liftbridge_provider.spark.options import OptionError, parse_options
 from liftbridge_provider.spark.parquet_ingest import Job, ingest_parquet
 from liftbridge_provider.spark.source import LiftbridgeDataSource
 from liftbridge_provider.spark.table_ingest import ingest_table
@@ -369,11 +369,11 @@ def check_source_arguments(args: argparse.Namespace, config: ClientConfig) -> No
     flag named: a --batch-size of 0 failed the first read, after the run had claimed its pieces."""
     try:
         parse_options({**source_options(config, args, cores=1), "ranges": "{}"})
-    except InvalidArgumentError as exc:
-        message = str(exc)
-        for option, flag in SOURCE_FLAGS.items():
-            message = message.replace(f"option {option} ", f"{flag} (option {option}) ")
-        raise InvalidArgumentError(message) from None
+    except OptionError as exc:
+        flag = SOURCE_FLAGS.get(exc.option)
+        if flag is None:
+            raise
+        raise InvalidArgumentError(f"{flag} (option {exc.option}) {exc.problem}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -85,6 +85,16 @@ KNOWN = {
 STREAM_ONLY = ("maxOffsetsPerTrigger", "commitCursorId")
 
 
+class OptionError(InvalidArgumentError):
+    """An option's value refused: ``option`` names the option as documented, ``problem`` says what is allowed
+    and what was given (the message is both), so that a caller that set it from a flag can name the flag."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(f"option {option} {problem}")
+        self.option = option
+        self.problem = problem
+
+
 @dataclass(frozen=True)
 class Bound:
     """Where ranges start (or end): ``offsets`` (JSON or ``earliest``/``latest``) or ``times``
@@ -136,7 +146,7 @@ def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
     if value is None:
         return default
     if value.strip().lower() not in ("true", "false"):
-        raise InvalidArgumentError(f"option {name} must be true or false, got {value!r}")
+        raise OptionError(name, f"must be true or false, got {value!r}")
     return value.strip().lower() == "true"
 
 
@@ -147,9 +157,9 @@ def _number(options: Mapping[str, str], name: str, kind: type[int] | type[float]
     try:
         number = kind(value)
     except ValueError:
-        raise InvalidArgumentError(f"option {name} must be a {kind.__name__}, got {value!r}") from None
+        raise OptionError(name, f"must be a {kind.__name__}, got {value!r}") from None
     if not math.isfinite(number) or number <= 0:  # nan compares false: a read timeout of nan never fired
-        raise InvalidArgumentError(f"option {name} must be a finite number > 0, got {value!r}")
+        raise OptionError(name, f"must be a finite number > 0, got {value!r}")
     return number
 
 
@@ -270,9 +280,10 @@ def _milliseconds(value: str, name: str) -> int:
     """A time option: ASCII digits, milliseconds since the epoch from 0 to :data:`MAX_TIMESTAMP_MS`."""
     digits = value.strip()
     if not (digits.isascii() and digits.isdigit()) or int(digits) > MAX_TIMESTAMP_MS:
-        raise InvalidArgumentError(
-            f"option {name} must be milliseconds since the epoch (digits, from 0 to {MAX_TIMESTAMP_MS}, "
-            f"2262-04-11: the server keeps int64 nanoseconds), got {value!r:.80}"
+        raise OptionError(
+            name,
+            f"must be milliseconds since the epoch (digits, from 0 to {MAX_TIMESTAMP_MS}, "
+            f"2262-04-11: the server keeps int64 nanoseconds), got {value!r:.80}",
         )
     return int(digits)
 
@@ -280,9 +291,8 @@ def _milliseconds(value: str, name: str) -> int:
 def _batch_bytes(options: Mapping[str, str]) -> int:
     value = int(_number(options, "batchBytes", int) or DEFAULT_BATCH_BYTES)
     if value > MAX_BATCH_BYTES:
-        raise InvalidArgumentError(
-            f"option batchBytes must be at most {MAX_BATCH_BYTES} (1 GiB; Arrow's binary columns hold 2 GiB), "
-            f"got {value}"
+        raise OptionError(
+            "batchBytes", f"must be at most {MAX_BATCH_BYTES} (1 GiB; Arrow's binary columns hold 2 GiB), got {value}"
         )
     return value
 
