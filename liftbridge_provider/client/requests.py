@@ -26,9 +26,10 @@ from liftbridge_provider.core.checks import (
     check_partition,
     check_stream_name,
     check_subject,
+    check_whole,
 )
 from liftbridge_provider.core.errors import InvalidArgumentError
-from liftbridge_provider.core.stream_options import StreamOptions, whole
+from liftbridge_provider.core.stream_options import StreamOptions
 
 ALL_BROKERS = -1
 """``replication_factor`` meaning "a replica on every broker"."""
@@ -99,12 +100,12 @@ def create_stream_request(
         )
     chosen = StreamOptions.of({**(options.given() if options is not None else {}), **settings})
     check_not_reserved(check_stream_name(name), "create")
-    whole(partitions, "partitions", minimum=1, maximum=INT32_MAX)
+    check_whole(partitions, "partitions", minimum=1, maximum=INT32_MAX)
     checked_group = check_group(chosen.group)
     check_subject(subject, suffix=f".{partitions - 1}" if partitions > 1 else "", group=checked_group)
     values = chosen.checked()
     if type(replication_factor) is not int or replication_factor != ALL_BROKERS:
-        whole(replication_factor, "replication_factor (or -1 for every broker)", minimum=1, maximum=INT32_MAX)
+        check_whole(replication_factor, "replication_factor (or -1 for every broker)", minimum=1, maximum=INT32_MAX)
         if int(values.get("minIsr", 1)) > replication_factor:
             raise InvalidArgumentError(
                 f"min_isr {values['minIsr']} is more than replication_factor {replication_factor}: no message "

@@ -184,14 +184,19 @@ def check_batch_messages(messages: object) -> Iterable[object]:
     return messages
 
 
+def check_whole(value: object, name: str, *, minimum: int, maximum: int = INT64_MAX) -> int:
+    """``value`` when it is a whole number (an int, not a bool) from ``minimum`` to ``maximum`` (default
+    :data:`INT64_MAX`, what the server keeps in an int64)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidArgumentError(f"{name} must be a whole number >= {minimum}, got {_shown(value)}")
+    if value > maximum:
+        raise InvalidArgumentError(f"{name} must be at most {maximum}, got {value}")
+    return value
+
+
 def check_offset(offset: object, name: str = "offset", *, minimum: int = 0, maximum: int = INT64_MAX) -> int:
-    """An offset (or another whole number the server keeps in an int64) from ``minimum`` to ``maximum``
-    (default :data:`INT64_MAX`)."""
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < minimum:
-        raise InvalidArgumentError(f"{name} must be a whole number >= {minimum}, got {_shown(offset)}")
-    if offset > maximum:
-        raise InvalidArgumentError(f"{name} must be at most {maximum}, got {offset}")
-    return offset
+    """An offset: a whole number from ``minimum`` (default 0) to ``maximum`` (:func:`check_whole`)."""
+    return check_whole(offset, name, minimum=minimum, maximum=maximum)
 
 
 MAX_TIMESTAMP_MS = INT64_MAX // 1_000_000

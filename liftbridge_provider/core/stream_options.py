@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 
-from liftbridge_provider.core.checks import INT32_MAX, INT64_MAX
+from liftbridge_provider.core.checks import INT32_MAX, INT64_MAX, check_whole
 from liftbridge_provider.core.errors import InvalidArgumentError
 
 Duration = timedelta | int | float
@@ -88,7 +88,7 @@ class StreamOptions:
             ("segmentMaxBytes", self.segment_max_bytes),
         ):
             if count is not None:
-                values[field] = whole(count, _snake(field), minimum=0, maximum=INT64_MAX)
+                values[field] = check_whole(count, _snake(field), minimum=0, maximum=INT64_MAX)
         for field, duration in (
             ("retentionMaxAge", self.retention_max_age),
             ("cleanerInterval", self.cleaner_interval),
@@ -99,7 +99,7 @@ class StreamOptions:
                 values[field] = to_millis(duration, _snake(field))
         for field, count in (("compactMaxGoroutines", self.compact_max_goroutines), ("minIsr", self.min_isr)):
             if count is not None:
-                values[field] = whole(count, _snake(field), minimum=1, maximum=INT32_MAX)
+                values[field] = check_whole(count, _snake(field), minimum=1, maximum=INT32_MAX)
         for field, flag in (
             ("compactEnabled", self.compact_enabled),
             ("autoPauseDisableIfSubscribers", self.auto_pause_disable_if_subscribers),
@@ -137,15 +137,6 @@ def to_millis(value: Duration, name: str) -> int:
             "server reads as no limit"
         )
     return millis
-
-
-def whole(value: object, name: str, *, minimum: int, maximum: int = INT64_MAX) -> int:
-    """``value`` when it is a whole number (not a bool) from ``minimum`` to ``maximum``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidArgumentError(f"{name} must be a whole number >= {minimum}, got {value!r:.80}")
-    if value > maximum:
-        raise InvalidArgumentError(f"{name} must be at most {maximum}, got {value}")
-    return value
 
 
 def _snake(camel: str) -> str:
