@@ -477,6 +477,29 @@ def test_metadata_request_while_the_metadata_leader_is_replaced_is_retried(
     liftbridge_cluster.restart(leader)
 
 
+def test_a_read_that_resumes_a_paused_partition_while_the_metadata_leader_is_replaced_reads_again(
+    liftbridge_cluster: DevServer,
+) -> None:
+    """Found by the chaos harness (seed 33): a read with resume=True of a paused partition makes the broker ask
+    the metadata leader to resume it; sent while that leader had just died, the read failed at once with
+    INTERNAL "failed to resume stream: nats: no responders available for request". Nothing was resumed, and a
+    new leader takes the request a moment later: the read must go on within its deadline and return the range."""
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as setup:
+        setup.create_stream("noresp-read", "noresp-read", replication_factor=3)
+        setup.publish_batch("noresp-read", [b"m%d" % n for n in range(5)], ack_policy="all").raise_for_failures()
+        setup.pause_stream("noresp-read")
+    leader = metadata_leader(liftbridge_cluster)
+    survivor = next(n for n in liftbridge_cluster.nodes if n.server_id != leader)
+    with LiftbridgeClient([survivor.address], request_timeout=30) as client:
+        client.fetch_metadata()  # connected before the kill
+        liftbridge_cluster.kill(leader)
+        started = time.monotonic()
+        read = client.read_range("noresp-read", 0, 0, 5, timeout=30, resume=True)
+        assert [m.value for m in read] == [b"m%d" % n for n in range(5)]
+        assert time.monotonic() - started < 31, "the read outlived its 30 s deadline"
+    liftbridge_cluster.restart(leader)
+
+
 def test_a_broker_that_hung_an_attempt_goes_last_for_the_next_calls(liftbridge_cluster: DevServer) -> None:
     """Found by CI on 716d1a5 (test_frozen_partition_leader_fails_the_acks_by_ack_wait took 6 s for a 1 s
     ack_wait): a call that may go to any broker (FetchMetadata) picked a frozen broker first in about one
