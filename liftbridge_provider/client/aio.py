@@ -38,7 +38,7 @@ from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import AsyncRouter
 from liftbridge_provider.core import checks
 from liftbridge_provider.core.checks import check_timeout
-from liftbridge_provider.core.errors import LiftbridgeError
+from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +174,11 @@ class AsyncLiftbridgeClient:
         check_timeout("idle_timeout", idle_timeout)
         check_timeout("resubscribe_wait", resubscribe_wait)
         if start_offset is not None:
+            if start is not None:
+                raise InvalidArgumentError(f"give start_offset or start, not both (got {start_offset} and {start})")
             start = StartPosition.at_offset(checks.check_offset(start_offset, "start_offset"))
         replica = self.config.read_isr_replica if read_isr_replica is None else read_isr_replica
-        request = build.subscribe_request(
+        request = build.subscribe_request(  # checks the positions and the flags
             stream, partition, start or StartPosition.new_only(), stop, read_isr_replica=replica, resume=resume
         )
         stop_offset = stop.offset if stop is not None and stop.kind == api.STOP_OFFSET else None

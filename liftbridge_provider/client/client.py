@@ -214,11 +214,8 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         check_timeout("timeout", timeout)
         check_timeout("idle_timeout", idle_timeout)
         check_timeout("resubscribe_wait", resubscribe_wait)
-        checks.check_flag(resume, "resume")
-        if read_isr_replica is not None:
-            checks.check_flag(read_isr_replica, "read_isr_replica")
         replica = self.config.read_isr_replica if read_isr_replica is None else read_isr_replica
-        request = build.subscribe_request(
+        request = build.subscribe_request(  # checks the positions and the flags
             stream, partition, start or StartPosition.new_only(), stop, read_isr_replica=replica, resume=resume
         )
         started = Deadline(timeout) if timeout is not None else None  # the lookup counts against ``timeout``

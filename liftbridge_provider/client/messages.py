@@ -35,11 +35,21 @@ class AckPolicy(enum.IntEnum):
         raise InvalidArgumentError(f"unknown ack policy {value!r}; allowed: leader, all, none")
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_LATEST = _EPOCH + timedelta(microseconds=INT64_MAX // 1000)  # the server keeps times as int64 nanoseconds
+
+
 def _nanos(value: datetime | int, name: str) -> int:
+    """``value`` as nanoseconds since the epoch, from 0 to :data:`INT64_MAX` (1970-01-01 to 2262-04-11 UTC)."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise InvalidArgumentError(f"{name} must be timezone-aware, got naive {value!r}")
-        delta = value - datetime(1970, 1, 1, tzinfo=UTC)
+        if not _EPOCH <= value <= _LATEST:
+            raise InvalidArgumentError(
+                f"{name} must be from {_EPOCH.isoformat()} to {_LATEST.isoformat()} (the server keeps int64 "
+                f"nanoseconds since the epoch), got {value.isoformat()}"
+            )
+        delta = value - _EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT64_MAX:
         return value
@@ -88,9 +98,12 @@ class StartPosition:
     @classmethod
     def time_delta(cls, ago: timedelta) -> StartPosition:
         """The first message received at most ``ago`` before now."""
-        if not isinstance(ago, timedelta) or ago < timedelta(0):
-            raise InvalidArgumentError(f"start time delta must be a timedelta >= 0, got {ago!r}")
-        return cls.at_time(datetime.now(UTC) - ago)
+        now = datetime.now(UTC)
+        if not isinstance(ago, timedelta) or not timedelta(0) <= ago <= now - _EPOCH:
+            raise InvalidArgumentError(
+                f"start time delta must be a timedelta from 0 to the time since {_EPOCH.isoformat()}, got {ago!r}"
+            )
+        return cls.at_time(now - ago)
 
 
 @dataclass(frozen=True)

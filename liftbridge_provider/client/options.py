@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import grpc.experimental
 
-from liftbridge_provider.core.checks import check_seconds
+from liftbridge_provider.core.checks import INT32_MAX, check_seconds, check_whole
 from liftbridge_provider.core.errors import InvalidArgumentError
 
 DEFAULT_PORT = 9292
@@ -255,10 +255,9 @@ class ClientConfig:
         object.__setattr__(self, "brokers", split_brokers(self.brokers))
         for name in ("request_timeout", "keep_alive_time", "resubscribe_wait", "liveness_interval", "ack_wait"):
             check_seconds(name, getattr(self, name))
-        for name in ("max_conns_per_broker", "max_message_bytes"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidArgumentError(f"{name} must be a whole number >= 1, got {value!r}")
+        check_whole(self.max_conns_per_broker, "max_conns_per_broker", minimum=1)
+        # gRPC keeps its message size limits in a C int.
+        check_whole(self.max_message_bytes, "max_message_bytes", minimum=1, maximum=INT32_MAX)
         if not isinstance(self.read_isr_replica, bool):
             raise InvalidArgumentError(f"read_isr_replica must be True or False, got {self.read_isr_replica!r}")
         if self.tls is not None and not isinstance(self.tls, TLSConfig):

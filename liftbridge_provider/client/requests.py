@@ -168,6 +168,8 @@ def subscribe_request(
         raise InvalidArgumentError(f"stop must be a StopPosition or None, got {stop!r}")
     if stop is not None and stop.kind == api.STOP_OFFSET and start.kind == api.OFFSET and stop.offset < start.offset:
         raise InvalidArgumentError(f"stop offset {stop.offset} is before start offset {start.offset}", stream=stream)
+    check_flag(read_isr_replica, "read_isr_replica")
+    check_flag(resume, "resume")
     request = api.SubscribeRequest(
         stream=check_stream_name(stream),
         partition=check_partition(partition, stream=stream),

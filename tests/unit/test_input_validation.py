@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -24,6 +25,8 @@ from liftbridge_provider.client import (
     ClientConfig,
     InvalidArgumentError,
     LiftbridgeClient,
+    StartPosition,
+    StopPosition,
     TLSConfig,
     partition_by_key,
     partitioners,
@@ -182,12 +185,42 @@ def test_broker_lists_that_are_not_addresses_are_refused(brokers: object, client
         ("grpc_options", "grpc.x=1", "grpc_options must be (name, value) pairs"),
         ("request_timeout", float("nan"), "request_timeout must be a number of seconds > 0, got nan"),
         ("ack_wait", True, "ack_wait must be a number of seconds > 0, got True"),
+        # gRPC keeps its message size limits in a C int: 2**40 escaped as a bare OverflowError on the first call.
+        ("max_message_bytes", 2**40, "max_message_bytes must be at most 2147483647, got 1099511627776"),
+        ("max_message_bytes", 0, "max_message_bytes must be a whole number >= 1, got 0"),
+        ("max_conns_per_broker", 1.5, "max_conns_per_broker must be a whole number >= 1, got 1.5"),
     ],
 )
 def test_client_options_of_the_wrong_kind_are_refused(option: str, value: object, message: str) -> None:
     with pytest.raises(InvalidArgumentError) as raised:
         ClientConfig(brokers=("127.0.0.1:9292",), **{option: value})  # type: ignore[arg-type]
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("position", "message"),
+    [
+        (lambda: StartPosition.at_time(datetime(9999, 1, 1, tzinfo=UTC)), "start time must be from 1970-01-01"),
+        (lambda: StopPosition.at_time(datetime(1, 1, 1, tzinfo=UTC)), "stop time must be from 1970-01-01"),
+        (lambda: StartPosition.at_time(datetime(1969, 12, 31, tzinfo=UTC)), r"got 1969-12-31T00:00:00\+00:00"),
+        (lambda: StartPosition.time_delta(timedelta(days=999_999_999)), "start time delta must be a timedelta from 0"),
+        (lambda: StartPosition.time_delta(timedelta(seconds=-1)), "start time delta must be a timedelta from 0"),
+    ],
+    ids=["start in 9999", "stop in year 1", "before the epoch", "huge delta", "negative delta"],
+)
+def test_times_the_server_cannot_hold_are_refused_when_the_position_is_built(
+    position: Callable[[], object], message: str
+) -> None:
+    """The server keeps times as int64 nanoseconds since the epoch: a time outside 1970-01-01..2262-04-11 escaped
+    as protobuf's bare ValueError "Value out of range" when sent, a huge delta as OverflowError."""
+    with pytest.raises(InvalidArgumentError, match=message):
+        position()
+
+
+def test_the_last_time_the_server_can_hold_passes() -> None:
+    latest = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=checks.INT64_MAX // 1000)
+    assert StartPosition.at_time(latest).timestamp == checks.INT64_MAX // 1000 * 1000
+    assert StopPosition.at_time(datetime(1970, 1, 1, tzinfo=UTC)).timestamp == 0
 
 
 def test_good_client_options_pass() -> None:
@@ -445,6 +478,19 @@ ASYNC_CALLS: list[tuple[str, Callable[[AsyncLiftbridgeClient], Any], str]] = [
     ("fetch_metadata", lambda c: c.fetch_metadata("orders"), "streams must be a list of stream names"),
     ("subscribe stream", lambda c: anext(c.subscribe("a b", 0, 0)), "invalid stream name 'a b'"),
     ("subscribe partition", lambda c: anext(c.subscribe("s", -1, 0)), "partition must be a whole number >= 0"),
+    # The async subscribe checked no flag: "y" reached protobuf as a TypeError, 1 and 0 went out as booleans.
+    ("subscribe resume", lambda c: anext(c.subscribe("s", 0, 0, resume=cast(Any, "y"))), "resume must be True or"),
+    ("subscribe resume 1", lambda c: anext(c.subscribe("s", 0, 0, resume=cast(Any, 1))), "resume must be True or"),
+    (
+        "subscribe replica",
+        lambda c: anext(c.subscribe("s", 0, 0, read_isr_replica=cast(Any, 0))),
+        "read_isr_replica must be True or False",
+    ),
+    (
+        "subscribe two starts",  # start_offset silently won over start
+        lambda c: anext(c.subscribe("s", 0, 0, start=StartPosition.earliest())),
+        "give start_offset or start, not both",
+    ),
 ]
 
 
