@@ -300,7 +300,8 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         ``end - 1`` even when compaction removed that offset. A paused
         partition raises PartitionPausedError unless ``resume`` is true.
         """
-        subscription = self.range_subscription(
+        return range_read.read_range(
+            self,
             stream,
             partition,
             start,
@@ -311,7 +312,6 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
             read_isr_replica=read_isr_replica,
             resume=resume,
         )
-        return iter(()) if subscription is None else _closing(subscription)
 
     def range_subscription(
         self,

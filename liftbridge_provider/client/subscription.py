@@ -57,6 +57,11 @@ class Subscription(Iterator[Message]):
         """The offset of the last message delivered (None before the first)."""
         return self._state.last_offset
 
+    @property
+    def established(self) -> bool:
+        """A leader has confirmed one of this subscription's calls."""
+        return self._state.established
+
     def __next__(self) -> Message:
         return Message(next(self._messages))
 

@@ -173,6 +173,23 @@ def test_retention_max_messages_removes_old_messages(client: LiftbridgeClient) -
     assert client.earliest_offset(full) == 0
 
 
+def test_a_committed_range_that_retention_removed_reads_as_empty_instead_of_waiting_for_ever(
+    client: LiftbridgeClient,
+) -> None:
+    """Retention by age removed every message of [0, 5): the server does not check a start offset against its
+    log, so the read's subscription got nothing at all, and read_range waited for ever (no timeout) or until
+    its idle_timeout. Committed offsets come at once when they exist: after a few seconds of silence the read
+    asks what retention kept, skips what it removed, and ends when nothing of the range is left."""
+    name = new_stream(client, retention_max_age=1, segment_max_age=0.5, cleaner_interval=0.5)
+    client.publish_batch(name, [f"old {n}".encode() for n in range(5)], ack_policy="all").raise_for_failures()
+    wait_until(lambda: client.earliest_offset(name, 0) == 5, 30, "retention to remove offsets 0-4")
+    started = time.monotonic()
+    assert list(client.read_range(name, 0, 0, 5, idle_timeout=60)) == []
+    assert time.monotonic() - started < 30, "the read waited out most of its idle timeout"
+    client.publish_batch(name, [b"new 5", b"new 6"], ack_policy="all").raise_for_failures()
+    assert values(client.read_range(name, 0, 0, 7, idle_timeout=60)) == [b"new 5", b"new 6"]
+
+
 def test_compaction_keeps_latest_value_per_key(client: LiftbridgeClient) -> None:
     name = new_stream(client, compact_enabled=True, segment_max_bytes=256, cleaner_interval=0.2)
     batch = [PublishMessage(f"v{i}".encode() * 10, key=f"k{i % 3}".encode()) for i in range(60)]
