@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import logging
 
-import grpc
-
 from liftbridge_provider.client.errors import BeyondHighWatermarkError, LiftbridgeTimeoutError
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.range_read import RangeReader
 from liftbridge_provider.client.retry import Deadline
-from liftbridge_provider.core.errors import LiftbridgeError
 from liftbridge_provider.core.time_search import first_offset_at_or_after
 
 log = logging.getLogger(__name__)
 
 TO_THE_END = StopPosition.at_time(2**62)
 """A stop far in the future: the server looks it up in the log's time index, which fails at once when
-the log's segment is empty (this is how an empty log is told apart from a silent leader)."""
+the log's segment is empty, and the subscription ends empty (this is how an empty log is told apart from a
+silent leader)."""
 ENDED_EMPTY = -2  # first_retained: the subscription ended before any message (nothing up to its stop)
 
 
@@ -48,13 +46,10 @@ def earliest_offset(
         return high_watermark + 1
     if first is not None:
         return first
-    try:
-        first = first_retained(
-            client, stream, partition, TO_THE_END, seconds=deadline.left("earliest_offset"), resume=resume
-        )
-    except LiftbridgeError as exc:
-        if not log_is_empty(exc):
-            raise
+    first = first_retained(
+        client, stream, partition, TO_THE_END, seconds=deadline.left("earliest_offset"), resume=resume
+    )
+    if first == ENDED_EMPTY:  # the server found no message to look the stop time up in: the log holds none
         first = first_retained(
             client,
             stream,
@@ -163,8 +158,3 @@ def first_retained(
     except LiftbridgeTimeoutError:
         return None
     return ENDED_EMPTY if first is None else first.offset
-
-
-def log_is_empty(exc: LiftbridgeError) -> bool:
-    """The server could not look a time up in the log: its (only) segment holds no message."""
-    return exc.code == grpc.StatusCode.INTERNAL and "failed to find log segment for timestamp" in exc.message.lower()

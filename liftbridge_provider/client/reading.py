@@ -44,6 +44,10 @@ from liftbridge_provider.client.retry import backoff_delay, leader_changing
 from liftbridge_provider.core.errors import LiftbridgeError
 
 _ENDS_CLEANLY = ("stop offset reached", "end of readonly partition", "stream is empty")
+_NOTHING_BEFORE_THE_STOP_TIME = (
+    "timestamp is before the beginning of the log",
+    "failed to find log segment for timestamp",
+)
 
 
 class Verdict(enum.IntEnum):
@@ -335,7 +339,8 @@ class SubscriptionState:
         return Reopen(delay, refresh=self.request_budget())
 
     def _stop_already_passed(self, error: grpc.RpcError) -> bool:
-        """The server puts the stop before where it would start: nothing is left to read, the subscription is done.
+        """The server puts the stop before where it would start, or finds no message at or before a stop time:
+        nothing is left to read, the subscription is done.
 
         For a reopened STOP_LATEST/STOP_TIMESTAMP subscription the stop lies
         before the next offset. With a stop offset (checked against an explicit
@@ -344,6 +349,11 @@ class SubscriptionState:
         offsets above a high watermark restored from its checkpoint.
         """
         details = (error.details() or "").lower()
+        if error.code() == grpc.StatusCode.INTERNAL and self.request.stopPosition == api.STOP_TIMESTAMP:
+            # The server looks a stop time up in the log as it subscribes: a time before the log's first message,
+            # or a log that holds none, fails the lookup (commitlog.LatestOffsetBeforeTimestamp). No message is at
+            # or before that stop time: the subscription is over, empty.
+            return any(marker in details for marker in _NOTHING_BEFORE_THE_STOP_TIME)
         return (
             error.code() == grpc.StatusCode.INVALID_ARGUMENT
             and "stop offset is before start offset" in details

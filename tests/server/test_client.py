@@ -190,6 +190,20 @@ def test_a_committed_range_that_retention_removed_reads_as_empty_instead_of_wait
     assert values(client.read_range(name, 0, 0, 7, idle_timeout=60)) == [b"new 5", b"new 6"]
 
 
+def test_a_stop_time_before_the_first_message_or_on_an_empty_log_reads_nothing(client: LiftbridgeClient) -> None:
+    """The server failed such a subscription with INTERNAL "Failed to lookup offset for timestamp: timestamp is
+    before the beginning of the log" (or "failed to find log segment" on an empty log), raised as a plain
+    LiftbridgeError: no message is at or before the stop time, so the read is empty."""
+    name = new_stream(client)
+    long_ago = StopPosition.at_time(datetime(2000, 1, 1, tzinfo=UTC))
+    assert list(client.subscribe(name, start=StartPosition.earliest(), stop=long_ago, timeout=10)) == []
+    client.publish(name, b"now", ack_policy="all")
+    assert list(client.subscribe(name, start=StartPosition.earliest(), stop=long_ago, timeout=10)) == []
+    until_now = StopPosition.at_time(datetime.now(UTC) + timedelta(seconds=1))
+    assert values(client.subscribe(name, start=StartPosition.earliest(), stop=until_now, timeout=10)) == [b"now"]
+    assert client.earliest_offset(name) == 0
+
+
 def test_compaction_keeps_latest_value_per_key(client: LiftbridgeClient) -> None:
     name = new_stream(client, compact_enabled=True, segment_max_bytes=256, cleaner_interval=0.2)
     batch = [PublishMessage(f"v{i}".encode() * 10, key=f"k{i % 3}".encode()) for i in range(60)]

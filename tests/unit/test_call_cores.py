@@ -326,6 +326,28 @@ def test_offsets_below_the_next_one_are_skipped_and_past_the_stop_end_the_subscr
     assert reading.closed(None) is None
 
 
+@pytest.mark.parametrize(
+    "details",
+    [
+        "Failed to lookup offset for timestamp: timestamp is before the beginning of the log",
+        "Failed to lookup offset for timestamp: failed to find log segment for timestamp: not found",
+    ],
+)
+def test_a_stop_time_with_no_message_at_or_before_it_ends_the_subscription_empty(details: str) -> None:
+    """The server looks a stop time up as it subscribes and fails the lookup (INTERNAL) when the log's first
+    message is later, or the log holds none: that was raised as a plain LiftbridgeError; nothing is at or
+    before the stop, so the subscription is over. The same answer to a subscription without a stop time is
+    still an error."""
+    request = api.SubscribeRequest(
+        stream="s", partition=0, startPosition=api.EARLIEST, stopPosition=api.STOP_TIMESTAMP, stopTimestamp=5
+    )
+    timed = SubscriptionState(CONFIG, request, stop_offset=None, timeout=None, idle_timeout=None, resubscribe_wait=5)
+    assert timed.closed(Rpc(grpc.StatusCode.INTERNAL, details)) is None
+    assert timed.ended
+    with pytest.raises(LiftbridgeError, match="lookup offset"):
+        state(Clock()).closed(Rpc(grpc.StatusCode.INTERNAL, details))
+
+
 def test_the_stop_offset_itself_is_the_last_message() -> None:
     reading = state(Clock(), stop_offset=12)
     assert [reading.on_message(o) for o in (10, 11, 12)] == [Verdict.DELIVER, Verdict.DELIVER, Verdict.DELIVER_LAST]
