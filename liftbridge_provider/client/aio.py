@@ -33,7 +33,7 @@ from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.reading import NoLeaderYet, SubscriptionState, Verdict
+from liftbridge_provider.client.reading import NoLeaderYet, SubscriptionState, Verdict, closed_while_reading
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import AsyncRouter
 from liftbridge_provider.core import checks
@@ -218,6 +218,14 @@ class AsyncLiftbridgeClient:
                         return
             except grpc.RpcError as exc:
                 failure = exc
+            except asyncio.CancelledError:
+                # grpc.aio cancels the calls of a channel the client closed; the task itself was not cancelled.
+                task = asyncio.current_task()
+                if self._router.closed and (task is None or not task.cancelling()):
+                    raise closed_while_reading(stream, partition) from None
+                raise
+            if self._router.closed:
+                raise closed_while_reading(stream, partition)
             told = state.broker_signal(failure)
             if told is not None:
                 HEALTH.tell(*told)

@@ -132,6 +132,11 @@ class ConnectionPool:
         self._janitor = threading.Thread(target=self._close_idle_loop, name="liftbridge-pool-janitor", daemon=True)
         self._janitor.start()
 
+    @property
+    def closed(self) -> bool:
+        """The client that owns the pool was closed: no call may start, and running ones were ended."""
+        return self._closed.is_set()
+
     @contextlib.contextmanager
     def lease(self, address: str) -> Iterator[PooledChannel]:
         """Use a channel to ``address`` for the duration of the ``with`` block."""

@@ -35,7 +35,12 @@ import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.addresses import replica_address
-from liftbridge_provider.client.errors import LiftbridgeTimeoutError, UnavailableError, error_from_rpc
+from liftbridge_provider.client.errors import (
+    ClientClosedError,
+    LiftbridgeTimeoutError,
+    UnavailableError,
+    error_from_rpc,
+)
 from liftbridge_provider.client.health import Signal
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig
@@ -87,6 +92,15 @@ class Reopen:
 
     delay: float
     refresh: float | None
+
+
+def closed_while_reading(stream: str, partition: int) -> ClientClosedError:
+    """The error that ends a subscription whose client closed its channels under it (from another thread or
+    task): the call ended CANCELLED, or grpc.aio cancelled the read, which is neither the server's answer nor
+    the reader's own cancellation."""
+    return ClientClosedError(
+        "the Liftbridge client was closed while the subscription read", stream=stream, partition=partition
+    )
 
 
 def ends_cleanly(exc: grpc.RpcError) -> bool:

@@ -253,6 +253,11 @@ class AsyncRouter:
         self.snapshot = metadata_from_response(response, self.snapshot, names)
         return self.snapshot
 
+    @property
+    def closed(self) -> bool:
+        """The client was closed: no call may start, and running ones were cancelled."""
+        return self._closed
+
     def stub(self, address: str) -> Any:
         """The API stub on the channel to ``address`` (opened now if there is none)."""
         if self._closed:

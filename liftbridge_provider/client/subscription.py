@@ -22,7 +22,7 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.columns import END, FULL, LAST, TAKEN, ColumnBuilder, Columns, finish, new_builder
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message
-from liftbridge_provider.client.reading import NoLeaderYet, Open, SubscriptionState, Verdict
+from liftbridge_provider.client.reading import NoLeaderYet, Open, SubscriptionState, Verdict, closed_while_reading
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.client.stream_reader import messages_of, receive_into
 from liftbridge_provider.core.errors import LiftbridgeError
@@ -178,6 +178,8 @@ class Subscription(Iterator[Message]):
         decides (raises what ends the subscription); waits the backoff and refreshes metadata first."""
         if self._cancelled.is_set():
             return False
+        if self._router.pool.closed:  # the call ended because the client closed its channels
+            raise closed_while_reading(self.stream, self.partition)
         told = self._state.broker_signal(failure)
         if told is not None:
             HEALTH.tell(*told)

@@ -783,6 +783,39 @@ def established_connections(port: int) -> int:
     return count
 
 
+def test_a_client_closed_under_a_read_ends_it_with_client_closed_error(liftbridge_server: DevServer) -> None:
+    """Closing the client while a subscription read (another thread or task) ended the sync read with a plain
+    LiftbridgeError "Stream removed (Channel closed!)" (CANCELLED) and the async one with a CancelledError in a
+    task nobody cancelled, which confuses TaskGroups and wait_for. Both are ClientClosedError; a reader task
+    that is itself cancelled still gets its CancelledError."""
+    with LiftbridgeClient(liftbridge_server.brokers) as setup:
+        name = new_stream(setup)
+        setup.publish_batch(name, [b"a", b"b"], ack_policy="all").raise_for_failures()
+    sync = LiftbridgeClient(liftbridge_server.brokers)
+    read = iter(sync.read_range(name, 0, 0, 3, beyond_high_watermark="wait", timeout=30))
+    assert next(read).value == b"a"
+    sync.close()
+    with pytest.raises(ClientClosedError, match="closed while the subscription read"):
+        list(read)
+
+    async def read_while_closed() -> None:
+        client = AsyncLiftbridgeClient(liftbridge_server.brokers)
+        reader = asyncio.create_task(anext(client.subscribe(name, 0, 2, timeout=30)))  # waits for offset 2
+        await asyncio.sleep(1)
+        await client.close()
+        with pytest.raises(ClientClosedError, match="closed while the subscription read"):
+            await reader
+        other = AsyncLiftbridgeClient(liftbridge_server.brokers)
+        cancelled = asyncio.create_task(anext(other.subscribe(name, 0, 2, timeout=30)))
+        await asyncio.sleep(1)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        await other.close()
+
+    asyncio.run(read_while_closed())
+
+
 def test_32_threads_share_one_client_and_close_releases_everything(liftbridge_server: DevServer) -> None:
     port = liftbridge_server.nodes[0].port
     before = established_connections(port)  # other clients of this test module
