@@ -64,7 +64,14 @@ class AsyncConsumer:
         fetch_assignments_interval: float | None = None,
         read: bool = True,
     ) -> None:
-        ask.check_consumer(group_id, consumer_id, auto_offset, auto_checkpoint, fetch_assignments_interval)
+        ask.check_consumer(
+            group_id,
+            consumer_id,
+            auto_offset=auto_offset,
+            auto_checkpoint=auto_checkpoint,
+            fetch_assignments_interval=fetch_assignments_interval,
+            read=read,
+        )
         self._client = client
         self.group_id = group_id
         self.consumer_id = consumer_id or uuid.uuid4().hex
@@ -92,7 +99,7 @@ class AsyncConsumer:
 
     async def subscribe(self, streams: Sequence[str]) -> None:
         """Join the group for ``streams`` and start following its assignments (once per consumer)."""
-        names = ask.check_subscribe(streams, self._membership is not None)
+        names = ask.check_subscribe(streams, self._membership is not None, closed=self._closed.is_set())
         metadata = await self._client.fetch_metadata(names)
         for name in names:
             metadata.stream(name)  # a missing stream fails here (NoSuchStreamError)

@@ -80,7 +80,14 @@ class Consumer:
         fetch_assignments_interval: float | None = None,
         read: bool = True,
     ) -> None:
-        ask.check_consumer(group_id, consumer_id, auto_offset, auto_checkpoint, fetch_assignments_interval)
+        ask.check_consumer(
+            group_id,
+            consumer_id,
+            auto_offset=auto_offset,
+            auto_checkpoint=auto_checkpoint,
+            fetch_assignments_interval=fetch_assignments_interval,
+            read=read,
+        )
         self._client = client
         self.group_id = group_id
         self.consumer_id = consumer_id or uuid.uuid4().hex
@@ -112,7 +119,7 @@ class Consumer:
 
     def subscribe(self, streams: Sequence[str]) -> None:
         """Join the group for ``streams`` and start following its assignments (once per consumer)."""
-        names = ask.check_subscribe(streams, self._membership is not None)
+        names = ask.check_subscribe(streams, self._membership is not None, closed=self._closing.is_set())
         for name in names:
             self._client.stream_info(name)  # a missing stream fails here (NoSuchStreamError)
         self._membership = Membership(self.group_id, self.consumer_id, names, self._fetch_interval)

@@ -20,11 +20,14 @@ AUTO_OFFSETS = ("earliest", "latest", "none")
 def check_consumer(
     group_id: object,
     consumer_id: object,
+    *,
     auto_offset: object,
     auto_checkpoint: object,
     fetch_assignments_interval: object,
+    read: object,
 ) -> None:
     """Refuse a bad consumer setting before anything is sent (InvalidArgumentError naming it)."""
+    checks.check_flag(read, "read")
     if not isinstance(group_id, str) or not group_id or "," in group_id:
         raise InvalidArgumentError(f"group_id must be a non-empty string without commas, got {group_id!r}")
     if consumer_id is not None and (not isinstance(consumer_id, str) or not consumer_id):
@@ -37,11 +40,13 @@ def check_consumer(
         check_seconds("fetch_assignments_interval", fetch_assignments_interval)
 
 
-def check_subscribe(streams: Sequence[str], already: bool) -> tuple[str, ...]:
-    """The streams a member subscribes to (at least one, valid names, once per consumer)."""
+def check_subscribe(streams: Sequence[str], already: bool, *, closed: bool) -> tuple[str, ...]:
+    """The streams a member subscribes to (at least one, valid names, once per consumer, not after close)."""
     names = tuple(checks.check_stream_names(streams))
     if not names:
         raise InvalidArgumentError("give at least one stream")
+    if closed:
+        raise InvalidArgumentError("this consumer is closed; create another to join the group again")
     if already:
         raise InvalidArgumentError("this consumer has subscribed already; create another for other streams")
     return names

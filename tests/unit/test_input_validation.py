@@ -507,3 +507,25 @@ def test_the_async_client_refuses_the_same_inputs_without_a_broker(
             assert client.open_channels() == 0, "nothing was dialled"
 
     asyncio.run(run())
+
+
+def test_a_consumer_refuses_a_read_flag_that_is_not_a_boolean_and_a_subscribe_after_close() -> None:
+    """``read="x"`` was taken as true; subscribe() on a closed consumer said it "has subscribed already". Neither
+    dials the broker (port 1)."""
+    with LiftbridgeClient("127.0.0.1:1", request_timeout=0.5) as client:
+        with pytest.raises(InvalidArgumentError, match="read must be True or False, got 'x'"):
+            client.consumer("g", read=cast(Any, "x"))
+        member = client.consumer("g")
+        member.close()
+        with pytest.raises(InvalidArgumentError, match="this consumer is closed; create another"):
+            member.subscribe(["s"])
+
+    async def run() -> None:
+        async with AsyncLiftbridgeClient("127.0.0.1:1", request_timeout=0.5) as client:
+            member = client.consumer("g")
+            await member.close()
+            with pytest.raises(InvalidArgumentError, match="this consumer is closed; create another"):
+                await member.subscribe(["s"])
+            assert client.open_channels() == 0, "nothing was dialled"
+
+    asyncio.run(run())
