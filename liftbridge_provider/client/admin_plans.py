@@ -123,6 +123,35 @@ class _LostAnswer(grpc.RpcError):
 _RAFT_APPLY_TIMED_OUT = "raft operation timed out"
 
 
+class _ApplyTimedOut(grpc.RpcError):
+    """The server stopped waiting for the Raft apply of a call that may be applied twice (a pause, readonly): an
+    attempt that ran out of its time, retried as one when the call has time left."""
+
+    def __init__(self, cause: grpc.RpcError) -> None:
+        self.cause = cause
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+
+    def details(self) -> str:
+        return f"the server stopped waiting for its Raft apply ({self.cause.details()})"
+
+
+def applied_again_on_timeout(rpc: Rpc) -> Rpc:
+    """``rpc`` (PauseStream, SetStreamReadonly: the same request applied twice does no harm) with the server's
+    "raft operation timed out" read as the attempt's deadline passing, not as a final error."""
+
+    def call(stub: Any, timeout: float) -> Any:
+        try:
+            return rpc(stub, timeout)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.INTERNAL and _RAFT_APPLY_TIMED_OUT in (exc.details() or ""):
+                raise _ApplyTimedOut(exc) from exc
+            raise
+
+    return call
+
+
 def _as_retryable(exc: grpc.RpcError) -> grpc.RpcError:
     """Failures after sending that leave the outcome open (the connection failed, the attempt hung, the server
     gave up waiting for its own Raft apply) are worth a retry; a failure before sending stays as it is."""

@@ -148,7 +148,7 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         if ids == []:
             return
         request = api.PauseStreamRequest(name=name, partitions=ids or [], resumeAll=resume_all)
-        self._unary("PauseStream", request, timeout=left_of(deadline, "pause_stream"), stream=name)
+        self._unary("PauseStream", request, timeout=left_of(deadline, "pause_stream"), stream=name, idempotent=True)
 
     def set_stream_readonly(
         self,
@@ -168,7 +168,9 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         if ids == []:
             return
         request = api.SetStreamReadonlyRequest(name=name, partitions=ids or [], readonly=readonly)
-        self._unary("SetStreamReadonly", request, timeout=left_of(deadline, "set_stream_readonly"), stream=name)
+        self._unary(
+            "SetStreamReadonly", request, timeout=left_of(deadline, "set_stream_readonly"), stream=name, idempotent=True
+        )
 
     def _partition_list(
         self, name: str, partitions: Iterable[int] | None, action: str | None, deadline: Deadline | None
@@ -420,11 +422,17 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
 
     # -- plumbing --------------------------------------------------------------
 
-    def _unary(self, method: str, request: Any, *, timeout: float | None, stream: str | None) -> Any:
+    def _unary(
+        self, method: str, request: Any, *, timeout: float | None, stream: str | None, idempotent: bool = False
+    ) -> Any:
+        """``method`` on any broker; ``idempotent``: applied through Raft, and harmless when applied twice, so the
+        server's own Raft timeout is retried as a timed-out attempt."""
+
         def call(stub: Any, remaining: float) -> Any:
             return getattr(stub, method)(request, timeout=remaining)
 
-        return self._router.call_any(call, timeout=timeout, stream=stream)
+        rpc = admin_plans.applied_again_on_timeout(call) if idempotent else call
+        return self._router.call_any(rpc, timeout=timeout, stream=stream)
 
 
 def _closing(subscription: Subscription) -> Iterator[Message]:

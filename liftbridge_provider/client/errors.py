@@ -156,6 +156,11 @@ class CursorMovedError(LiftbridgeError):
         return self.message  # it names the stream and partition itself
 
 
+# The server's words (INTERNAL) when a wait of its own ended at the call's deadline: a cursor store waiting for
+# its ack, say (Go's context.DeadlineExceeded).
+_SERVER_WAIT_ENDED = "context deadline exceeded"
+
+
 def error_from_rpc(exc: grpc.RpcError, *, stream: str | None = None, partition: int | None = None) -> LiftbridgeError:
     """Translate a failed RPC into the matching typed error."""
     code: grpc.StatusCode = exc.code()
@@ -176,8 +181,8 @@ def error_from_rpc(exc: grpc.RpcError, *, stream: str | None = None, partition: 
         kind = PermissionDeniedError
     elif code == grpc.StatusCode.UNAVAILABLE:
         kind = UnavailableError
-    elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        kind = LiftbridgeTimeoutError
+    elif code == grpc.StatusCode.DEADLINE_EXCEEDED or _SERVER_WAIT_ENDED in lowered:
+        kind = LiftbridgeTimeoutError  # the server's own wait for the call's deadline ended (INTERNAL)
     elif code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message larger than max" in lowered:
         kind = MessageTooLargeError
     elif "incorrect expected offset" in lowered:

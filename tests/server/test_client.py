@@ -127,6 +127,30 @@ def test_a_create_or_delete_that_ran_out_of_time_is_a_timeout_that_says_what_may
     assert unknown, f"no create or delete ran out of time after sending, with timeouts {SHORT_TIMEOUTS}"
 
 
+def test_a_pause_readonly_or_cursor_call_that_ran_out_of_time_is_a_timeout(client: LiftbridgeClient) -> None:
+    """The server waits for a pause's or readonly's Raft apply, and for a cursor's store, only until the call's
+    deadline, then answers INTERNAL "raft operation timed out" or "context deadline exceeded": those came out
+    as plain LiftbridgeErrors. A pause or readonly applied twice does no harm, so the Raft timeout is an
+    attempt that ran out of time (retried while the call has time); when the call has none left, every such
+    end is a LiftbridgeTimeoutError (or, when nothing could be sent, an UnavailableError saying so)."""
+    name = new_stream(client)
+    timed_out = 0
+    for timeout in SHORT_TIMEOUTS * 3:
+        for call in (
+            lambda: client.pause_stream(name, timeout=timeout),  # noqa: B023
+            lambda: client.set_stream_readonly(name, readonly=False, timeout=timeout),  # noqa: B023
+            lambda: client.set_cursor("short", name, 0, 1, timeout=timeout),  # noqa: B023
+        ):
+            failure = _failure_of(call)
+            if isinstance(failure, LiftbridgeTimeoutError):
+                timed_out += 1
+            elif failure is not None:
+                assert "could not connect" in failure.message, failure.message
+    assert timed_out, f"no call ran out of time with timeouts {SHORT_TIMEOUTS}: the test proved nothing"
+    client.pause_stream(name)  # calls with time enough still work
+    assert client.fetch_partition_metadata(name, 0).paused
+
+
 def _failure_of(call: Callable[[], object]) -> LiftbridgeTimeoutError | UnavailableError | None:
     """The timeout or unavailability ``call`` raised, None when it succeeded (any other error propagates)."""
     try:

@@ -332,6 +332,7 @@ def test_backoff_is_jittered_between_10_and_500_ms() -> None:
         (grpc.StatusCode.UNKNOWN, "The client is not authorized to call X", errs.PermissionDeniedError),
         (grpc.StatusCode.UNAVAILABLE, "down", errs.UnavailableError),
         (grpc.StatusCode.DEADLINE_EXCEEDED, "late", errs.LiftbridgeTimeoutError),
+        (grpc.StatusCode.INTERNAL, "context deadline exceeded", errs.LiftbridgeTimeoutError),  # the server's own wait
         (grpc.StatusCode.INTERNAL, "No known metadata leader", errs.NoMetadataLeaderError),
     ],
 )
