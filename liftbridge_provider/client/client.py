@@ -117,6 +117,7 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         check_timeout("timeout", timeout)
         request = build.create_stream_request(subject, name, **options)
         deadline = self._router.deadline(timeout)
+        build.check_not_reserved_subject(request.subject, self._router.with_any_stream(deadline), "create a stream on")
         self._router.run(admin_plans.create_stream(self.config, self._router.metadata.snapshot, request, deadline))
 
     def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
@@ -126,7 +127,7 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         a NotFound then means the first one did it, and the call succeeds.
         """
         check_timeout("timeout", timeout)
-        request = api.DeleteStreamRequest(name=checks.check_stream_name(name))
+        request = api.DeleteStreamRequest(name=build.check_not_reserved(checks.check_stream_name(name), "delete"))
         deadline = self._router.deadline(timeout)
         self._router.run(admin_plans.delete_stream(self.config, self._router.metadata.snapshot, request, deadline))
 

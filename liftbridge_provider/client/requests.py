@@ -37,6 +37,23 @@ ALL_BROKERS = -1
 RESERVED_STREAMS = frozenset({"__activity", "__cursors"})
 
 
+def check_not_reserved_subject(subject: str, snapshot: Metadata, action: str) -> str:
+    """``subject`` unless it is the subject of one of the server's own streams in ``snapshot``, or of one of
+    their partitions (``<subject>.<n>``): a message published there lands in that stream, and one that is not
+    of its kind breaks every reader of it (``activity()`` fails on it for good)."""
+    for name in sorted(RESERVED_STREAMS):
+        info = snapshot.streams.get(name)
+        if info is None:
+            continue
+        rest = subject[len(info.subject) :] if subject.startswith(info.subject) else None
+        if rest == "" or (rest is not None and rest.startswith(".") and rest[1:].isdigit()):
+            raise InvalidArgumentError(
+                f"cannot {action} subject {subject!r}: it is the subject of the server's own stream {name!r}, "
+                "which only Liftbridge writes"
+            )
+    return subject
+
+
 def check_not_reserved(name: str, action: str) -> str:
     """``name`` unless it is one of the server's own streams, which a client may read but not create,
     publish to, pause or make readonly (a stray message or a readonly ``__cursors`` breaks every cursor)."""

@@ -179,6 +179,14 @@ class Router:
             return snapshot
         return self.run(plans.knowing(self.deadline(timeout), snapshot, stream))
 
+    def with_any_stream(self, deadline: Deadline) -> Metadata:
+        """The cached snapshot, fetched once within ``deadline`` when it holds no stream yet (a fresh client):
+        what a check of the server's own streams (their subjects) looks at."""
+        snapshot = self.metadata.snapshot
+        if snapshot.streams:
+            return snapshot
+        return self.metadata.refresh(timeout=deadline.left("fetching the metadata"))
+
     def partition_count(self, stream: str, *, timeout: float | None = None) -> int:
         """How many partitions ``stream`` has; asking the cluster (when the cache does not know it) takes at
         most ``timeout`` seconds (default ``request_timeout``)."""

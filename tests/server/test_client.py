@@ -160,6 +160,27 @@ def _failure_of(call: Callable[[], object]) -> LiftbridgeTimeoutError | Unavaila
     return None
 
 
+def test_the_servers_own_streams_cannot_be_written_through_their_subjects(liftbridge_server: DevServer) -> None:
+    """publish("__activity", ...) was refused, but publish_to_subject on its subject was not: the message landed
+    in __activity and activity() failed on it for every reader, for good; a stream created on the subject of
+    __cursors received its messages too. Both are refused before anything is sent, from a fresh client as well
+    (it fetches the metadata first), and so is a delete of __cursors."""
+    activity, cursors = (f"{liftbridge_server.namespace}.{kind}" for kind in ("activity", "cursors"))
+    with (
+        LiftbridgeClient(liftbridge_server.brokers) as fresh,
+        pytest.raises(InvalidArgumentError, match="subject of the server's own stream '__activity'"),
+    ):
+        fresh.publish_to_subject(activity, b"garbage")
+    with LiftbridgeClient(liftbridge_server.brokers) as fresh:
+        with pytest.raises(InvalidArgumentError, match="subject of the server's own stream '__cursors'"):
+            fresh.create_stream(cursors, f"shadow-{uuid.uuid4().hex[:6]}")
+        with pytest.raises(InvalidArgumentError, match="cannot delete stream '__cursors'"):
+            fresh.delete_stream("__cursors")
+        assert fresh.stream_info("__activity").subject == activity
+        events = list(fresh.activity(stop=StopPosition.latest(), timeout=10))
+        assert events, "the activity stream holds the server's own events, all of which decode"
+
+
 def test_replication_factor_all_brokers(client: LiftbridgeClient) -> None:
     name = new_stream(client, replication_factor=ALL_BROKERS)
     assert client.stream_info(name).partitions[0].replicas == ("n1",)

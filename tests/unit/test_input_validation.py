@@ -529,3 +529,22 @@ def test_a_consumer_refuses_a_read_flag_that_is_not_a_boolean_and_a_subscribe_af
             assert client.open_channels() == 0, "nothing was dialled"
 
     asyncio.run(run())
+
+
+def test_subjects_of_the_servers_own_streams_and_their_partitions_are_refused() -> None:
+    """A message published to the subject of ``__activity`` (or a stream created on the subject of
+    ``__cursors``) landed in that stream, and one not of its kind broke ``activity()`` for every reader, for
+    good. The subjects come from the metadata: the server names them after its namespace."""
+    stream = StreamInfo("__activity", "ns.activity", MappingProxyType({}), 0)
+    cursors = StreamInfo("__cursors", "ns.cursors", MappingProxyType({}), 0)
+    known = Metadata(MappingProxyType({}), MappingProxyType({"__activity": stream, "__cursors": cursors}), 0.0)
+    for subject in ("ns.activity", "ns.cursors", "ns.cursors.2"):
+        with pytest.raises(InvalidArgumentError, match=f"cannot publish to subject '{subject}'"):
+            build.check_not_reserved_subject(subject, known, "publish to")
+    for subject in ("ns.activity2", "ns.cursors.x", "ns.cursors2.1", "orders"):
+        assert build.check_not_reserved_subject(subject, known, "publish to") == subject
+    with (
+        LiftbridgeClient("127.0.0.1:1", request_timeout=0.5) as client,
+        pytest.raises(InvalidArgumentError, match="cannot delete stream '__cursors': it is reserved"),
+    ):
+        client.delete_stream("__cursors")

@@ -177,8 +177,11 @@ class PublishPaths:
         """One message to a NATS subject, the first ack awaited (as :meth:`LiftbridgeClient.publish_to_subject`)."""
         check_timeout("timeout", timeout)
         policy = AckPolicy.parse(ack_policy)
+        checks.check_subject(subject)
+        deadline = self._router.deadline(timeout)  # one deadline for the metadata a fresh client fetches and the send
+        known = self._router.with_any_stream(deadline)
         request = api.PublishToSubjectRequest(
-            subject=checks.check_subject(subject),
+            subject=build.check_not_reserved_subject(subject, known, "publish to"),
             value=checks.check_bytes(value, "value"),
             key=b"" if key is None else checks.check_bytes(key, "key"),
             headers=checks.check_headers(headers),
@@ -186,7 +189,7 @@ class PublishPaths:
         )
 
         try:
-            response = self._send_once("PublishToSubject", request, timeout, None, None)
+            response = self._send_once("PublishToSubject", request, deadline.left("publish_to_subject"), None, None)
         except MessageTooLargeError as exc:
             raise exc.with_size(request.ByteSize()) from exc
         if policy == AckPolicy.NONE or not response.HasField("ack"):
