@@ -224,10 +224,13 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         started = Deadline(timeout) if timeout is not None else None  # the lookup counts against ``timeout``
         lookup = min(started.left("subscribe"), self.config.request_timeout) if started is not None else None
         checks.check_partition(partition, self._router.partition_count(stream, timeout=lookup), stream)
+        if started is not None:
+            started.left("subscribe")  # LiftbridgeTimeoutError when the lookup took all of it
         return self._subscription(
             request,
             stop,
-            timeout=started.left("subscribe") if started is not None else None,
+            timeout=timeout,
+            begun=started.end - started.timeout if started is not None else None,
             idle_timeout=idle_timeout,
             resubscribe_wait=resubscribe_wait,
         )
@@ -240,13 +243,16 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         timeout: float | None = None,
         idle_timeout: float | None = None,
         resubscribe_wait: float | None = None,
+        begun: float | None = None,
     ) -> Subscription:
-        """A Subscription for a checked request (also a consumer group member's, with its ``consumer``)."""
+        """A Subscription for a checked request (also a consumer group member's, with its ``consumer``);
+        ``begun``: when ``timeout`` began (``time.monotonic()``), if before now."""
         state = SubscriptionState(
             self.config,
             request,
             stop_offset=stop.offset if stop is not None and stop.kind == api.STOP_OFFSET else None,
             timeout=timeout,
+            begun=begun,
             idle_timeout=idle_timeout,
             resubscribe_wait=resubscribe_wait if resubscribe_wait is not None else self.config.resubscribe_wait,
         )

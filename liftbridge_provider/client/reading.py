@@ -141,6 +141,8 @@ class SubscriptionState:
     :param timeout: seconds for the whole subscription (None: no limit).
     :param idle_timeout: seconds without a new message (None: no limit).
     :param clock: monotonic seconds (injectable for tests).
+    :param begun: when ``timeout`` began, on ``clock``, if before now (what the caller did before subscribing
+        counted against it); errors name the whole ``timeout``.
     """
 
     def __init__(
@@ -153,6 +155,7 @@ class SubscriptionState:
         idle_timeout: float | None,
         resubscribe_wait: float,
         clock: Callable[[], float] = time.monotonic,
+        begun: float | None = None,
     ) -> None:
         self.config = config
         self.request = request
@@ -161,7 +164,7 @@ class SubscriptionState:
         self.last_offset: int | None = None
         self._clock = clock
         started = clock()
-        self._ends = started + timeout if timeout is not None else None
+        self._ends = (started if begun is None else begun) + timeout if timeout is not None else None
         self.timeout = timeout
         self.idle_timeout = idle_timeout
         self.resubscribe_wait = resubscribe_wait

@@ -348,6 +348,18 @@ def test_a_stop_time_with_no_message_at_or_before_it_ends_the_subscription_empty
         state(Clock()).closed(Rpc(grpc.StatusCode.INTERNAL, details))
 
 
+def test_a_timeout_that_began_before_subscribing_ends_on_time_and_is_named_whole() -> None:
+    """subscribe() looks the partition up within its timeout, then subscribed with what was left: a timeout of
+    0.0001 s was reported as "subscription timed out after 8.7211e-05s". The subscription ends when the whole
+    timeout is up, counted from when it began, and says the timeout the caller gave."""
+    clock = Clock()
+    reading = state(clock, timeout=1.0, begun=clock.now - 0.4)
+    assert reading.remaining() == pytest.approx(0.6)
+    clock.now += 0.6
+    with pytest.raises(LiftbridgeTimeoutError, match=r"subscription timed out after 1s \(last offset None\)"):
+        reading.open(snapshot())
+
+
 def test_the_stop_offset_itself_is_the_last_message() -> None:
     reading = state(Clock(), stop_offset=12)
     assert [reading.on_message(o) for o in (10, 11, 12)] == [Verdict.DELIVER, Verdict.DELIVER, Verdict.DELIVER_LAST]
