@@ -43,6 +43,7 @@ from liftbridge_provider.client import (
     partition_by_key,
     partition_by_round_robin,
 )
+from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.publish import envelope
 from liftbridge_provider.client.publish.envelope import decode_ack
 from liftbridge_provider.client.requests import cursor_partition
@@ -467,6 +468,25 @@ def test_an_ack_inbox_and_correlation_id_reach_whoever_listens_on_the_inbox(
         client.publish(name, b"y", ack_inbox="my.>")
     with pytest.raises(InvalidArgumentError, match="correlation_id must be a non-empty string"):
         client.publish(name, b"y", correlation_id="")
+
+
+def test_a_batch_whose_deadline_passes_before_it_connects_says_so_and_blames_no_broker(
+    liftbridge_server: DevServer,
+) -> None:
+    """A batch timeout too short to open the batch's connection reported each message as UnavailableError
+    "could not connect to <broker>: no connection within 0.001s" (for a 0.0001 s timeout) and marked the healthy
+    broker silent, so that the next calls tried it last. The deadline came first: nothing was sent, and the
+    error says that, with the timeout given."""
+    (broker,) = liftbridge_server.brokers
+    with LiftbridgeClient(liftbridge_server.brokers) as fresh:
+        name = new_stream(fresh)
+        HEALTH.answered(broker)  # whatever an earlier test held against it is forgotten
+        result = fresh.publish_batch(name, [b"x", b"y"], timeout=0.0001, raise_on_error=False)
+        errors = [failure.error for failure in result.failures]
+        assert len(errors) == 2, "100 µs is too short to connect, send and be acked"
+        assert all(isinstance(e, LiftbridgeTimeoutError) and not e.may_be_stored for e in errors), errors
+        assert all("the batch deadline (0.0001s) passed first" in e.message for e in errors), errors
+        assert not HEALTH.suspected(broker), "a connection cut short by the deadline says nothing of the broker"
 
 
 def test_publish_batch_reports_failures_by_index(client: LiftbridgeClient) -> None:

@@ -153,12 +153,15 @@ class BatchPublisher:
             try:
                 await self._stream_to(address)
             except grpc.RpcError as exc:
-                if exc.code() is grpc.StatusCode.UNAVAILABLE:  # silent or refusing when connecting, or broken
-                    HEALTH.tell(address, _signal_of(exc))
+                out_of_time = self._deadline_passed()  # a connection cut short by the deadline proves nothing
+                if exc.code() is grpc.StatusCode.UNAVAILABLE and not out_of_time:
+                    HEALTH.tell(address, _signal_of(exc))  # silent or refusing when connecting, or broken
+                if out_of_time:  # what was not sent was not sent because the deadline came first
+                    self._fail_at_deadline()
+                    break
                 self._on_broken_stream(exc)
                 attempt = 0 if self._window.acked > acked_before else attempt + 1
-                final = exc.code() not in _STREAM_RETRY_CODES or attempt >= MAX_STREAM_ATTEMPTS
-                if final or self._deadline_passed():
+                if exc.code() not in _STREAM_RETRY_CODES or attempt >= MAX_STREAM_ATTEMPTS:
                     self._window.fail_unsent(error_from_rpc(exc, stream=self._stream))
                     break
                 await asyncio.sleep(self._bounded(backoff_delay(attempt)))
