@@ -28,6 +28,7 @@ from liftbridge_provider.client import (
     LiftbridgeClient,
     LiftbridgeError,
     LiftbridgeTimeoutError,
+    PublishMessage,
     StartPosition,
 )
 from liftbridge_provider.devserver import DevServer
@@ -483,18 +484,24 @@ def test_a_read_that_resumes_a_paused_partition_while_the_metadata_leader_is_rep
     """Found by the chaos harness (seed 33): a read with resume=True of a paused partition makes the broker ask
     the metadata leader to resume it; sent while that leader had just died, the read failed at once with
     INTERNAL "failed to resume stream: nats: no responders available for request". Nothing was resumed, and a
-    new leader takes the request a moment later: the read must go on within its deadline and return the range."""
-    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as setup:
-        setup.create_stream("noresp-read", "noresp-read", replication_factor=3)
-        setup.publish_batch("noresp-read", [b"m%d" % n for n in range(5)], ack_policy="all").raise_for_failures()
-        setup.pause_stream("noresp-read")
+    new leader takes the request a moment later: the read must go on within its deadline and return the range.
+    The partition read is one whose own leader survives (a paused partition keeps a dead leader as its leader,
+    which is another fault than this one)."""
     leader = metadata_leader(liftbridge_cluster)
+    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as setup:
+        setup.create_stream("noresp-read", "noresp-read", partitions=3, replication_factor=3)
+        batch = [PublishMessage(b"m%d" % n, partition=p) for p in range(3) for n in range(5)]
+        setup.publish_batch("noresp-read", batch, ack_policy="all").raise_for_failures()
+        leaders = {p: info.leader for p, info in setup.stream_info("noresp-read").partitions.items()}
+        setup.pause_stream("noresp-read")
+    partition = next((p for p, owner in sorted(leaders.items()) if owner != leader), None)
+    assert partition is not None, f"every partition is led by the metadata leader {leader}: {leaders}"
     survivor = next(n for n in liftbridge_cluster.nodes if n.server_id != leader)
     with LiftbridgeClient([survivor.address], request_timeout=30) as client:
         client.fetch_metadata()  # connected before the kill
         liftbridge_cluster.kill(leader)
         started = time.monotonic()
-        read = client.read_range("noresp-read", 0, 0, 5, timeout=30, resume=True)
+        read = client.read_range("noresp-read", partition, 0, 5, timeout=30, resume=True)
         assert [m.value for m in read] == [b"m%d" % n for n in range(5)]
         assert time.monotonic() - started < 31, "the read outlived its 30 s deadline"
     liftbridge_cluster.restart(leader)
