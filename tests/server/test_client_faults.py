@@ -488,20 +488,27 @@ def test_a_read_that_resumes_a_paused_partition_while_the_metadata_leader_is_rep
     The partition read is one whose own leader survives (a paused partition keeps a dead leader as its leader,
     which is another fault than this one)."""
     leader = metadata_leader(liftbridge_cluster)
+    chosen: tuple[str, int] | None = None
     with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as setup:
-        setup.create_stream("noresp-read", "noresp-read", partitions=3, replication_factor=3)
-        batch = [PublishMessage(b"m%d" % n, partition=p) for p in range(3) for n in range(5)]
-        setup.publish_batch("noresp-read", batch, ack_policy="all").raise_for_failures()
-        leaders = {p: info.leader for p, info in setup.stream_info("noresp-read").partitions.items()}
-        setup.pause_stream("noresp-read")
-    partition = next((p for p, owner in sorted(leaders.items()) if owner != leader), None)
-    assert partition is not None, f"every partition is led by the metadata leader {leader}: {leaders}"
+        for attempt in range(6):  # the server picks partition leaders by its own load figures
+            name = f"noresp-read-{attempt}"
+            setup.create_stream(name, name, partitions=3, replication_factor=3)
+            leaders = {p: info.leader for p, info in setup.stream_info(name).partitions.items()}
+            away = [p for p, owner in sorted(leaders.items()) if owner != leader]
+            if away:
+                chosen = name, away[0]
+                break
+        assert chosen is not None, f"18 partitions all led by the metadata leader {leader}"
+        name, partition = chosen
+        batch = [PublishMessage(b"m%d" % n, partition=partition) for n in range(5)]
+        setup.publish_batch(name, batch, ack_policy="all").raise_for_failures()
+        setup.pause_stream(name)
     survivor = next(n for n in liftbridge_cluster.nodes if n.server_id != leader)
     with LiftbridgeClient([survivor.address], request_timeout=30) as client:
         client.fetch_metadata()  # connected before the kill
         liftbridge_cluster.kill(leader)
         started = time.monotonic()
-        read = client.read_range("noresp-read", partition, 0, 5, timeout=30, resume=True)
+        read = client.read_range(name, partition, 0, 5, timeout=30, resume=True)
         assert [m.value for m in read] == [b"m%d" % n for n in range(5)]
         assert time.monotonic() - started < 31, "the read outlived its 30 s deadline"
     liftbridge_cluster.restart(leader)
