@@ -14,7 +14,7 @@ from liftbridge_provider.client.errors import NoSuchStreamError, StreamExistsErr
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import CONNECT_TRY, Attempt, NotSent, Plan, Refresh, Rpc, Sleep, note_if_hung
-from liftbridge_provider.client.retry import Action, Deadline, RetryState
+from liftbridge_provider.client.retry import Action, Deadline, RetryableFailure, RetryState
 from liftbridge_provider.core.errors import LiftbridgeError
 
 
@@ -118,38 +118,31 @@ class _LostAnswer(grpc.RpcError):
         return f"sent, but no answer came ({self.cause.code().name}: {self.cause.details()})"
 
 
-# The server's words (INTERNAL) when it stopped waiting for the Raft apply of a create or delete at the call's
-# deadline (server/raft.go, timeoutFuture): the apply goes on and may still commit, as after a lost answer.
-_RAFT_APPLY_TIMED_OUT = "raft operation timed out"
-
-
-class _ApplyTimedOut(grpc.RpcError):
-    """The server stopped waiting for the Raft apply of a call that may be applied twice (a pause, readonly): an
-    attempt that ran out of its time, retried as one when the call has time left."""
-
-    def __init__(self, cause: grpc.RpcError) -> None:
-        self.cause = cause
-
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.DEADLINE_EXCEEDED
-
-    def details(self) -> str:
-        return f"the server stopped waiting for its Raft apply ({self.cause.details()})"
+# The server's words (INTERNAL) when it stopped waiting at the call's deadline: for a Raft apply
+# (server/raft.go, timeoutFuture), which goes on and may still commit, or for the answer of a request it forwarded
+# to the metadata leader (Go's context.DeadlineExceeded), which may have been applied too.
+_SERVER_WAITS = ("raft operation timed out", "context deadline exceeded")
 
 
 def applied_again_on_timeout(rpc: Rpc) -> Rpc:
     """``rpc`` (PauseStream, SetStreamReadonly: the same request applied twice does no harm) with the server's
-    "raft operation timed out" read as the attempt's deadline passing, not as a final error."""
+    own waits that ended at the call's deadline ("raft operation timed out", "context deadline exceeded" of a
+    request forwarded to a metadata leader that is being replaced) retried while the call has time, not final."""
 
     def call(stub: Any, timeout: float) -> Any:
         try:
             return rpc(stub, timeout)
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.INTERNAL and _RAFT_APPLY_TIMED_OUT in (exc.details() or ""):
-                raise _ApplyTimedOut(exc) from exc
+            if _server_wait_ended(exc):
+                raise RetryableFailure(exc) from exc
             raise
 
     return call
+
+
+def _server_wait_ended(exc: grpc.RpcError) -> bool:
+    details = exc.details() or ""
+    return exc.code() == grpc.StatusCode.INTERNAL and any(marker in details for marker in _SERVER_WAITS)
 
 
 def _as_retryable(exc: grpc.RpcError) -> grpc.RpcError:
@@ -159,7 +152,7 @@ def _as_retryable(exc: grpc.RpcError) -> grpc.RpcError:
         return exc
     if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
         return _LostAnswer(exc)
-    if exc.code() == grpc.StatusCode.INTERNAL and _RAFT_APPLY_TIMED_OUT in (exc.details() or ""):
+    if _server_wait_ended(exc):
         return _LostAnswer(exc)
     return exc
 

@@ -157,8 +157,8 @@ class CursorMovedError(LiftbridgeError):
 
 
 # The server's words (INTERNAL) when a wait of its own ended at the call's deadline: a cursor store waiting for
-# its ack, say (Go's context.DeadlineExceeded).
-_SERVER_WAIT_ENDED = "context deadline exceeded"
+# its ack, a request forwarded to the metadata leader (Go's context.DeadlineExceeded), a Raft apply.
+_SERVER_WAITS_ENDED = ("context deadline exceeded", "raft operation timed out")
 
 
 def error_from_rpc(exc: grpc.RpcError, *, stream: str | None = None, partition: int | None = None) -> LiftbridgeError:
@@ -181,7 +181,7 @@ def error_from_rpc(exc: grpc.RpcError, *, stream: str | None = None, partition: 
         kind = PermissionDeniedError
     elif code == grpc.StatusCode.UNAVAILABLE:
         kind = UnavailableError
-    elif code == grpc.StatusCode.DEADLINE_EXCEEDED or _SERVER_WAIT_ENDED in lowered:
+    elif code == grpc.StatusCode.DEADLINE_EXCEEDED or any(wait in lowered for wait in _SERVER_WAITS_ENDED):
         kind = LiftbridgeTimeoutError  # the server's own wait for the call's deadline ended (INTERNAL)
     elif code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message larger than max" in lowered:
         kind = MessageTooLargeError

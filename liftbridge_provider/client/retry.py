@@ -49,6 +49,20 @@ def leader_changing(code: grpc.StatusCode, details: str) -> bool:
     return code == grpc.StatusCode.INTERNAL and any(marker in details for marker in _LEADER_CHANGING)
 
 
+class RetryableFailure(grpc.RpcError):
+    """A failure the call's own plan knows to be worth retrying (the server's wait for an idempotent change ended,
+    say): backed off and retried while the call has time; its code and details are the server's."""
+
+    def __init__(self, cause: grpc.RpcError) -> None:
+        self.cause = cause
+
+    def code(self) -> grpc.StatusCode:
+        return self.cause.code()
+
+    def details(self) -> str:
+        return self.cause.details() or ""
+
+
 class Action(enum.Enum):
     NEXT_BROKER = "next broker"  # nothing to wait for: another broker may answer
     REFRESH = "refresh metadata, back off, retry"
@@ -61,6 +75,8 @@ def classify(exc: grpc.RpcError, *, leader_directed: bool, attempt_expired: bool
     (not the call's), so a broker that stopped answering is left for another."""
     code = exc.code()
     details = (exc.details() or "").lower()
+    if isinstance(exc, RetryableFailure):
+        return Action.BACK_OFF
     if code == grpc.StatusCode.DEADLINE_EXCEEDED and attempt_expired:
         return Action.REFRESH if leader_directed else Action.NEXT_BROKER
     if code == grpc.StatusCode.UNAVAILABLE:

@@ -225,6 +225,29 @@ def test_a_create_whose_raft_apply_outlived_the_deadline_is_sent_again_and_found
     assert attempts == 2
 
 
+@pytest.mark.parametrize("details", ["Failed to pause stream: raft operation timed out", "context deadline exceeded"])
+def test_an_idempotent_change_whose_server_wait_ended_is_retried_while_the_call_has_time(details: str) -> None:
+    """A pause or readonly forwarded to a metadata leader that was being replaced came back INTERNAL "context
+    deadline exceeded" (or "raft operation timed out") and failed the call at once, with 25 s of its 30 left."""
+    attempts = 0
+
+    def answer(action: plans.PlanAction) -> Any:
+        nonlocal attempts
+        if isinstance(action, plans.Attempt):
+            attempts += 1
+            if attempts == 1:
+                action.rpc(None, action.timeout)
+            return "paused"
+        return no_sleep(action)
+
+    def pause(stub: Any, timeout: float) -> Any:
+        raise Rpc(grpc.StatusCode.INTERNAL, details)
+
+    rpc = admin_plans.applied_again_on_timeout(pause)
+    result, _ = drive(plans.any_broker(CONFIG, snapshot(), rpc, Deadline(30)), answer)
+    assert (result, attempts) == ("paused", 2)
+
+
 def test_a_create_that_runs_out_of_time_after_sending_says_the_stream_may_exist() -> None:
     def answer(action: plans.PlanAction) -> Any:
         if isinstance(action, plans.Attempt):

@@ -333,6 +333,7 @@ def test_backoff_is_jittered_between_10_and_500_ms() -> None:
         (grpc.StatusCode.UNAVAILABLE, "down", errs.UnavailableError),
         (grpc.StatusCode.DEADLINE_EXCEEDED, "late", errs.LiftbridgeTimeoutError),
         (grpc.StatusCode.INTERNAL, "context deadline exceeded", errs.LiftbridgeTimeoutError),  # the server's own wait
+        (grpc.StatusCode.INTERNAL, "Failed to pause stream: raft operation timed out", errs.LiftbridgeTimeoutError),
         (grpc.StatusCode.INTERNAL, "No known metadata leader", errs.NoMetadataLeaderError),
     ],
 )
