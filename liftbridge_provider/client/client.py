@@ -433,7 +433,8 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         self, method: str, request: Any, *, timeout: float | None, stream: str | None, idempotent: bool = False
     ) -> Any:
         """``method`` on any broker; ``idempotent``: applied through Raft, and harmless when applied twice, so the
-        server's own Raft timeout is retried as a timed-out attempt."""
+        server's own waits that ended ("raft operation timed out", "context deadline exceeded") are retried while
+        the call has time (:func:`admin_plans.applied_again_on_timeout`)."""
 
         def call(stub: Any, remaining: float) -> Any:
             return getattr(stub, method)(request, timeout=remaining)
