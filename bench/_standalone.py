@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,11 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from liftbridge_provider.devserver.config import free_port
 
 
 @dataclass(frozen=True)
@@ -39,7 +34,7 @@ def standalone_cluster(workdir: Path, workers: int = 2, *, timeout: float = 120.
     """Start a master and ``workers`` one-core workers (their Python: this interpreter); stop them after."""
     spark_class = str(Path(sys.executable).with_name("spark-class"))
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-    port, ui = _free_port(), _free_port()
+    port, ui = free_port(), free_port()
     master = f"spark://127.0.0.1:{port}"
     processes: list[subprocess.Popen[bytes]] = []
 
@@ -59,7 +54,7 @@ def standalone_cluster(workdir: Path, workers: int = 2, *, timeout: float = 120.
             folder = workdir / f"worker-{number}"
             folder.mkdir()
             start(f"worker-{number}", "org.apache.spark.deploy.worker.Worker", master, "--cores", "1",
-                  "--memory", "1g", "--work-dir", str(folder), "--webui-port", str(_free_port()))  # fmt: skip
+                  "--memory", "1g", "--work-dir", str(folder), "--webui-port", str(free_port()))  # fmt: skip
         _wait_for_workers(ui, workers, timeout)
         yield Standalone(master, workers)
     finally:

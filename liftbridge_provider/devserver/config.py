@@ -8,6 +8,7 @@ Every address is 127.0.0.1: nothing here listens on other interfaces.
 from __future__ import annotations
 
 import json
+import random
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,11 +26,44 @@ FAST_FAILOVER: dict[str, Any] = {
 }
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")  # Linux: the source ports of outgoing connections
+LOWEST_PORT = 10_000  # ports below this are left to well-known and registered services
+PICKS = 100  # random ports tried before falling back to one the kernel chooses
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (callers retry on a clash)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago (callers retry on a clash).
+
+    Chosen at random below the kernel's ephemeral range when that range is known (Linux): a port the kernel
+    hands out for ``bind(0)`` lies inside it, where any outgoing connection on the machine may take it as its
+    source port before the server that was meant to listen on it binds it. Below the range only listeners
+    take ports, and a random choice keeps concurrent callers apart. Elsewhere the kernel chooses.
+    """
+    below = _ephemeral_low()
+    for _ in range(PICKS if below > LOWEST_PORT else 0):
+        port = random.randint(LOWEST_PORT, below - 1)
+        if _bindable(port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range; 0 when it cannot be read."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+        return True
 
 
 def liftbridge_settings(

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tarfile
@@ -32,6 +31,7 @@ from liftbridge_provider.client import (
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.core.spark_planning import Slice
 from liftbridge_provider.devserver import DevServer
+from liftbridge_provider.devserver.config import free_port
 from liftbridge_provider.spark.options import ReadOptions, parse_options
 from liftbridge_provider.spark.reader import arrow_schema, check_range, read_slice
 
@@ -332,12 +332,6 @@ def test_ingest_job_exits_nonzero_on_shortfall(
     assert "rows for 40 offsets [0, 40)" in printed or "were removed by retention (failOnDataLoss=true" in printed
     lenient = run_ingest(liftbridge_server.brokers, document, tmp_path / "lenient", "--compacted")
     assert lenient.returncode == 0, lenient.stderr[-2000:]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextlib.contextmanager

@@ -75,9 +75,18 @@ def wait_for(condition: Callable[[], Any], what: str | Callable[[], str], log: P
     while not (found := condition()):
         if time.monotonic() > deadline:
             said = what if isinstance(what, str) else what()
-            pytest.fail(f"no {said} within {WAIT:g}s; airflow standalone's log:\n{log.read_text()[-6000:]}")
+            pytest.fail(f"no {said} within {WAIT:g}s; airflow standalone's log:\n{log_digest(log)}")
         time.sleep(1)
     return found
+
+
+def log_digest(log: Path) -> str:
+    """The lines of the standalone log that tell a run's story (the scheduler's, the listener's, errors), then
+    its tail: the DAG processor's periodic lines alone fill the tail and hide why a run did not end."""
+    text = log.read_text(errors="replace")
+    telling = ("scheduler", "Liftbridge", "ERROR", "error", "Traceback", "events_", "executor", "triggerer")
+    lines = [line for line in text.splitlines() if "dag-processor" not in line and any(t in line for t in telling)]
+    return "\n".join(lines[-120:])[-12000:] + "\n--- tail ---\n" + text[-3000:]
 
 
 def stream_events(client: LiftbridgeClient, stream: str, partitions: int) -> dict[int, list[dict[str, Any]]]:
@@ -129,9 +138,14 @@ def check_events_in_order(client: LiftbridgeClient, stream: str, log: Path) -> N
 
     def run_ended() -> list[dict[str, Any]]:
         events = [e for es in stream_events(client, stream, 3).values() for e in es]
-        return [e for e in events if e["dag_id"] == "events_in_order" and e["event"] == "dag_run.success"]
+        ends = ("dag_run.success", "dag_run.failed")
+        return [e for e in events if e["dag_id"] == "events_in_order" and e["event"] in ends]
 
-    (end,) = wait_for(run_ended, "dag_run.success event of events_in_order", log)
+    def stream_holds() -> list[tuple[str, str | None]]:
+        return [(e["event"], e.get("task_id")) for es in stream_events(client, stream, 3).values() for e in es]
+
+    (end,) = wait_for(run_ended, lambda: f"end event of events_in_order (the stream holds: {stream_holds()})", log)
+    assert end["event"] == "dag_run.success", f"the run failed; events: {stream_holds()}; log:\n{log_digest(log)}"
     key = f"events_in_order/{end['run_id']}".encode()
     by_partition = stream_events(client, stream, 3)
     chosen = partition_by_key(stream, key, b"", 3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,26 @@ def test_nats_conf_binds_loopback() -> None:
 def test_free_port_is_bindable() -> None:
     port = config.free_port()
     assert 1024 < port < 65536
+    with socket.socket() as probe:
+        probe.bind((config.LOOPBACK, port))
+
+
+def test_free_port_lies_outside_the_ephemeral_range_outgoing_connections_draw_from() -> None:
+    """A port from the kernel's ephemeral range can become the source port of any outgoing connection between
+    the moment it is chosen and the moment the server binds it (an `airflow standalone` API server lost its
+    port that way and every task of the run failed); ports below that range are only ever taken by listeners."""
+    low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = {config.free_port() for _ in range(50)}
+    assert all(1024 < port < low or port > high for port in ports), sorted(ports)
+    assert len(ports) > 40, "chosen at random, so concurrent test workers do not pick the same one"
+
+
+def test_free_port_skips_a_port_that_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port some listener holds is not handed out: the first random pick is the taken one."""
+    with socket.socket() as taken:
+        taken.bind((config.LOOPBACK, 0))
+        taken.listen()
+        taken_port = taken.getsockname()[1]
+        picks = iter([taken_port, taken_port + 1 if taken_port < 65535 else taken_port - 1])
+        monkeypatch.setattr(config.random, "randint", lambda low, high: next(picks))
+        assert config.free_port() != taken_port
