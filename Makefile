@@ -83,9 +83,9 @@ lint: setup
 
 # The whole suite on TEST_WORKERS parallel pytest-xdist workers, a test file never split between two (its
 # module fixtures stay one), the longest files first (tests/file_costs.py): most tests wait on servers and
-# subprocesses, so three workers keep two CPUs busy (docs/benchmarks.md, "The test suite's time").
-# TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 3
+# subprocesses, so four workers keep two CPUs busy (docs/benchmarks.md, "The test suite's time"; three left
+# them idle 13% of the run). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 4
 test: setup browser lint
 	$(VENV)/bin/pytest -rs -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 

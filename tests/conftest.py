@@ -44,6 +44,13 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+# The tests' JVMs (the shared session, each spark-submit and what Airflow's spark-submit starts, a standalone
+# master and worker) compile with C1 only and collect with one thread: each lives seconds to minutes over
+# thousands of rows, too short for C2's optimised code to pay for its compiling, and the machine is CPU-bound
+# (docs/benchmarks.md, "The test suite's time"). Same Spark, same code paths; users' JVMs keep the defaults.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
+os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", TEST_JVM_OPTIONS)
 
 pytest_plugins = ["liftbridge_provider.devserver.pytest_plugin", "tests.spark_session", "tests.file_costs"]
 # Helper modules that test modules share: their asserts report as the tests' own do.
