@@ -27,7 +27,6 @@ from liftbridge_provider.client.errors import (
     LiftbridgeTimeoutError,
     MessageTooLargeError,
     NoMetadataLeaderError,
-    NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
     PartitionPausedError,
@@ -44,7 +43,7 @@ from liftbridge_provider.client.publish.prepare import PublishMessage
 from liftbridge_provider.client.publish.publish_window import BatchPublishError, BatchResult, PublishFailure
 from liftbridge_provider.client.requests import ALL_BROKERS
 from liftbridge_provider.client.subscription import Subscription
-from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
+from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError, NoSuchPartitionError
 from liftbridge_provider.core.stream_options import StreamOptions
 
 __all__ = [

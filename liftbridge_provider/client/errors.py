@@ -3,7 +3,7 @@
 Every error carries the ``stream`` and ``partition`` it concerns (None when not
 applicable) and the gRPC ``code`` it came from (None for client-side errors).
 Bad input found before anything is sent raises :class:`InvalidArgumentError`,
-which is also a :class:`ValueError`. That one and the base class
+which is also a :class:`ValueError`. That one, :class:`NoSuchPartitionError` and the base class
 :class:`LiftbridgeError` are defined in :mod:`liftbridge_provider.core.errors`,
 so the pure checks there raise the very classes the client raises.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import grpc
 
-from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
+from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError, NoSuchPartitionError
 
 
 class StreamExistsError(LiftbridgeError):
@@ -21,10 +21,6 @@ class StreamExistsError(LiftbridgeError):
 
 class NoSuchStreamError(LiftbridgeError):
     """The stream does not exist (or was deleted)."""
-
-
-class NoSuchPartitionError(LiftbridgeError):
-    """The stream exists but has no such partition."""
 
 
 class NotLeaderError(LiftbridgeError):

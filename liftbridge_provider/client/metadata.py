@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.errors import LiftbridgeTimeoutError, NoSuchPartitionError, NoSuchStreamError
+from liftbridge_provider.client.errors import LiftbridgeTimeoutError, NoSuchStreamError
 from liftbridge_provider.client.options import format_address
+from liftbridge_provider.core.errors import NoSuchPartitionError
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.errors import NoSuchPartitionError, NoSuchStreamError, PermissionDeniedError
+from liftbridge_provider.client.errors import NoSuchStreamError, PermissionDeniedError
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import (
@@ -22,7 +22,7 @@ from liftbridge_provider.client.plans import (
     refreshed,
 )
 from liftbridge_provider.client.retry import Deadline
-from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
+from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError, NoSuchPartitionError
 
 
 def partition_metadata(

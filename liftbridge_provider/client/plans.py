@@ -34,7 +34,6 @@ import grpc
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.addresses import broker_addresses, dial_address, replica_address
 from liftbridge_provider.client.errors import (
-    NoSuchPartitionError,
     NoSuchStreamError,
     PartitionPausedError,
     UnavailableError,
@@ -44,7 +43,7 @@ from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.retry import Action, Deadline, RetryState
-from liftbridge_provider.core.errors import LiftbridgeError
+from liftbridge_provider.core.errors import LiftbridgeError, NoSuchPartitionError
 
 T = TypeVar("T")
 

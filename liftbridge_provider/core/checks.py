@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 
-from liftbridge_provider.core.errors import InvalidArgumentError
+from liftbridge_provider.core.errors import InvalidArgumentError, NoSuchPartitionError
 
 MAX_STREAM_NAME_BYTES = 255
 """The server makes a stream name a directory name (``<data.dir>/streams/<name>``, partition.go:183);
@@ -137,13 +137,14 @@ def check_flag(value: object, name: str) -> bool:
 
 
 def check_partition(partition: object, partitions: int | None = None, stream: str | None = None) -> int:
-    """A partition number >= 0, and below ``partitions`` when the count is known."""
+    """A partition number >= 0, and below ``partitions`` when the count is known (else NoSuchPartitionError,
+    as the server answers for a partition it does not have)."""
     if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
         raise InvalidArgumentError(f"partition must be a whole number >= 0, got {_shown(partition)}", stream=stream)
     if partition > INT32_MAX:
         raise InvalidArgumentError(f"partition must be at most {INT32_MAX}, got {partition}", stream=stream)
     if partitions is not None and partition >= partitions:
-        raise InvalidArgumentError(
+        raise NoSuchPartitionError(
             f"no partition {partition}: stream {stream!r} has partitions 0-{partitions - 1}",
             stream=stream,
             partition=partition,

@@ -1,7 +1,9 @@
-"""The base of the client's errors and the error of bad input, without gRPC.
+"""The base of the client's errors, the error of bad input and of a missing partition, without gRPC.
 
-Pure checks (``core``) refuse bad input with :class:`InvalidArgumentError`,
-the very class the client raises, so a caller catches one class whichever
+Pure checks (``core``) refuse bad input with :class:`InvalidArgumentError`
+and a partition number the stream does not have with
+:class:`NoSuchPartitionError`, the very classes the client raises (the latter
+also for the server's NOT_FOUND), so a caller catches one class whichever
 layer found the fault. The client's other errors, and the translation of
 gRPC failures into them, are in :mod:`liftbridge_provider.client.errors`.
 """
@@ -48,3 +50,10 @@ class LiftbridgeError(Exception):
 
 class InvalidArgumentError(LiftbridgeError, ValueError):
     """A value was refused, by this client before sending or by the server (INVALID_ARGUMENT)."""
+
+
+class NoSuchPartitionError(InvalidArgumentError):
+    """The stream exists but has no such partition (found by the client's metadata or by the server).
+
+    An :class:`InvalidArgumentError` too: a partition number the stream does not have is a bad argument
+    whether the client or the server finds it, and code that refuses bad input keeps refusing it."""

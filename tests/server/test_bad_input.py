@@ -35,6 +35,7 @@ from liftbridge_provider.client import (
     MessageTooLargeError,
     NoSuchPartitionError,
     NoSuchStreamError,
+    PublishMessage,
     StartPosition,
     partition_by_key,
 )
@@ -261,6 +262,23 @@ PROBE: list[tuple[str, Call, type[Exception] | None, str]] = [
         lambda c, s: run_async(c, lambda a: a.fetch_cursor(CURSOR, s, 9)),
         NoSuchPartitionError,
         "no partition 9",
+    ),
+    # a partition the stream does not have is NoSuchPartitionError whichever call names it (publish, subscribe
+    # and pause raised InvalidArgumentError, the reads and the cursor calls NoSuchPartitionError)
+    *(
+        (f"{name} missing partition", call, NoSuchPartitionError, "no partition 9")
+        for name, call in (
+            ("publish", lambda c, s: c.publish(s, b"x", partition=9)),
+            ("publish_batch", lambda c, s: c.publish_batch(s, [b"x"], partition=9)),
+            ("publish_batch message partition", lambda c, s: c.publish_batch(s, [PublishMessage(b"x", partition=9)])),
+            ("subscribe", lambda c, s: c.subscribe(s, partition=9)),
+            ("read_range", lambda c, s: list(c.read_range(s, 9, 0, 1))),
+            ("fetch_partition_metadata", lambda c, s: c.fetch_partition_metadata(s, 9)),
+            ("pause_stream", lambda c, s: c.pause_stream(s, partitions=[0, 9])),
+            ("set_stream_readonly", lambda c, s: c.set_stream_readonly(s, partitions=[9])),
+            ("async fetch_partition_metadata", lambda c, s: run_async(c, lambda a: a.fetch_partition_metadata(s, 9))),
+            ("async subscribe", lambda c, s: run_async(c, lambda a: a.subscribe(s, partition=9).__anext__())),
+        )
     ),
     # numbers the server cannot hold: a retention of 585 years wrapped to 0.45 ms on the server and its
     # cleaner emptied the stream; others raised protobuf's bare ValueError ("Value out of range")

@@ -322,7 +322,7 @@ def test_backoff_is_jittered_between_10_and_500_ms() -> None:
     ("code", "details", "kind"),
     [
         (grpc.StatusCode.ALREADY_EXISTS, "stream already exists", errs.StreamExistsError),
-        (grpc.StatusCode.NOT_FOUND, "No such partition", errs.NoSuchPartitionError),
+        (grpc.StatusCode.NOT_FOUND, "No such partition", NoSuchPartitionError),
         (grpc.StatusCode.NOT_FOUND, "no such stream: x", errs.NoSuchStreamError),
         (grpc.StatusCode.FAILED_PRECONDITION, "readonly partition: 0", errs.ReadonlyPartitionError),
         (grpc.StatusCode.FAILED_PRECONDITION, "log closed", errs.PartitionPausedError),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 from pathlib import Path
 
@@ -84,5 +85,5 @@ def test_free_port_skips_a_port_that_is_taken(monkeypatch: pytest.MonkeyPatch) -
         taken.listen()
         taken_port = taken.getsockname()[1]
         picks = iter([taken_port, taken_port + 1 if taken_port < 65535 else taken_port - 1])
-        monkeypatch.setattr(config.random, "randint", lambda low, high: next(picks))
+        monkeypatch.setattr(random, "randint", lambda low, high: next(picks))
         assert config.free_port() != taken_port

@@ -25,6 +25,7 @@ from liftbridge_provider.client import (
     ClientConfig,
     InvalidArgumentError,
     LiftbridgeClient,
+    NoSuchPartitionError,
     StartPosition,
     StopPosition,
     TLSConfig,
@@ -279,18 +280,28 @@ def test_partition_selection(partitions: Any, expected: list[int] | None) -> Non
     assert checks.check_partition_selection(partitions, 2, "s") == expected
 
 
+def test_a_missing_partition_is_bad_input_too() -> None:
+    """Code that catches bad input (the ingest job's exit status 2, an operator's no-retry failure) keeps
+    catching a partition number the stream does not have, now that every call raises NoSuchPartitionError."""
+    assert issubclass(NoSuchPartitionError, InvalidArgumentError)
+    with pytest.raises(InvalidArgumentError, match="no partition 3: stream 's' has partitions 0-1"):
+        checks.check_partition(3, 2, "s")
+
+
 @pytest.mark.parametrize(
-    ("partitions", "message"),
+    ("partitions", "error", "message"),
     [
-        (0, "partitions must be a list of partition numbers (or None for all), got 0"),
-        ("01", "partitions must be a list of partition numbers (or None for all), got '01'"),
-        ([2], "no partition 2: stream 's' has partitions 0-1"),
-        ([-1], "partition must be a whole number >= 0, got -1"),
-        ([True], "partition must be a whole number >= 0, got True"),
+        (0, InvalidArgumentError, "partitions must be a list of partition numbers (or None for all), got 0"),
+        ("01", InvalidArgumentError, "partitions must be a list of partition numbers (or None for all), got '01'"),
+        ([2], NoSuchPartitionError, "no partition 2: stream 's' has partitions 0-1"),
+        ([-1], InvalidArgumentError, "partition must be a whole number >= 0, got -1"),
+        ([True], InvalidArgumentError, "partition must be a whole number >= 0, got True"),
     ],
 )
-def test_bad_partition_selections_are_refused(partitions: object, message: str) -> None:
-    with pytest.raises(InvalidArgumentError) as raised:
+def test_bad_partition_selections_are_refused(partitions: object, error: type[Exception], message: str) -> None:
+    """A malformed selection is bad input; a well-formed one naming a partition the stream lacks is the error
+    the server gives for a missing partition."""
+    with pytest.raises(error) as raised:
         checks.check_partition_selection(partitions, 2, "s")
     assert message in str(raised.value)
 

@@ -17,7 +17,7 @@ from liftbridge_provider.client.publish.dropping import drop_in_background
 from liftbridge_provider.client.publish.publish_window import BatchResult, Failures, PublishFailure
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.core import checks
-from liftbridge_provider.core.errors import InvalidArgumentError
+from liftbridge_provider.core.errors import InvalidArgumentError, NoSuchPartitionError
 
 
 @dataclass(frozen=True)
@@ -120,8 +120,9 @@ def batch_requests(
                     correlation_id=str(index),
                 )
             )
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(f"message #{index}: {exc.message}; nothing was sent", stream=stream) from exc
+        except (InvalidArgumentError, NoSuchPartitionError) as exc:
+            said = f"message #{index}: {exc.message}; nothing was sent"
+            raise type(exc)(said, stream=stream, partition=exc.partition) from exc
     return requests
 
 

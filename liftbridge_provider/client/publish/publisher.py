@@ -30,7 +30,6 @@ from liftbridge_provider.client.errors import (
     EncryptionError,
     IncorrectOffsetError,
     MessageTooLargeError,
-    NoSuchPartitionError,
     NoSuchStreamError,
     PermissionDeniedError,
     ReadonlyPartitionError,
@@ -44,7 +43,7 @@ from liftbridge_provider.client.publish.private_loop import run_in_private_loop
 from liftbridge_provider.client.publish.publish_window import BatchErrors, BatchResult, PublishWindow
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
-from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
+from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError, NoSuchPartitionError
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY = 10.0  # seconds between progress log lines
