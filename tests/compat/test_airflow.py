@@ -258,6 +258,9 @@ def test_the_event_dag_runs_once_from_a_published_batch(
         AIRFLOW__API__HOST="127.0.0.1",
         AIRFLOW__API__PORT=str(port),
         AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
+        # a task the scheduler starts before the API server listens retries it: minutes, not ~15 s (the
+        # system tests' airflow_standalone.STANDALONE_ENV says why)
+        AIRFLOW__WORKERS__EXECUTION_API_RETRIES="10",
         LIFTBRIDGE_EVENTS_STREAM=stream,
         LIFTBRIDGE_EVENTS_OUTPUT=str(lake),
     )

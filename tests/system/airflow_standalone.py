@@ -10,6 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+# `airflow standalone` starts its scheduler and its API server side by side, and the scheduler may hand a task
+# to its executor before the API server listens: the task's supervisor then retries the execution API
+# (exponential waits from 1 s, 5 attempts by default, about 15 s) and fails the task. On a loaded machine the
+# API server took longer than that to start (a CI run: every task of the run failed with "connection refused").
+# Ten attempts wait minutes; a user's standalone has the same race and the same setting.
+STANDALONE_ENV = {"AIRFLOW__WORKERS__EXECUTION_API_RETRIES": "10"}
+
 
 def migrate(env: dict[str, str]) -> None:
     """Migrate the metadata DB of the Airflow home ``env`` names (`airflow db migrate`)."""

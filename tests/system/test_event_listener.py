@@ -26,7 +26,7 @@ from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.config import free_port
 from liftbridge_provider.devserver.leftovers import end_session
 from tests.airflow.statsd import StatsdListener
-from tests.system.airflow_standalone import migrate
+from tests.system.airflow_standalone import STANDALONE_ENV, migrate
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 WAIT = 300.0  # seconds a DAG run may take to be scheduled, run and reported under `airflow standalone`
@@ -53,6 +53,7 @@ def standalone_env(home: Path, node: DevServer, stream: str, statsd: StatsdListe
     return {
         **os.environ,
         **statsd.env,
+        **STANDALONE_ENV,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),

@@ -18,7 +18,7 @@ from liftbridge_provider.client import LiftbridgeClient, partition_by_round_robi
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.config import free_port
 from liftbridge_provider.devserver.leftovers import end_session
-from tests.system.airflow_standalone import migrate
+from tests.system.airflow_standalone import STANDALONE_ENV, migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 FACET = "liftbridge_offsets"  # the dataset facet with the offsets a task read
@@ -165,6 +165,7 @@ def _standalone_env(home: Path, server: DevServer, stream: str, lake: Path) -> d
     port = free_port()
     return {
         **os.environ,
+        **STANDALONE_ENV,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
