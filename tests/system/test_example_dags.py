@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 
 from liftbridge_provider.client import LiftbridgeClient, partition_by_round_robin
 from liftbridge_provider.devserver import DevServer
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FACET = "liftbridge_offsets"  # the dataset facet with the offsets a task read
 
 
+@pytest.mark.timeout(960)  # the run's own bound (below) ends it first, with its output
 def test_main_job_ingests_every_published_message_once(tmp_path: Path) -> None:
     """The main job, with the OpenLineage provider writing its events to a file: the stream and the lake
     show up as the Spark step's input and output (lineage)."""
@@ -53,6 +55,7 @@ def test_main_job_ingests_every_published_message_once(tmp_path: Path) -> None:
     assert_lineage(lineage, tmp_path / "lake")
 
 
+@pytest.mark.timeout(960)  # the run's own bound (below) ends it first, with its output
 def test_the_main_job_lands_every_message_once_in_an_iceberg_table(tmp_path: Path) -> None:
     """`make demo FORMAT=iceberg`: the same DAG into an Iceberg table of the embedded SQLite catalog, with
     nothing else to start; the demo checks each offset is in the table once."""
@@ -135,6 +138,7 @@ def test_stream_admin_dag(liftbridge_server: DevServer, tmp_path: Path) -> None:
         assert "admin-demo" not in client.fetch_metadata().streams, "the DAG ends by deleting its stream"
 
 
+@pytest.mark.timeout(720)  # the run's own bound (below) ends it first, with its output
 def test_event_driven_example_ingests_every_published_message(liftbridge_server: DevServer, tmp_path: Path) -> None:
     """dags/liftbridge_event_ingest.py under `airflow standalone`: watcher -> asset events -> Spark -> Parquet."""
     stream, lake = f"events-{uuid.uuid4().hex[:8]}", tmp_path / "lake"
