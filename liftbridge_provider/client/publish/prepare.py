@@ -120,9 +120,11 @@ def batch_requests(
                     correlation_id=str(index),
                 )
             )
-        except (InvalidArgumentError, NoSuchPartitionError) as exc:
-            said = f"message #{index}: {exc.message}; nothing was sent"
-            raise type(exc)(said, stream=stream, partition=exc.partition) from exc
+        except InvalidArgumentError as exc:  # NoSuchPartitionError included, and kept as such
+            kind = NoSuchPartitionError if isinstance(exc, NoSuchPartitionError) else InvalidArgumentError
+            raise kind(
+                f"message #{index}: {exc.message}; nothing was sent", stream=stream, partition=exc.partition
+            ) from exc
     return requests
 
 
