@@ -84,6 +84,14 @@ def test_free_port_skips_a_port_that_is_taken(monkeypatch: pytest.MonkeyPatch) -
         taken.bind((config.LOOPBACK, 0))
         taken.listen()
         taken_port = taken.getsockname()[1]
-        picks = iter([taken_port, taken_port + 1 if taken_port < 65535 else taken_port - 1])
-        monkeypatch.setattr(random, "randint", lambda low, high: next(picks))
+        real_randint = random.randint
+        picked: list[int] = []
+
+        def first_the_taken_one(low: int, high: int) -> int:
+            picked.append(taken_port if not picked else real_randint(low, high))
+            return picked[-1]
+
+        monkeypatch.setattr(random, "randint", first_the_taken_one)
         assert config.free_port() != taken_port
+        assert picked[0] == taken_port, picked
+        assert len(picked) >= 2, picked
