@@ -28,12 +28,11 @@ from liftbridge_provider.client import (
     LiftbridgeClient,
     LiftbridgeError,
     LiftbridgeTimeoutError,
-    PublishMessage,
     StartPosition,
 )
 from liftbridge_provider.devserver import DevServer
-from liftbridge_provider.devserver.cluster import METADATA_LEADER_LINE
 from liftbridge_provider.devserver.process import stop_process
+from tests.server.leaders import metadata_leader
 from tests.waiting import wait_until_answered as wait_until
 
 pytestmark = pytest.mark.cluster
@@ -434,18 +433,6 @@ def test_paused_partition_commits_what_its_new_leader_holds(liftbridge_cluster: 
         assert [m.offset for m in read] == list(range(last + 1))
 
 
-def metadata_leader(cluster: DevServer) -> str:
-    """The node that most recently logged becoming metadata leader."""
-    newest: tuple[str, str] | None = None
-    for node in cluster.nodes:
-        lines = [line for line in node.process.log_path.read_text(errors="replace").splitlines()]
-        stamps = [line[:40] for line in lines if METADATA_LEADER_LINE in line]
-        if stamps and (newest is None or stamps[-1] > newest[0]):
-            newest = (stamps[-1], node.server_id)
-    assert newest is not None, "no node logged becoming metadata leader"
-    return newest[1]
-
-
 @pytest.mark.parametrize("call", ["set_stream_readonly", "pause_stream", "create_stream"])
 def test_metadata_request_while_the_metadata_leader_is_replaced_is_retried(
     liftbridge_cluster: DevServer, call: str
@@ -475,42 +462,6 @@ def test_metadata_request_while_the_metadata_leader_is_replaced_is_retried(
             return partition.readonly if call == "set_stream_readonly" else partition.paused
 
         wait_until(applied, 15, f"{call} to be applied")
-    liftbridge_cluster.restart(leader)
-
-
-def test_a_read_that_resumes_a_paused_partition_while_the_metadata_leader_is_replaced_reads_again(
-    liftbridge_cluster: DevServer,
-) -> None:
-    """Found by the chaos harness (seed 33): a read with resume=True of a paused partition makes the broker ask
-    the metadata leader to resume it; sent while that leader had just died, the read failed at once with
-    INTERNAL "failed to resume stream: nats: no responders available for request". Nothing was resumed, and a
-    new leader takes the request a moment later: the read must go on within its deadline and return the range.
-    The partition read is one whose own leader survives (a paused partition keeps a dead leader as its leader,
-    which is another fault than this one)."""
-    leader = metadata_leader(liftbridge_cluster)
-    chosen: tuple[str, int] | None = None
-    with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as setup:
-        for attempt in range(6):  # the server picks partition leaders by its own load figures
-            name = f"noresp-read-{attempt}"
-            setup.create_stream(name, name, partitions=3, replication_factor=3)
-            leaders = {p: info.leader for p, info in setup.stream_info(name).partitions.items()}
-            away = [p for p, owner in sorted(leaders.items()) if owner != leader]
-            if away:
-                chosen = name, away[0]
-                break
-        assert chosen is not None, f"18 partitions all led by the metadata leader {leader}"
-        name, partition = chosen
-        batch = [PublishMessage(b"m%d" % n, partition=partition) for n in range(5)]
-        setup.publish_batch(name, batch, ack_policy="all").raise_for_failures()
-        setup.pause_stream(name)
-    survivor = next(n for n in liftbridge_cluster.nodes if n.server_id != leader)
-    with LiftbridgeClient([survivor.address], request_timeout=30) as client:
-        client.fetch_metadata()  # connected before the kill
-        liftbridge_cluster.kill(leader)
-        started = time.monotonic()
-        read = client.read_range(name, partition, 0, 5, timeout=30, resume=True)
-        assert [m.value for m in read] == [b"m%d" % n for n in range(5)]
-        assert time.monotonic() - started < 31, "the read outlived its 30 s deadline"
     liftbridge_cluster.restart(leader)
 
 

@@ -322,6 +322,52 @@ def test_a_publish_goes_on_to_a_broker_that_connects() -> None:
     assert result == "acked"
 
 
+@pytest.mark.parametrize("details", ["nats: no responders available for request", "no known metadata leader"])
+def test_a_publish_refused_while_the_metadata_leader_changes_is_sent_again(details: str) -> None:
+    """The broker could not resume the paused partition: nothing was stored, so the publish goes again after
+    a backoff (it failed at once before); a publish to a subject is not resumed and stays sent once."""
+    calls: list[str] = []
+
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            calls.append(action.address)
+            if len(calls) < 3:
+                raise Rpc(grpc.StatusCode.INTERNAL, details)
+            return "acked"
+        return no_sleep(action)
+
+    config = ClientConfig(brokers=("a.example:9292",))
+    result, _ = drive(
+        publish_plans.send_once(config, snapshot(), lambda s, t: None, Deadline(5), stream="s", partition=0), answer
+    )
+    assert (result, len(calls)) == ("acked", 3)
+    calls.clear()
+    with pytest.raises(LiftbridgeError) as failure:
+        drive(
+            publish_plans.send_once(config, snapshot(), lambda s, t: None, Deadline(5), stream=None, partition=None),
+            answer,
+        )
+    assert details in failure.value.message
+    assert len(calls) == 1
+
+
+def test_a_publish_refused_until_its_deadline_ends_with_the_refusal() -> None:
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Attempt):
+            time.sleep(0.02)
+            raise Rpc(grpc.StatusCode.INTERNAL, "nats: no responders available for request")
+        return no_sleep(action)
+
+    config = ClientConfig(brokers=("a.example:9292",))
+    with pytest.raises(LiftbridgeError) as failure:
+        drive(
+            publish_plans.send_once(config, snapshot(), lambda s, t: None, Deadline(0.1), stream="s", partition=0),
+            answer,
+        )
+    assert "no answer within 0.1s; last error: nats: no responders" in failure.value.message
+    assert not failure.value.may_be_stored
+
+
 # -- the subscription state -----------------------------------------------------------------------
 
 

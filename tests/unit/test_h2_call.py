@@ -348,15 +348,15 @@ def test_untaken_messages_go_back_to_the_window_and_failed_ones_stay_failed() ->
     window = PublishWindow(6, window=10, ack_wait=1.0, expects_ack=True)
     assert list(window.take_many(0.0, 4)) == [0, 1, 2, 3]
     window.expire(1.5, TimeoutError)  # type: ignore[arg-type]
-    assert window.untake(2) == 2
+    assert window.untake([2, 3]) == 2
     assert window.in_flight == 0
     assert list(window.take_many(2.0, 10)) == [4, 5]  # 2 and 3 timed out: they stay failed, never re-taken
     fresh = PublishWindow(3, window=10, ack_wait=1.0, expects_ack=False)
     assert list(fresh.take_many(0.0, 5)) == [0, 1, 2]
-    assert fresh.untake(1) == 2
+    assert fresh.untake([1, 2]) == 2
     assert list(fresh.take_many(0.0, 5)) == [1, 2]
     with pytest.raises(ValueError, match="not taken"):
-        fresh.untake(4)
+        fresh.untake([4])
 
 
 def test_take_many_stops_at_the_window_and_before_a_refused_message() -> None:

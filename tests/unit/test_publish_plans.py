@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import AckTimeoutError, ClientConfig, UnavailableError
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.plans import Connection, Dispatch, NotSent, Sleep
@@ -17,6 +18,13 @@ from liftbridge_provider.client.retry import MIN_BACKOFF, Deadline
 from liftbridge_provider.client.routing import AsyncRouter, Router
 
 CONFIG = ClientConfig(brokers=("a.example:9292", "b.example:9292"))
+ACKED = api.PublishResponse(ack=api.Ack(offset=7))
+REFUSED = api.PublishResponse(
+    asyncError=api.PublishAsyncError(
+        code=api.PublishAsyncError.INTERNAL,
+        message="failed to resume stream: rpc error: code = Internal desc = nats: no responders available for request",
+    )
+)
 
 
 @pytest.fixture(autouse=True)
@@ -39,8 +47,47 @@ def test_brokers_that_did_not_connect_are_tried_again_after_a_backoff() -> None:
     assert MIN_BACKOFF <= pause.seconds <= 2 * MIN_BACKOFF  # the backoff's second step
     assert isinstance(plan.send(None), Dispatch)
     with pytest.raises(StopIteration) as done:
-        plan.send("the response")
-    assert done.value.value == "the response"
+        plan.send(ACKED)
+    assert done.value.value is ACKED
+
+
+def test_a_refusal_that_stored_nothing_is_sent_again_after_a_backoff() -> None:
+    """The broker could not resume the paused partition while the metadata leader was replaced: nothing was
+    stored, so the same request goes again (it failed at once before)."""
+    plan = on_shared_streams(never_called, Deadline(5), stream="s", partition=0)
+    next(plan)
+    pause = plan.send(REFUSED)
+    assert isinstance(pause, Sleep)
+    assert MIN_BACKOFF <= pause.seconds <= 2 * MIN_BACKOFF
+    assert isinstance(plan.send(None), Dispatch)
+    with pytest.raises(StopIteration) as done:
+        plan.send(ACKED)
+    assert done.value.value is ACKED
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        api.PublishResponse(asyncError=api.PublishAsyncError(code=api.PublishAsyncError.READONLY, message="readonly")),
+        api.PublishResponse(
+            asyncError=api.PublishAsyncError(code=api.PublishAsyncError.INTERNAL, message="failed to publish to NATS")
+        ),
+    ],
+)
+def test_other_refusals_are_returned_as_they_are(answer: api.PublishResponse) -> None:
+    plan = on_shared_streams(never_called, Deadline(5), stream="s", partition=0)
+    next(plan)
+    with pytest.raises(StopIteration) as done:
+        plan.send(answer)
+    assert done.value.value is answer
+
+
+def test_a_refusal_that_stored_nothing_is_returned_when_no_time_is_left_for_a_backoff() -> None:
+    plan = on_shared_streams(never_called, Deadline(0.005), stream="s", partition=0)
+    next(plan)
+    with pytest.raises(StopIteration) as done:
+        plan.send(REFUSED)
+    assert done.value.value is REFUSED
 
 
 def test_no_broker_connecting_before_the_deadline_fails_as_not_sent() -> None:
@@ -74,20 +121,20 @@ def test_a_failure_after_sending_is_raised_as_it_is() -> None:
 def test_both_drivers_give_a_dispatch_the_brokers_known_when_it_runs() -> None:
     seen: list[list[str]] = []
 
-    def send(addresses: list[str]) -> str:
+    def send(addresses: list[str]) -> api.PublishResponse:
         seen.append(addresses)
         if len(seen) == 1:
             raise NotSent(addresses[0])
-        return "ack"
+        return ACKED
 
-    async def send_async(addresses: list[str]) -> str:
+    async def send_async(addresses: list[str]) -> api.PublishResponse:
         return send(addresses)
 
     router = Router(CONFIG, pool=None)  # type: ignore[arg-type]  # a Dispatch and a Sleep lease no channel
-    assert router.run(on_shared_streams(send, Deadline(5), stream="s", partition=0)) == "ack"
+    assert router.run(on_shared_streams(send, Deadline(5), stream="s", partition=0)) is ACKED
     seen.clear()
     async_router = AsyncRouter(CONFIG)
     plan = on_shared_streams(send_async, Deadline(5), stream="s", partition=0)
-    assert asyncio.run(async_router.run(plan)) == "ack"
+    assert asyncio.run(async_router.run(plan)) is ACKED
     assert len(seen) == 2
     assert all(sorted(addresses) == sorted(CONFIG.brokers) for addresses in seen)

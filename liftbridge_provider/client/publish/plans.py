@@ -1,5 +1,10 @@
 """Publishes as plans without I/O: a publish is never sent twice once it may have reached a server.
 
+The one refusal sent again is the server's own word that nothing was stored:
+the broker could not resume the paused partition because the metadata leader
+is being replaced (:func:`refused_while_leader_changes` for PublishAsync,
+:func:`~liftbridge_provider.client.retry.leader_changing` for a unary call).
+
 :func:`send_once` is a unary Publish or PublishToSubject call;
 :func:`on_shared_streams` a single publish on the PublishAsync streams every
 publish of a client shares (``publish_stream.py``). Both drivers of
@@ -13,13 +18,27 @@ from typing import Any
 
 import grpc
 
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.errors import AckTimeoutError, UnavailableError, error_from_rpc
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import CONNECT_TRY, AnyPlan, Attempt, Dispatch, NotSent, Plan, Rpc, Sleep
-from liftbridge_provider.client.retry import Deadline, RetryState, backoff_delay
+from liftbridge_provider.client.retry import Deadline, RetryState, backoff_delay, leader_changing
 from liftbridge_provider.core.errors import LiftbridgeError
+
+
+def refused_while_leader_changes(response: api.PublishResponse) -> bool:
+    """The server did not store the message: the broker could not resume its paused partition because the
+    metadata leader is being replaced (see :func:`~liftbridge_provider.client.retry.leader_changing`). Sending
+    it again a moment later is safe."""
+    pb = response.asyncError
+    message = pb.message.lower()
+    return (
+        pb.code == api.PublishAsyncError.INTERNAL
+        and "failed to resume stream" in message
+        and leader_changing(grpc.StatusCode.INTERNAL, message)
+    )
 
 
 def send_once(
@@ -31,7 +50,9 @@ def send_once(
     skipped (nothing was sent); the first one that connects gets the rest of
     the time. A failure after
     sending is raised with ``may_be_stored=True`` where the message may have
-    been stored.
+    been stored. A publish the broker refused because the metadata leader
+    that must resume its paused partition is being replaced stored nothing:
+    it is sent again after a backoff, while time is left.
     """
     state = RetryState(deadline, leader_directed=False, stream=stream)
     while True:
@@ -45,7 +66,10 @@ def send_once(
             except NotSent as exc:
                 state.after_failure(exc)
             except grpc.RpcError as exc:
-                raise after_send_error(exc, stream, partition) from exc
+                if stream is None or not leader_changing(exc.code(), (exc.details() or "").lower()):
+                    raise after_send_error(exc, stream, partition) from exc
+                state.after_failure(exc)  # backs off (the deadline passed: the refusal, raised as it is)
+                break
         yield Sleep(state.pause())
 
 
@@ -59,15 +83,17 @@ def on_shared_streams(
     Then every broker is tried again after a jittered backoff
     (:func:`~liftbridge_provider.client.retry.backoff_delay` from its second
     step: 10-20 ms first, growing to 500 ms), as long as the pause ends
-    before the deadline; otherwise UnavailableError (nothing was sent). Any
-    other failure is ``send``'s own and raised as it is: once written, a
+    before the deadline; otherwise UnavailableError (nothing was sent). A
+    response that says nothing was stored (:func:`refused_while_leader_changes`)
+    is sent again the same way, and returned as it is when no time is left.
+    Any other failure is ``send``'s own and raised as it is: once written, a
     message is never re-sent (``publish_stream.py`` names whether it may be
     stored).
     """
     attempt = 0
     while True:
         try:
-            return (yield Dispatch(send))
+            response = yield Dispatch(send)
         except NotSent as exc:
             attempt += 1
             pause = backoff_delay(attempt)
@@ -78,6 +104,13 @@ def on_shared_streams(
                     partition=partition,
                     code=grpc.StatusCode.UNAVAILABLE,
                 ) from exc
+        else:
+            if not (response.HasField("asyncError") and refused_while_leader_changes(response)):
+                return response
+            attempt += 1
+            pause = backoff_delay(attempt)
+            if pause >= deadline.remaining():
+                return response
         yield Sleep(pause)
 
 

@@ -13,11 +13,20 @@ Rules:
   error does not;
 - a message whose connection broke before its ack may be stored
   (``may_be_stored``); it is reported, never re-sent;
+- a message the server refused without storing it, for a reason that passes
+  (:meth:`PublishWindow.hold`: the metadata leader is being replaced), is held;
+  nothing new is sent while one is held. Once nothing awaits an ack, the
+  driver calls :meth:`~PublishWindow.release`: each held message goes again,
+  before the messages not sent yet, unless a later message of its partition
+  may be stored (sending it again would store the two out of order) or it was
+  first sent ``ack_wait`` seconds ago or more; then it fails with its refusal;
 - with ack policy NONE a message is resolved when it is sent.
 """
 
 from __future__ import annotations
 
+import bisect
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import overload
@@ -30,6 +39,8 @@ from liftbridge_provider.core.errors import LiftbridgeError
 
 ErrorFor = Callable[[int], LiftbridgeError]
 """Builds the error of message ``index`` (the publisher knows its stream and partition)."""
+PartitionOf = Callable[[int], int]
+"""The partition of message ``index``."""
 
 
 @dataclass(frozen=True)
@@ -171,19 +182,29 @@ class PublishWindow:
         self._failures: dict[int, LiftbridgeError] = {}
         self._unsent_from = size  # from here on, messages never sent fail with _unsent_error (see fail_unsent)
         self._unsent_error: LiftbridgeError | None = None
+        self._held: list[int] = []  # refused for a passing reason, not stored: awaiting release, in index order
+        self._resend: deque[int] = deque()  # released: sent again before index _next, in index order
+        self._refusals: dict[int, LiftbridgeError] = {}  # index -> its last passing refusal (held or resent)
+        self._first_sent: dict[int, float] = {}  # index -> when a held or resent message was first sent
         self.acked = 0  # acks counted so far (a driver resets its retry count when this moves)
 
     # -- state -------------------------------------------------------------------
 
     @property
     def all_sent(self) -> bool:
+        """No message is left to send: none new, none held or to be sent again."""
         self._skip_refused()
-        return self._next >= self.size
+        return self._next >= self.size and not self._held and not self._resend
 
     @property
     def done(self) -> bool:
         """Every message resolved: acked, failed, or sent with ack policy NONE."""
         return self.all_sent and not self._in_flight
+
+    @property
+    def holding(self) -> bool:
+        """Some refused message awaits :meth:`release`; nothing is taken until then."""
+        return bool(self._held)
 
     @property
     def has_room(self) -> bool:
@@ -210,6 +231,9 @@ class PublishWindow:
 
     def take(self, now: float) -> int | None:
         """The index of the next message to send, marked as sent at ``now``; None when the window is full."""
+        if self._held or self._resend:
+            taken = self.take_many(now, 1)
+            return taken[0] if taken else None
         if not self.has_room:  # (skips refused messages)
             return None
         index, self._next = self._next, self._next + 1
@@ -217,9 +241,14 @@ class PublishWindow:
             self._in_flight[index] = now
         return index
 
-    def take_many(self, now: float, most: int) -> range:
+    def take_many(self, now: float, most: int) -> Sequence[int]:
         """Up to ``most`` next messages to send, marked as sent at ``now``: :meth:`take` as often as the window
-        allows, without refused messages (the range stops before the next refused one)."""
+        allows, without refused messages (the range stops before the next refused one). Released messages
+        come first, on their own; none while a message is held."""
+        if self._held:
+            return ()
+        if self._resend:
+            return self._take_resends(now, most)
         self._skip_refused()
         room = self.size - self._next
         if self._expects_ack:
@@ -234,6 +263,17 @@ class PublishWindow:
             self._in_flight.update(dict.fromkeys(taken, now))
         return taken
 
+    def _take_resends(self, now: float, most: int) -> list[int]:
+        room = most if not self._expects_ack else min(most, self._window - len(self._in_flight))
+        taken: list[int] = []
+        while self._resend and len(taken) < room:
+            index = self._resend.popleft()
+            if index not in self._failures:
+                taken.append(index)
+        if self._expects_ack:
+            self._in_flight.update(dict.fromkeys(taken, now))
+        return taken
+
     def on_ack(self, index: int, ack: Ack) -> bool:
         """Message ``index`` was acked; False when the ack is not counted (unknown index, or after an error)."""
         if not 0 <= index < self._next:
@@ -241,6 +281,9 @@ class PublishWindow:
         waiting = self._in_flight.pop(index, None) is not None
         if not waiting and not isinstance(self._failures.get(index), AckTimeoutError):
             return False
+        if self._refusals:
+            self._refusals.pop(index, None)
+            self._first_sent.pop(index, None)
         self._failures.pop(index, None)
         self._acks[index] = ack
         self.acked += 1
@@ -254,6 +297,61 @@ class PublishWindow:
             return False
         self._failures[index] = error
         return True
+
+    def hold(self, index: int, refusal: LiftbridgeError) -> bool:
+        """The server refused message ``index`` without storing it, for a reason that passes (see the module
+        docstring): held for :meth:`release`; False, as :meth:`on_error`, for a message not awaiting an ack."""
+        sent = self._in_flight.pop(index, None)
+        if sent is None:
+            return False
+        self._first_sent.setdefault(index, sent)
+        self._refusals[index] = refusal
+        bisect.insort(self._held, index)
+        return True
+
+    def release(self, now: float, partition_of: PartitionOf) -> tuple[int, int]:
+        """Decide on every held message (call once nothing awaits an ack): to be sent again next, or failed
+        with its refusal when a later message of its partition may be stored, or when it was first sent
+        ``ack_wait`` s or more before ``now``; (sent again, failed)."""
+        held, self._held = self._held, []
+        stored_after = self._possibly_stored_after(held[0], partition_of) if held else {}
+        again: list[int] = []
+        for index in held:
+            refusal = self._refusals.pop(index)
+            sent = self._first_sent.get(index, now)
+            if stored_after.get(partition_of(index), -1) > index:
+                self._fail_refused(index, refusal, "a later message of its partition may be stored")
+            elif now - sent >= self._ack_wait:
+                self._fail_refused(index, refusal, f"refused for {self._ack_wait:g}s (ack_wait)")
+            else:
+                self._refusals[index] = refusal
+                again.append(index)
+        self._resend = deque(sorted([*self._resend, *again]))
+        return len(again), len(held) - len(again)
+
+    def _possibly_stored_after(self, first: int, partition_of: PartitionOf) -> dict[int, int]:
+        """partition -> the highest index from ``first`` on that was acked, awaits its ack, or failed in a way
+        that may have stored it."""
+        highest: dict[int, int] = {}
+        for index in range(first, self._next):
+            failure = self._failures.get(index)
+            if (
+                self._acks[index] is not None
+                or index in self._in_flight
+                or (failure is not None and failure.may_be_stored)
+            ):
+                highest[partition_of(index)] = index
+        return highest
+
+    def _fail_refused(self, index: int, refusal: LiftbridgeError, why: str) -> None:
+        self._first_sent.pop(index, None)
+        self._failures[index] = type(refusal)(
+            f"{refusal.message}; not sent again: {why}",
+            stream=refusal.stream,
+            partition=refusal.partition,
+            code=refusal.code,
+            may_be_stored=False,
+        )
 
     def expire(self, now: float, error_for: ErrorFor) -> int:
         """Fail the messages whose ack is overdue at ``now``; how many."""
@@ -278,30 +376,43 @@ class PublishWindow:
 
     def fail_unsent(self, error: LiftbridgeError) -> int:
         """Fail every message not sent yet with ``error`` (nothing of them reached the server); how many.
-        Refused ones keep their own error. No work per message: they are kept as one range."""
+        Refused ones keep their own error; held ones and those to be sent again fail with their refusal. No
+        work per message for those never sent: they are kept as one range."""
+        waiting = [*self._held, *self._resend]
+        self._held, self._resend = [], deque()
+        for index in waiting:
+            self._fail_refused(index, self._refusals.pop(index), f"the batch ended first ({error.message})")
         self._skip_refused()
         if self._next >= self.size:
-            return 0
+            return len(waiting)
         count = self.size - self._next - sum(1 for index in self._failures if index >= self._next)
         self._unsent_from, self._unsent_error = self._next, error
         self._next = self.size
-        return count
+        return count + len(waiting)
 
     def end_at_deadline(self, errors: BatchErrors, timeout: float) -> None:
         """The batch deadline (``timeout`` s) passed: what awaits an ack may be stored; the rest was not sent."""
         self.lose_in_flight(errors.deadline_in_flight(timeout))
         self.fail_unsent(errors.deadline_unsent(timeout))
 
-    def untake(self, index: int) -> int:
-        """Messages ``index`` and after, taken but never written in full, were not sent after all: they go
-        back to be taken again (those that already failed, e.g. timed out, stay failed); how many."""
-        if not 0 <= index <= self._next:
-            raise ValueError(f"message #{index} was not taken")
-        returned = self._next - index
-        for taken in range(index, self._next):
-            self._in_flight.pop(taken, None)
-        self._next = index
-        return returned
+    def untake(self, indices: Sequence[int]) -> int:
+        """``indices``, the last messages taken (in the order taken), were never written in full, so not sent
+        after all: they go back to be taken again (those that already failed, e.g. timed out, stay failed);
+        how many."""
+        if not indices:
+            return 0
+        for index in indices:
+            if not 0 <= index < self._next:
+                raise ValueError(f"message #{index} was not taken")
+        returned = set(indices)
+        for index in returned:
+            self._in_flight.pop(index, None)
+        while self._next - 1 in returned:  # the tail of new messages: taken again from where it began
+            returned.discard(self._next - 1)
+            self._next -= 1
+        if returned:  # messages being sent again: first in line again
+            self._resend = deque(sorted([*returned, *self._resend]))
+        return len(indices)
 
     def refuse(self, index: int, error: LiftbridgeError) -> None:
         """Fail message ``index`` before it is sent (e.g. its partition is readonly); it is skipped by :meth:`take`."""

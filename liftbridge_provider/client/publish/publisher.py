@@ -5,12 +5,15 @@ first one is sent. The requests then flow over one PublishAsync stream with at
 most ``window`` messages awaiting their ack. Acks are matched to messages by
 correlation id and returned in input order.
 
-Nothing is re-sent behind the caller's back: when the stream breaks, the
+Nothing that may have been stored is re-sent: when the stream breaks, the
 messages awaiting an ack are reported as failed with ``may_be_stored=True``
 (they may or may not have been written) and the messages not yet sent go on
 over a new stream to another broker. A message whose ack does not arrive
 within ``ack_wait`` seconds is reported as an AckTimeoutError, unless its ack
-still arrives before the batch ends.
+still arrives before the batch ends. A message the server refused because the
+metadata leader that must resume its paused partition is being replaced
+(nothing stored) is sent again after a backoff, in its partition's order (see
+:class:`PublishWindow`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from liftbridge_provider.client.errors import (
 from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.messages import Ack
 from liftbridge_provider.client.publish.h2_transport import DirectStream, NotConnected
+from liftbridge_provider.client.publish.plans import refused_while_leader_changes
 from liftbridge_provider.client.publish.private_loop import run_in_private_loop
 from liftbridge_provider.client.publish.publish_window import BatchErrors, BatchResult, PublishWindow
 from liftbridge_provider.client.retry import Deadline, backoff_delay
@@ -137,6 +141,8 @@ class BatchPublisher:
         self._address = ""
         self._answered = False
         self._finished: asyncio.Event | None = None  # set when every message is resolved
+        self._releases = 0  # times held messages were released (the backoff grows with it)
+        self._release_at: float | None = None  # when to release the held messages (monotonic)
 
     def run(self) -> BatchResult:
         """Publish the batch (blocking) and return the result."""
@@ -204,6 +210,8 @@ class BatchPublisher:
                 await asyncio.wait(waits, timeout=POLL, return_when=asyncio.FIRST_COMPLETED)
                 if window.expire(time.monotonic(), self._errors.ack_timeout(self._ack_wait)):
                     self._pump()
+                if window.holding and not window.in_flight:
+                    self._release_held()
                 if self._deadline_passed():
                     self._return_unwritten()
                     self._fail_at_deadline()
@@ -217,6 +225,19 @@ class BatchPublisher:
                     return  # ack policy NONE: the server ended the stream after the last message
         finally:
             finished.cancel()
+
+    def _release_held(self) -> None:
+        """Send the held messages again once their backoff has passed (and none awaits an ack)."""
+        now = time.monotonic()
+        if self._release_at is None:
+            self._release_at = now + backoff_delay(self._releases)
+            self._releases += 1
+        elif now >= self._release_at:
+            self._release_at = None
+            again, failed = self._window.release(now, lambda index: self._requests[index].partition)
+            level = logging.INFO if failed or self._releases == 1 else logging.DEBUG
+            log.log(level, "sending %d refused messages again (%d failed: out of order or out of time)", again, failed)
+            self._pump()
 
     def _on_input(self, responses: list[bytes]) -> None:
         """The responses of one read (possibly none): count them, then send what the window allows now."""
@@ -271,7 +292,7 @@ class BatchPublisher:
             return
         written = call.state.written_messages
         if written < len(self._handed):
-            self._window.untake(self._handed[written])
+            self._window.untake(self._handed[written:])
         del self._handed[written:]
 
     def _bounded(self, seconds: float) -> float:
@@ -292,7 +313,11 @@ class BatchPublisher:
         index = int(correlation_id)
         partition = self._requests[index].partition
         if failed:
-            self._window.on_error(index, async_error(response, self._stream, partition))
+            error = async_error(response, self._stream, partition)
+            if self._expects_ack and refused_while_leader_changes(response):
+                self._window.hold(index, error)
+            else:
+                self._window.on_error(index, error)
         elif self._window.on_ack(index, Ack(response.ack, partition)) and self._window.acked % 1024 == 0:
             self._log_progress()
 

@@ -1,0 +1,177 @@
+"""Messages the server refused without storing them (its metadata leader was being replaced while it resumed a
+paused partition): which are sent again, in what order, and which fail instead. Pure logic of PublishWindow and
+of the publish plans' reading of the server's answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+
+from liftbridge_provider._proto import liftbridge_api_pb2 as api
+from liftbridge_provider.client import AckTimeoutError, LiftbridgeError
+from liftbridge_provider.client.messages import Ack
+from liftbridge_provider.client.publish.plans import refused_while_leader_changes
+from liftbridge_provider.client.publish.publish_window import PublishWindow
+from liftbridge_provider.client.retry import leader_changing
+
+NO_RESPONDERS = "failed to resume stream: rpc error: code = Internal desc = nats: no responders available for request"
+
+
+def refusal(index: int) -> LiftbridgeError:
+    return LiftbridgeError(f"#{index}: {NO_RESPONDERS}", stream="s", partition=0)
+
+
+def ack(offset: int) -> Ack:
+    return Ack(api.Ack(offset=offset), 0)
+
+
+def one_partition(index: int) -> int:
+    return 0
+
+
+def test_a_held_message_stops_new_sends_until_released_then_goes_first_in_order() -> None:
+    window = PublishWindow(6, window=3, ack_wait=10.0, expects_ack=True)
+    assert list(window.take_many(0.0, 10)) == [0, 1, 2]
+    assert window.hold(0, refusal(0))
+    assert window.hold(1, refusal(1))
+    assert (window.holding, window.done) == (True, False)
+    assert list(window.take_many(0.1, 10)) == [], "nothing new may go out while a refused message is held"
+    assert window.hold(2, refusal(2))
+    assert window.release(0.5, one_partition) == (3, 0)
+    assert not window.holding
+    assert list(window.take_many(0.6, 10)) == [0, 1, 2], "the released ones go again first, in index order"
+    assert list(window.take_many(0.6, 10)) == [], "the window holds 3"
+    for index in (0, 1, 2):
+        assert window.on_ack(index, ack(index))
+    assert list(window.take_many(0.7, 10)) == [3, 4, 5]
+    for index in (3, 4, 5):
+        assert window.on_ack(index, ack(index))
+    assert window.done
+    assert window.result().ok
+
+
+def test_a_held_message_fails_when_a_later_one_of_its_partition_may_be_stored() -> None:
+    """Sending it again would store it after the later one: the batch's order within a partition comes first."""
+    window = PublishWindow(4, window=4, ack_wait=10.0, expects_ack=True)
+    assert list(window.take_many(0.0, 10)) == [0, 1, 2, 3]
+    window.hold(0, refusal(0))  # partition 0
+    window.hold(1, refusal(1))  # partition 1
+    assert window.on_ack(2, ack(0))  # partition 0: stored after 0 was refused
+    window.expire(20.0, lambda index: AckTimeoutError("late", may_be_stored=True))  # 3, partition 1: may be stored
+    assert window.release(0.5, lambda index: index % 2) == (0, 2)
+    failures = {f.index: f.error for f in window.result().failures}
+    assert set(failures) == {0, 1, 3}
+    assert "later message of its partition may be stored" in failures[0].message
+    assert not failures[0].may_be_stored
+    assert NO_RESPONDERS in failures[0].message
+    assert window.done
+
+
+def test_a_later_refused_or_unstored_message_of_the_partition_does_not_block_a_resend() -> None:
+    window = PublishWindow(3, window=3, ack_wait=10.0, expects_ack=True)
+    assert list(window.take_many(0.0, 10)) == [0, 1, 2]
+    window.hold(0, refusal(0))
+    window.on_error(1, LiftbridgeError("too large", may_be_stored=False))
+    window.hold(2, refusal(2))
+    assert window.release(0.5, one_partition) == (2, 0)
+    assert list(window.take_many(1.0, 10)) == [0, 2]
+
+
+def test_a_message_refused_for_ack_wait_since_it_was_first_sent_fails() -> None:
+    window = PublishWindow(1, window=1, ack_wait=2.0, expects_ack=True)
+    assert list(window.take_many(0.0, 1)) == [0]
+    window.hold(0, refusal(0))
+    assert window.release(1.0, one_partition) == (1, 0)
+    assert list(window.take_many(1.0, 1)) == [0]
+    window.hold(0, refusal(0))
+    assert window.release(2.5, one_partition) == (0, 1), "2.5 s after it was first sent, with ack_wait 2 s"
+    (failure,) = window.result().failures
+    assert "ack_wait" in failure.error.message
+    assert window.done
+
+
+def test_ending_the_batch_fails_held_and_released_messages_with_their_refusal() -> None:
+    window = PublishWindow(5, window=2, ack_wait=10.0, expects_ack=True)
+    assert list(window.take_many(0.0, 10)) == [0, 1]
+    window.hold(0, refusal(0))
+    window.hold(1, refusal(1))
+    window.release(0.1, one_partition)
+    assert list(window.take_many(0.2, 1)) == [0]
+    window.hold(0, refusal(0))
+    assert window.fail_unsent(AckTimeoutError("deadline")) == 5
+    failures = window.result().failures
+    assert [f.index for f in failures] == [0, 1, 2, 3, 4]
+    assert NO_RESPONDERS in failures[0].error.message
+    assert NO_RESPONDERS in failures[1].error.message
+    assert failures[2].error.message == "deadline"
+    assert window.done
+
+
+def test_untaken_resends_go_back_to_the_front_and_new_messages_to_where_they_began() -> None:
+    window = PublishWindow(6, window=6, ack_wait=10.0, expects_ack=True)
+    assert list(window.take_many(0.0, 2)) == [0, 1]
+    window.hold(0, refusal(0))
+    window.hold(1, refusal(1))
+    window.release(0.1, one_partition)
+    assert list(window.take_many(0.2, 10)) == [0, 1]
+    assert list(window.take_many(0.2, 2)) == [2, 3]
+    assert window.untake([1, 2, 3]) == 3, "1 (sent again) and 2, 3 (new) never left the client"
+    assert take_until_empty(window, 0.3) == [1, 2, 3, 4, 5]
+
+
+def test_an_untaken_resend_goes_before_new_messages_it_is_not_next_to() -> None:
+    window = PublishWindow(6, window=6, ack_wait=10.0, expects_ack=True)
+    assert list(window.take_many(0.0, 3)) == [0, 1, 2]
+    window.hold(0, refusal(0))
+    assert window.on_ack(1, ack(0))
+    assert window.on_ack(2, ack(1))
+    window.release(0.1, lambda index: 0 if index == 0 else 1)
+    assert list(window.take_many(0.2, 10)) == [0]
+    assert list(window.take_many(0.2, 2)) == [3, 4]
+    assert window.untake([0, 3, 4]) == 3
+    assert take_until_empty(window, 0.3) == [0, 3, 4, 5]
+
+
+def take_until_empty(window: PublishWindow, now: float) -> list[int]:
+    taken: list[int] = []
+    while chunk := window.take_many(now, 10):
+        taken.extend(chunk)
+    return taken
+
+
+def test_hold_ignores_a_message_not_awaiting_its_ack() -> None:
+    window = PublishWindow(2, window=2, ack_wait=10.0, expects_ack=True)
+    assert list(window.take_many(0.0, 1)) == [0]
+    assert window.hold(1, refusal(1)) is False, "never sent"
+    assert window.on_ack(0, ack(0))
+    assert window.hold(0, refusal(0)) is False, "already acked"
+    assert not window.holding
+
+
+def async_refusal(code: Any, message: str) -> api.PublishResponse:
+    return api.PublishResponse(asyncError=api.PublishAsyncError(code=code, message=message))
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "again"),
+    [
+        (api.PublishAsyncError.INTERNAL, NO_RESPONDERS, True),
+        (api.PublishAsyncError.INTERNAL, "failed to resume stream: no known metadata leader", True),
+        (api.PublishAsyncError.INTERNAL, "failed to resume stream: raft: leadership lost", False),
+        (api.PublishAsyncError.INTERNAL, "failed to publish to NATS: nats: connection closed", False),
+        (api.PublishAsyncError.NOT_FOUND, "no such stream: s", False),
+        (api.PublishAsyncError.READONLY, "partition is readonly", False),
+    ],
+)
+def test_only_the_servers_word_that_nothing_was_stored_sends_a_message_again(
+    code: Any, message: str, again: bool
+) -> None:
+    assert refused_while_leader_changes(async_refusal(code, message)) is again
+
+
+def test_the_unary_path_reads_the_same_refusal_from_the_calls_status() -> None:
+    """INTERNAL and the server's words; the same words as UNAVAILABLE are another failure."""
+    assert leader_changing(grpc.StatusCode.INTERNAL, "nats: no responders available for request")
+    assert not leader_changing(grpc.StatusCode.UNAVAILABLE, "nats: no responders available for request")
