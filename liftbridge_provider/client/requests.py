@@ -24,6 +24,7 @@ from liftbridge_provider.core.checks import (
     check_headers,
     check_offset,
     check_partition,
+    check_partition_count,
     check_stream_name,
     check_subject,
     check_whole,
@@ -117,7 +118,7 @@ def create_stream_request(
         )
     chosen = StreamOptions.of({**(options.given() if options is not None else {}), **settings})
     check_not_reserved(check_stream_name(name), "create")
-    check_whole(partitions, "partitions", minimum=1, maximum=INT32_MAX)
+    check_partition_count(partitions)
     checked_group = check_group(chosen.group)
     check_subject(subject, suffix=f".{partitions - 1}" if partitions > 1 else "", group=checked_group)
     values = chosen.checked()

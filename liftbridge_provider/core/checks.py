@@ -33,6 +33,11 @@ INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 """The largest offset and byte or message count (protobuf int64 fields)."""
 
+MAX_PARTITIONS = 4096
+"""The most partitions a stream may be created with. The server creates every partition of a new stream in
+one metadata step, on every replica, each with open files and memory of its own, while other metadata
+requests wait: a much larger count held the metadata leader for minutes or wedged the node (docs/client.md)."""
+
 _WHITE_SPACE = re.compile(r"\s")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _WILDCARD = re.compile(r"[*>]")
@@ -183,6 +188,17 @@ def check_batch_messages(messages: object) -> Iterable[object]:
             f"messages must be an iterable of bytes or PublishMessage, got {got}; nothing was sent"
         )
     return messages
+
+
+def check_partition_count(partitions: object) -> int:
+    """A stream's partition count: a whole number from 1 to :data:`MAX_PARTITIONS`."""
+    count = check_whole(partitions, "partitions", minimum=1)
+    if count > MAX_PARTITIONS:
+        raise InvalidArgumentError(
+            f"partitions must be at most {MAX_PARTITIONS}, got {count}: the server creates a stream's partitions "
+            "all at once, holding its metadata leader meanwhile (minutes, or for good, for counts far above)"
+        )
+    return count
 
 
 def check_whole(value: object, name: str, *, minimum: int, maximum: int = INT64_MAX) -> int:

@@ -298,7 +298,14 @@ PROBE: list[tuple[str, Call, type[Exception] | None, str]] = [
         "create_stream partitions 2**31",
         lambda c, s: c.create_stream(s + ".new", s + "-new", partitions=2**31),
         InvalidArgumentError,
-        "partitions must be at most 2147483647",
+        "partitions must be at most 4096, got 2147483648",
+    ),
+    (
+        # 1,000,000 wedged a v1.9.0 node, and 10,000 held the metadata leader past a 120 s create: refused first
+        "create_stream partitions 1,000,000",
+        lambda c, s: c.create_stream(s + ".new", s + "-new", partitions=1_000_000),
+        InvalidArgumentError,
+        "partitions must be at most 4096, got 1000000",
     ),
     (
         "create_stream min_isr above replication",
@@ -544,7 +551,7 @@ def test_the_create_stream_operator_refuses_them_too(monkeypatch: pytest.MonkeyP
             ({"stream": "float-count", "partitions": 2.7}, "partitions must be a whole number"),
             ({"stream": "bool-count", "partitions": True}, "partitions must be a whole number"),
             ({"stream": "none-count", "partitions": None}, "partitions must be a whole number"),
-            ({"stream": "huge-count", "partitions": 2**31}, "partitions must be at most 2147483647"),
+            ({"stream": "huge-count", "partitions": 2**31}, "partitions must be at most 4096, got 2147483648"),
             ({"stream": "wrap", "retention_max_age": 18446744073.710}, "retention_max_age must be at most"),
             ({"stream": "isr", "min_isr": 3}, "min_isr 3 is more than replication_factor 1"),
         ]

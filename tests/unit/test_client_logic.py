@@ -155,7 +155,8 @@ def test_create_stream_request_leaves_unset_options_to_the_server() -> None:
         ({"subject": "s", "name": "n", "retention_max_age": math.nan}, "retention_max_age must not be negative"),
         ({"subject": "s", "name": "n", "retention_max_age": 0.0004}, "must be 0 or at least 0.001 seconds (1 ms)"),
         # numbers above the int32 and int64 fields of the request (protobuf raised a bare ValueError)
-        ({"subject": "s", "name": "n", "partitions": 2**31}, "partitions must be at most 2147483647"),
+        ({"subject": "s", "name": "n", "partitions": 2**31}, "partitions must be at most 4096, got 2147483648"),
+        ({"subject": "s", "name": "n", "partitions": 4097}, "partitions must be at most 4096, got 4097"),
         ({"subject": "s", "name": "n", "replication_factor": 2**31}, "replication_factor (or -1 for every broker)"),
         ({"subject": "s", "name": "n", "replication_factor": -1.0}, "replication_factor (or -1 for every broker)"),
         ({"subject": "s", "name": "n", "min_isr": 2**31}, "min_isr must be at most 2147483647"),
