@@ -27,7 +27,15 @@ NATS_DEFAULT_PORT = 4222
 KEEPALIVE_TIME_MS = 60_000
 KEEPALIVE_TIMEOUT_MS = 20_000
 RECONNECT_BACKOFF_MS = (100, 2_000)  # first and longest wait between reconnects to a broker
-_BROKER = re.compile(r"^(?:\[(?P<ipv6>[0-9a-fA-F:.]+)\]|(?P<host>[^\s:/\[\]]+))(?::(?P<port>\d+))?$")
+# A host is a DNS name (ASCII letters, digits, '.', '-', and '_' as container networks use it; punycode for
+# other scripts), an IPv4 address, or an IPv6 address in brackets. Anything else cannot name a broker: a NUL
+# cut gRPC's target short, and '*', '@', a space or non-ASCII went to the resolver and failed only after the
+# whole request timeout.
+_BROKER = re.compile(r"^(?:\[(?P<ipv6>[0-9a-fA-F:.]+)\]|(?P<host>[A-Za-z0-9._-]+))(?::(?P<port>[0-9]+))?$")
+_BROKER_FORM = (
+    "expected 'host:port' with port 1-65535, the host made of ASCII letters, digits, '.', '-' or '_' "
+    "(punycode for other scripts), or an IPv6 address in brackets"
+)
 
 AddressResolver = Callable[[str, int], str]
 """Maps a broker's advertised ``(host, port)`` to the ``host:port`` to dial."""
@@ -40,7 +48,7 @@ def parse_broker(address: str) -> tuple[str, int]:
     match = _BROKER.match(address.strip())
     port = int(match.group("port")) if match and match.group("port") else DEFAULT_PORT
     if match is None or not 0 < port < 65536:
-        raise InvalidArgumentError(f"invalid broker address {address!r}: expected 'host:port' with port 1-65535")
+        raise InvalidArgumentError(f"invalid broker address {address!r}: {_BROKER_FORM}")
     return match.group("ipv6") or match.group("host"), port
 
 

@@ -261,10 +261,26 @@ def test_parse_broker(address: str, expected: tuple[str, int]) -> None:
     assert parse_broker(address) == expected
 
 
-@pytest.mark.parametrize("address", ["h:0", "h:70000", "a b:1", "", "h:x"])
+@pytest.mark.parametrize(
+    "address",
+    ["lb_1.internal-zone.example:9292", "xn--bcher-kva.example:1", "LB-2", "[fe80::1]:9292", "127.0.0.1"],
+)
+def test_parse_broker_takes_host_names_addresses_and_underscores(address: str) -> None:
+    """Names as DNS and container networks use them (underscores included), punycode, IPv4 and IPv6."""
+    assert parse_broker(address)[0]
+
+
+@pytest.mark.parametrize(
+    "address",
+    # A NUL reached gRPC as a target cut short at the NUL ("Failed to create channel to ''"); the others
+    # went to the resolver and came back, after the whole request timeout, as "Domain name not found" or
+    # "Misformatted domain name": none of them can name a broker.
+    ["h:0", "h:70000", "a b:1", "", "h:x", "h\x00:1", "\x00", "a*:1", "é:9292", "h?x", "user@h:1", "h#1", "h\tx"],
+)
 def test_parse_broker_refuses(address: str) -> None:
-    with pytest.raises(InvalidArgumentError, match="invalid broker address"):
+    with pytest.raises(InvalidArgumentError, match="invalid broker address") as raised:
         parse_broker(address)
+    assert "letters, digits" in str(raised.value), "the message says what a host may be"
 
 
 def test_split_brokers_and_config_validation() -> None:
