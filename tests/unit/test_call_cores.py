@@ -351,21 +351,38 @@ def test_a_publish_refused_while_the_metadata_leader_changes_is_sent_again(detai
     assert len(calls) == 1
 
 
-def test_a_publish_refused_until_its_deadline_ends_with_the_refusal() -> None:
+@pytest.mark.parametrize("seconds", [0.1, 0.3])
+def test_a_publish_refused_until_its_deadline_ends_with_the_refusal(seconds: float) -> None:
+    """In real time, sleeps included: an attempt given the last millisecond or so would end in
+    DEADLINE_EXCEEDED, reported as may be stored, although the message was only ever refused. The plan gives
+    up with the refusal when its next backoff would reach the deadline, and never sends a last short attempt."""
+    attempts: list[float] = []
+
     def answer(action: plans.PlanAction) -> Any:
-        if isinstance(action, plans.Attempt):
-            time.sleep(0.02)
-            raise Rpc(grpc.StatusCode.INTERNAL, "nats: no responders available for request")
-        return no_sleep(action)
+        if isinstance(action, plans.Sleep):
+            time.sleep(action.seconds)
+            return None
+        assert isinstance(action, plans.Attempt)
+        attempts.append(action.timeout)
+        if action.timeout < 0.01:
+            raise Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        raise Rpc(grpc.StatusCode.INTERNAL, "nats: no responders available for request")
 
     config = ClientConfig(brokers=("a.example:9292",))
-    with pytest.raises(LiftbridgeError) as failure:
-        drive(
-            publish_plans.send_once(config, snapshot(), lambda s, t: None, Deadline(0.1), stream="s", partition=0),
-            answer,
-        )
-    assert "no answer within 0.1s; last error: nats: no responders" in failure.value.message
-    assert not failure.value.may_be_stored
+    for _ in range(10):
+        attempts.clear()
+        with pytest.raises(LiftbridgeError) as failure:
+            drive(
+                publish_plans.send_once(
+                    config, snapshot(), lambda s, t: None, Deadline(seconds), stream="s", partition=0
+                ),
+                answer,
+            )
+        assert "nats: no responders" in failure.value.message
+        assert "not sent again" in failure.value.message
+        assert not failure.value.may_be_stored, failure.value.message
+        assert len(attempts) > 1, "sent again while time was left"
+        assert min(attempts) >= 0.01, attempts
 
 
 # -- the subscription state -----------------------------------------------------------------------

@@ -150,6 +150,69 @@ def test_hold_ignores_a_message_not_awaiting_its_ack() -> None:
     assert not window.holding
 
 
+def late(index: int) -> LiftbridgeError:
+    return AckTimeoutError(f"#{index}: no ack within 1s", stream="s", partition=0, may_be_stored=True)
+
+
+def pump(window: PublishWindow, now: float) -> list[int]:
+    """What the publisher's pump does: take until the window gives nothing."""
+    taken: list[int] = []
+    while chunk := window.take_many(now, 256):
+        taken.extend(chunk)
+    return taken
+
+
+def test_a_resend_that_timed_out_unwritten_does_not_stop_the_messages_after_it() -> None:
+    """A resend and a new message were handed to a stream that stopped reading; both timed out unwritten, the
+    stream broke and they were untaken. The next stream must get the next new message: the batch sat idle on
+    a healthy stream until its deadline (forever without one) when only failed resends were queued."""
+    window = PublishWindow(4, window=2, ack_wait=1.0, expects_ack=True)
+    assert pump(window, 0.0) == [0, 1]
+    assert window.hold(0, refusal(0))
+    assert window.on_ack(1, ack(0))
+    assert window.release(0.1, lambda index: index) == (1, 0)
+    handed = pump(window, 0.2)
+    assert handed == [0, 2]
+    assert window.expire(1.3, late) == 2
+    window.untake(handed)
+    assert pump(window, 1.4) == [3], "the message not sent yet goes next; the failed ones stay failed"
+    assert window.on_ack(3, ack(1))
+    assert window.done
+    outcome = {f.index: f.may_be_stored for f in window.result().failures}
+    assert outcome == {0: True, 2: True}, "timed out after being handed over: reported as may be stored"
+
+
+def test_a_new_message_untaken_behind_a_refused_one_fails_as_not_sent_at_the_deadline() -> None:
+    """untake puts a never-refused message that is not at the tail (a refused index lies between it and the
+    next new one) in line with the resends; the batch deadline must fail it as not sent, not crash."""
+    window = PublishWindow(6, window=6, ack_wait=10.0, expects_ack=True)
+    window.refuse(2, LiftbridgeError("partition 1 is readonly", stream="s", partition=1))
+    handed = pump(window, 0.0)
+    assert handed == [0, 1, 3, 4, 5]
+    window.untake(handed)
+    deadline = AckTimeoutError("not sent: the batch deadline (5s) passed first", stream="s")
+    assert window.fail_unsent(deadline) == 5
+    failures = {f.index: f.error for f in window.result().failures}
+    assert sorted(failures) == [0, 1, 2, 3, 4, 5]
+    assert all(not error.may_be_stored for error in failures.values())
+    assert "readonly" in failures[2].message
+    assert all("deadline" in failures[index].message for index in (0, 1, 3, 4, 5))
+
+
+def test_a_refusal_after_the_ack_timed_out_says_not_stored() -> None:
+    """The server's later word that nothing was stored is the more precise answer, as for any other refusal
+    (on_error); the message is not sent again, its ack_wait is over."""
+    window = PublishWindow(2, window=2, ack_wait=1.0, expects_ack=True)
+    assert pump(window, 0.0) == [0, 1]
+    assert window.expire(2.0, late) == 2
+    assert window.hold(0, refusal(0))
+    assert not window.holding, "not held: its time is over"
+    assert window.done
+    failures = {f.index: f.error for f in window.result().failures}
+    assert (failures[0].may_be_stored, failures[1].may_be_stored) == (False, True)
+    assert NO_RESPONDERS in failures[0].message
+
+
 def async_refusal(code: Any, message: str) -> api.PublishResponse:
     return api.PublishResponse(asyncError=api.PublishAsyncError(code=code, message=message))
 

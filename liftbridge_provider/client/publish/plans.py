@@ -27,6 +27,10 @@ from liftbridge_provider.client.plans import CONNECT_TRY, AnyPlan, Attempt, Disp
 from liftbridge_provider.client.retry import Deadline, RetryState, backoff_delay, leader_changing
 from liftbridge_provider.core.errors import LiftbridgeError
 
+SHORTEST_RESEND = 0.05
+"""Seconds a refused publish must still have after its backoff to be sent again; with less, the refusal (nothing
+stored) stands: an attempt cut off by the deadline would end as "may be stored" instead."""
+
 
 def refused_while_leader_changes(response: api.PublishResponse) -> bool:
     """The server did not store the message: the broker could not resume its paused partition because the
@@ -52,10 +56,13 @@ def send_once(
     sending is raised with ``may_be_stored=True`` where the message may have
     been stored. A publish the broker refused because the metadata leader
     that must resume its paused partition is being replaced stored nothing:
-    it is sent again after a backoff, while time is left.
+    it is sent again after a backoff while :data:`SHORTEST_RESEND` s are left
+    after it, and fails with the refusal (``may_be_stored=False``) then.
     """
     state = RetryState(deadline, leader_directed=False, stream=stream)
+    refusals = 0
     while True:
+        pause: float | None = None
         for address in broker_addresses(config, snapshot):
             try:
                 return (
@@ -68,9 +75,26 @@ def send_once(
             except grpc.RpcError as exc:
                 if stream is None or not leader_changing(exc.code(), (exc.details() or "").lower()):
                     raise after_send_error(exc, stream, partition) from exc
-                state.after_failure(exc)  # backs off (the deadline passed: the refusal, raised as it is)
+                refusals += 1
+                pause = backoff_delay(refusals)
+                if pause + SHORTEST_RESEND >= deadline.remaining():  # no time to send it again: the refusal
+                    raise refused_until_the_deadline(exc, deadline, stream, partition) from exc
                 break
-        yield Sleep(state.pause())
+        yield Sleep(state.pause() if pause is None else pause)
+
+
+def refused_until_the_deadline(
+    exc: grpc.RpcError, deadline: Deadline, stream: str | None, partition: int | None
+) -> LiftbridgeError:
+    """The server's last refusal (nothing stored), raised once the call has no time left to send it again."""
+    refusal = error_from_rpc(exc, stream=stream, partition=partition)
+    return type(refusal)(
+        f"{refusal.message}; not sent again: refused for {deadline.timeout:g}s (the call's timeout)",
+        stream=stream,
+        partition=partition,
+        code=refusal.code,
+        may_be_stored=False,
+    )
 
 
 def on_shared_streams(
@@ -85,7 +109,8 @@ def on_shared_streams(
     step: 10-20 ms first, growing to 500 ms), as long as the pause ends
     before the deadline; otherwise UnavailableError (nothing was sent). A
     response that says nothing was stored (:func:`refused_while_leader_changes`)
-    is sent again the same way, and returned as it is when no time is left.
+    is sent again the same way, and returned as it is when less than
+    :data:`SHORTEST_RESEND` s would be left after the pause.
     Any other failure is ``send``'s own and raised as it is: once written, a
     message is never re-sent (``publish_stream.py`` names whether it may be
     stored).
@@ -109,7 +134,7 @@ def on_shared_streams(
                 return response
             attempt += 1
             pause = backoff_delay(attempt)
-            if pause >= deadline.remaining():
+            if pause + SHORTEST_RESEND >= deadline.remaining():
                 return response
         yield Sleep(pause)
 

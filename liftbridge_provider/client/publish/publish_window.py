@@ -248,7 +248,10 @@ class PublishWindow:
         if self._held:
             return ()
         if self._resend:
-            return self._take_resends(now, most)
+            resent = self._take_resends(now, most)
+            if resent or self._resend:  # (the window is full) or more resends wait
+                return resent
+            # every queued resend had failed meanwhile: on to the new messages
         self._skip_refused()
         room = self.size - self._next
         if self._expects_ack:
@@ -300,10 +303,15 @@ class PublishWindow:
 
     def hold(self, index: int, refusal: LiftbridgeError) -> bool:
         """The server refused message ``index`` without storing it, for a reason that passes (see the module
-        docstring): held for :meth:`release`; False, as :meth:`on_error`, for a message not awaiting an ack."""
+        docstring): held for :meth:`release`. After its ack timed out it is not held but failed with the
+        refusal, the more precise answer (as :meth:`on_error`). False for a message neither awaiting an ack
+        nor timed out."""
         sent = self._in_flight.pop(index, None)
         if sent is None:
-            return False
+            if not isinstance(self._failures.get(index), AckTimeoutError):
+                return False
+            self._fail_refused(index, refusal, f"the answer came after ack_wait ({self._ack_wait:g}s)")
+            return True
         self._first_sent.setdefault(index, sent)
         self._refusals[index] = refusal
         bisect.insort(self._held, index)
@@ -378,10 +386,14 @@ class PublishWindow:
         """Fail every message not sent yet with ``error`` (nothing of them reached the server); how many.
         Refused ones keep their own error; held ones and those to be sent again fail with their refusal. No
         work per message for those never sent: they are kept as one range."""
-        waiting = [*self._held, *self._resend]
+        waiting = [index for index in (*self._held, *self._resend) if index not in self._failures]
         self._held, self._resend = [], deque()
         for index in waiting:
-            self._fail_refused(index, self._refusals.pop(index), f"the batch ended first ({error.message})")
+            refusal = self._refusals.pop(index, None)
+            if refusal is None:  # a new message untaken behind a refused one (see untake): never sent
+                self._failures[index] = error
+            else:
+                self._fail_refused(index, refusal, f"the batch ended first ({error.message})")
         self._skip_refused()
         if self._next >= self.size:
             return len(waiting)
@@ -408,9 +420,10 @@ class PublishWindow:
         for index in returned:
             self._in_flight.pop(index, None)
         while self._next - 1 in returned:  # the tail of new messages: taken again from where it began
-            returned.discard(self._next - 1)
+            returned.discard(self._next - 1)  # (one that failed meanwhile is skipped when taken)
             self._next -= 1
-        if returned:  # messages being sent again: first in line again
+        returned -= self._failures.keys()  # timed out while unwritten: stays failed, never sent again
+        if returned:  # messages being sent again, or new ones behind a refused one: first in line again
             self._resend = deque(sorted([*returned, *self._resend]))
         return len(indices)
 
