@@ -13,8 +13,10 @@ import pytest
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import (
     AckTimeoutError,
+    ClientClosedError,
     LiftbridgeClient,
     LiftbridgeTimeoutError,
+    MessageTooLargeError,
     ReadonlyPartitionError,
     UnavailableError,
 )
@@ -311,3 +313,91 @@ def test_a_publish_no_broker_accepts_is_reported_as_not_stored() -> None:
             client.publish(name, b"never sent", timeout=5)
         assert not raised.value.may_be_stored, str(raised.value)
         assert time.monotonic() - started < 6
+
+
+@pytest.mark.parametrize(
+    ("size", "options"),
+    [
+        (300_000, {"max_message_bytes": 200_000}),  # over the client's own gRPC limit: refused before sending
+        (5 * 1024 * 1024, {}),  # over the server's gRPC receive limit (grpc-go's 4 MiB default)
+    ],
+    ids=["over-the-clients-limit", "over-the-servers-grpc-limit"],
+)
+def test_an_oversized_publish_fails_alone_and_the_shared_stream_carries_on(
+    liftbridge_server: DevServer, size: int, options: dict[str, Any]
+) -> None:
+    """One message too large for gRPC ended the whole shared PublishAsync call (RESOURCE_EXHAUSTED): every
+    other caller's publish waiting on it failed as may-be-stored (one was in fact stored), the big one was
+    reported may-be-stored although it never reached the server, and the healthy broker was marked broken.
+    Now the big one fails alone with MessageTooLargeError, not stored, and the small ones are all acked."""
+    with LiftbridgeClient(liftbridge_server.brokers, **options) as client:
+        name = new_stream(client)
+        assert client.publish(name, b"warm-up") is not None
+        stop, errors, acked = threading.Event(), [], []
+
+        def publish_small() -> None:
+            while not stop.is_set():
+                try:
+                    ack = client.publish(name, b"small", timeout=10)
+                    assert ack is not None
+                    acked.append(ack.offset)
+                except Exception as exc:  # reported below
+                    errors.append(exc)
+
+        workers = [threading.Thread(target=publish_small) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        try:
+            wait_until(lambda: len(acked) >= 20, 10, "the small publishes to flow")
+            with pytest.raises(MessageTooLargeError) as raised:
+                client.publish(name, b"B" * size, timeout=10)
+            wait_until(lambda: len(acked) >= 60, 10, "more small publishes after the big one")
+        finally:
+            stop.set()
+            for worker in workers:
+                worker.join(timeout=20)
+        assert not raised.value.may_be_stored, raised.value
+        assert not errors, errors[:3]
+        newest = client.fetch_partition_metadata(name, 0).newest_offset
+        values = [m.value for m in client.read_range(name, 0, 0, newest + 1)]
+        assert values.count(b"small") == len(acked), "every small publish acked, none stored unacked"
+        assert not any(value.startswith(b"B") for value in values), "the big message was not stored"
+
+
+def test_closing_the_client_while_threads_make_their_first_publishes(liftbridge_server: DevServer) -> None:
+    """close() raced the first publishes of eight threads: a publish that had connected just before the pool
+    closed raised grpc's raw ValueError ("Channel closed!"), one whose stream was stored after close() had
+    emptied the streams was cancelled with the channel and reported as a broken broker, and the streams'
+    threads outlived close() by up to keep_alive_time. Every publish now ends acked or with a typed error,
+    none of them an UnavailableError blaming the broker, and no stream thread is left a few seconds after."""
+    with LiftbridgeClient(liftbridge_server.brokers) as admin:
+        name = new_stream(admin)
+    before = set(publish_threads())
+    outcomes: list[str] = []
+    for round_number in range(40):
+        client = LiftbridgeClient(liftbridge_server.brokers)
+        client.fetch_metadata([name])
+        start = threading.Barrier(9)
+
+        def publish_once(client: LiftbridgeClient = client, start: threading.Barrier = start) -> None:
+            start.wait()
+            try:
+                client.publish(name, b"v", timeout=5)
+                outcomes.append("acked")
+            except ClientClosedError:
+                outcomes.append("closed")
+            except BaseException as exc:  # reported below
+                outcomes.append(f"{type(exc).__name__}: {exc}")
+
+        workers = [threading.Thread(target=publish_once) for _ in range(8)]
+        for worker in workers:
+            worker.start()
+        start.wait()
+        time.sleep((round_number % 5) * 0.001)
+        client.close()
+        for worker in workers:
+            worker.join(timeout=10)
+    unexpected = [outcome for outcome in outcomes if outcome not in ("acked", "closed")]
+    assert not unexpected, unexpected[:5]
+    assert len(outcomes) == 40 * 8
+    wait_until(lambda: not set(publish_threads()) - before, 5, "the closed clients' stream threads to end")

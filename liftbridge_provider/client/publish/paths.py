@@ -7,8 +7,8 @@ here. The face checks the arguments, builds the requests
 (:mod:`~liftbridge_provider.client.publish.prepare`) and picks the path:
 
 - ``publish``: a unary Publish (:func:`~liftbridge_provider.client.publish.plans.send_once`)
-  with ack policy NONE, a TLS client certificate, an ack inbox or a
-  correlation id; otherwise the shared PublishAsync streams
+  with ack policy NONE, a TLS client certificate, an ack inbox, a
+  correlation id or a request over :data:`SHARED_STREAM_MAX_BYTES`; otherwise the shared PublishAsync streams
   (:func:`~liftbridge_provider.client.publish.plans.on_shared_streams` over
   ``publish_stream.py``);
 - ``publish_batch``: NATS when the client has a NATS config
@@ -50,6 +50,11 @@ from liftbridge_provider.client.routing import Router
 from liftbridge_provider.core import checks
 from liftbridge_provider.core.checks import check_timeout
 from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
+
+SHARED_STREAM_MAX_BYTES = 4 * 1024 * 1024
+"""Largest request (bytes) a publish sends on the shared PublishAsync streams: grpc-go's default receive limit,
+which the Liftbridge server keeps. A larger one ends the whole call, and with it the publishes of every other
+caller waiting on the stream; it goes as a unary Publish instead, whose refusal is its own."""
 
 
 class PublishPaths:
@@ -100,6 +105,13 @@ class PublishPaths:
             correlation_id=correlation_id or "",
             ack_inbox=ack_inbox or "",
         )
+        size = request.ByteSize()
+        if size > self.config.max_message_bytes:  # gRPC would refuse it on the way out, ending a shared stream
+            raise MessageTooLargeError(
+                f"message of {size} bytes is over the client's max_message_bytes ({self.config.max_message_bytes}); "
+                "nothing was sent",
+                stream=stream,
+            )
         deadline = self._router.deadline(timeout)  # one for the whole call, the partition lookup included
         chosen = choose_partition(
             self._router, stream, key, value, partition=partition, partitioner=chooser, timeout=deadline.left("publish")
@@ -107,7 +119,8 @@ class PublishPaths:
         request.partition = chosen
 
         try:
-            if policy == AckPolicy.NONE or self._may_be_authorized() or ack_inbox or correlation_id:
+            unary = size > SHARED_STREAM_MAX_BYTES or policy == AckPolicy.NONE or self._may_be_authorized()
+            if unary or ack_inbox or correlation_id:
                 response = self._send_once("Publish", request, deadline.left("publish"), stream, chosen)
                 return None if policy == AckPolicy.NONE or not response.HasField("ack") else Ack(response.ack, chosen)
             response = self._on_shared_streams(request, deadline.left("publish"))

@@ -212,6 +212,7 @@ class BrokerStream:
         reason = "the server ended the stream" if code is grpc.StatusCode.OK else f"{code.name}: {call.details()}"
         with self._lock:
             self._closing = True
+        self._closed.set()  # the request thread (_hold_open) ends now, not after idle_close
         self._lease.__exit__(None, None, None)
         self._fail_pending(
             lambda: UnavailableError(
@@ -290,6 +291,11 @@ class PublishStreams:
         self._closed = False
         self._ids = iter(range(1, 2**63))
 
+    @property
+    def closed(self) -> bool:
+        """:meth:`close` was called."""
+        return self._closed
+
     def next_correlation_id(self) -> str:
         return f"p{next(self._ids)}"
 
@@ -354,15 +360,27 @@ class PublishStreams:
             raise NotSent(address, connection)
         try:
             opened = BrokerStream(address, _Held(lease, pooled), self._idle_close)
+        except ValueError as exc:  # grpc: "Cannot invoke RPC: Channel closed!" when close() ran meanwhile
+            lease.__exit__(None, None, None)
+            if self.closed:
+                raise ClientClosedError("the Liftbridge client was closed; nothing was sent") from exc
+            raise
         except BaseException:
             lease.__exit__(None, None, None)
             raise
+        late: BrokerStream | None = None  # opened after close() took the streams it knew: nothing was sent on it
         with self._lock:
-            current = self._streams.get(address)
-            if current is not None and current.usable:  # another thread opened one meanwhile: use that
-                opened.close(_closed_while_waiting)  # nothing was sent on it
-                return current
-            self._streams[address] = opened
+            if self.closed:
+                late = opened
+            else:
+                current = self._streams.get(address)
+                if current is not None and current.usable:  # another thread opened one meanwhile: use that
+                    opened.close(_closed_while_waiting)  # nothing was sent on it
+                    return current
+                self._streams[address] = opened
+        if late is not None:
+            late.close(_closed_while_waiting)
+            raise ClientClosedError("the Liftbridge client was closed; nothing was sent")
         return opened
 
     def _wait(
