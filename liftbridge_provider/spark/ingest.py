@@ -52,7 +52,7 @@ from typing import Any, NoReturn
 
 from pyspark.sql import SparkSession
 
-from liftbridge_provider.client import ClientConfig, InvalidArgumentError, TLSConfig
+from liftbridge_provider.client import ClientConfig, InvalidArgumentError, LiftbridgeClient, TLSConfig
 from liftbridge_provider.connection import config_from_connection_json
 from liftbridge_provider.core.lake import LakeError, Outcome
 from liftbridge_provider.core.ranges import RangesDocument
@@ -60,6 +60,7 @@ from liftbridge_provider.delta_table import require_deltalake, table_path
 from liftbridge_provider.spark.lake_store import HadoopStore
 from liftbridge_provider.spark.options import OptionError, parse_options
 from liftbridge_provider.spark.parquet_ingest import Job, ingest_parquet
+from liftbridge_provider.spark.reader import check_end_committed
 from liftbridge_provider.spark.source import LiftbridgeDataSource
 from liftbridge_provider.spark.table_ingest import ingest_table
 
@@ -197,6 +198,7 @@ def run(
     if args.stream and args.stream != document.stream:
         raise InvalidArgumentError(f"--stream {args.stream} differs from the ranges document's {document.stream}")
     config = client_config(args, os.environ if environ is None else environ)
+    check_ends_committed(config, document)
     if args.lake_format == "delta":
         from liftbridge_provider.spark.delta_ingest import DeltaFormat  # noqa: PLC0415 - needs deltalake
 
@@ -224,6 +226,16 @@ def run(
     for gap in total.gaps:
         log.warning("%s (in no run's range: check the cursor history; a rerun passes once they land)", gap)
     return total
+
+
+def check_ends_committed(config: ClientConfig, document: RangesDocument) -> None:
+    """Refuse a range whose end is beyond its partition's committed high watermark before anything is claimed
+    or written (BeyondHighWatermarkError): a Parquet claim left open by a run whose read then failed must be
+    written whole by every later run that overlaps it, so a mistyped end would hold the partition back."""
+    with LiftbridgeClient(config) as client:
+        for offset_range in document.ranges:
+            if offset_range.count:
+                check_end_committed(client, document.stream, offset_range)
 
 
 def _ingest_parquet(

@@ -175,6 +175,19 @@ def _check_time_start(client: LiftbridgeClient, options: ReadOptions, offset_ran
     log.warning("%s (failOnDataLoss=false)", message)
 
 
+def check_end_committed(client: LiftbridgeClient, stream: str, offset_range: OffsetRange) -> None:
+    """BeyondHighWatermarkError when the last offset of a non-empty range is above the partition's committed
+    high watermark (waiting, within ``request_timeout``, while the leader holds it uncommitted)."""
+    last = offset_range.end - 1
+    info = client.wait_for_commit(stream, offset_range.partition, last)
+    if last > info.high_watermark:
+        raise BeyondHighWatermarkError(  # transient when a new leader's high watermark lags after a failover
+            f"partition {offset_range.partition}: range [{offset_range.start}, {offset_range.end}) goes beyond "
+            f"the committed high watermark {info.high_watermark}: "
+            f"{why_not_committed(info, last, client.config.request_timeout)}"
+        )
+
+
 def check_range(client: LiftbridgeClient, stream: str, offset_range: OffsetRange, options: ReadOptions) -> OffsetRange:
     """The part of a range to read: refuses an end beyond the high watermark, applies failOnDataLoss.
 
@@ -185,14 +198,7 @@ def check_range(client: LiftbridgeClient, stream: str, offset_range: OffsetRange
     """
     if offset_range.count == 0:
         return offset_range
-    last = offset_range.end - 1
-    info = client.wait_for_commit(stream, offset_range.partition, last)
-    if last > info.high_watermark:
-        raise BeyondHighWatermarkError(  # transient when a new leader's high watermark lags after a failover
-            f"partition {offset_range.partition}: range [{offset_range.start}, {offset_range.end}) goes beyond "
-            f"the committed high watermark {info.high_watermark}: "
-            f"{why_not_committed(info, last, client.config.request_timeout)}"
-        )
+    check_end_committed(client, stream, offset_range)
     if options.compacted:
         return offset_range  # gaps are normal on a compacted stream: nothing is reported lost
     earliest = client.earliest_offset(stream, offset_range.partition, resume=True)

@@ -25,7 +25,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from liftbridge_provider import fault_points
-from liftbridge_provider.client import LiftbridgeClient
+from liftbridge_provider.client import BeyondHighWatermarkError, LiftbridgeClient
 from liftbridge_provider.core.lake import Ledger, check_ledger, holdings
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.devserver import DevServer
@@ -242,3 +242,19 @@ def test_exclusive_create_has_one_winner_across_processes(tmp_path: Path) -> Non
             assert wins.count(True) == 1, f"race {index}: {wins}"
             assert Path(path).read_text() == tags[wins.index(True)]
     assert not list(tmp_path.glob(".*.tmp")), "temporary files are removed"
+
+
+def test_a_range_beyond_the_high_watermark_is_refused_before_anything_is_claimed(
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
+) -> None:
+    """A mistyped end ([100, 10**12) for a partition at 300) was claimed before the read refused it; the open
+    claim then had to be written whole by every later run that overlapped it, so a correct [100, 200) failed
+    until the stream reached offset 10**12. The job now refuses such a range before it claims anything: the
+    lake stays empty, and the correct range lands."""
+    output = tmp_path / "lake"
+    with pytest.raises(BeyondHighWatermarkError, match=r"\[100, 1000000000000\)"):
+        run_here(spark, liftbridge_server.brokers, document(stream, 100, 10**12), output)
+    assert not list(output.rglob("_ledger/*")), "nothing was claimed"
+    outcome = run_here(spark, liftbridge_server.brokers, document(stream, 100, 200), output)
+    assert outcome.problems == []
+    assert lake_offsets(spark, output, stream) == list(range(100, 200))
