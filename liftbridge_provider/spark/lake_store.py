@@ -20,7 +20,6 @@ import contextlib
 import os
 import uuid
 from typing import Any, NamedTuple
-from urllib.parse import unquote, urlparse
 
 from pyspark.sql import SparkSession
 
@@ -60,8 +59,9 @@ class HadoopStore:
         return str(self._path(path).toString())
 
     def local_path(self, path: str) -> str:
-        """The POSIX path of a ``file:`` path."""
-        return unquote(urlparse(self.qualify(path)).path)
+        """The POSIX path of a ``file:`` path: the folder Hadoop lists for it. (Its URI's path, decoded once by
+        Hadoop; parsing :meth:`qualify`'s text as a URL decoded '%' a second time and cut at '#' or '?'.)"""
+        return str(self._fs.makeQualified(self._path(path)).toUri().getPath())
 
     def exists(self, path: str) -> bool:
         return bool(self._fs.exists(self._path(path)))

@@ -258,3 +258,22 @@ def test_a_range_beyond_the_high_watermark_is_refused_before_anything_is_claimed
     outcome = run_here(spark, liftbridge_server.brokers, document(stream, 100, 200), output)
     assert outcome.problems == []
     assert lake_offsets(spark, output, stream) == list(range(100, 200))
+
+
+@pytest.mark.parametrize("marks", ["%3D", "#", "?"], ids=["percent", "hash", "question-mark"])
+def test_a_stream_name_with_uri_characters_keeps_its_ledger_in_its_own_folder(
+    spark: SparkSession, client: LiftbridgeClient, liftbridge_server: DevServer, tmp_path: Path, marks: str
+) -> None:
+    """Stream names may hold '%', '#' and '?'. The ledger's exclusive creates on a local lake went to the path
+    read back as a URI (decoded twice, cut at '#' or '?'), not to the folder Hadoop lists: 'a%3Db' claimed in
+    stream 'a=b''s ledger and the run never saw its own claim. The data and the ledger now sit under the
+    stream's literal name, each offset once."""
+    name = f"lake{marks}{uuid.uuid4().hex[:6]}"
+    client.create_stream(f"lake.{uuid.uuid4().hex[:8]}", name)
+    client.publish_batch(name, [f"v{i}".encode() for i in range(50)], ack_policy="all")
+    output = tmp_path / "lake"
+    outcome = run_here(spark, liftbridge_server.brokers, document(name, 0, 50), output)
+    assert outcome.problems == []
+    assert sorted(p.name for p in output.iterdir()) == [f"stream={name}"], "nothing outside the stream's folder"
+    assert list((output / f"stream={name}" / "_ledger").rglob("claim-*")), "the claim is in the stream's ledger"
+    assert lake_offsets(spark, output, name) == list(range(50))
