@@ -619,6 +619,32 @@ def test_a_message_over_the_replication_limit_is_message_too_large() -> None:
         assert client.fetch_partition_metadata("s", 0).high_watermark == -1
 
 
+@pytest.mark.parametrize(
+    ("size", "options"),
+    [(5 * ONE_MIB, {}), (300_000, {"max_message_bytes": 200_000})],
+    ids=["over-the-servers-grpc-limit", "over-the-clients-limit"],
+)
+def test_a_batch_refuses_a_message_too_large_for_grpc_alone_and_sends_the_rest(
+    liftbridge_server: DevServer, size: int, options: dict[str, object]
+) -> None:
+    """A message over the server's gRPC receive limit (4 MiB) ended the batch's PublishAsync call: the
+    messages awaiting an ack failed as may-be-stored and every later one failed unsent (81 of 101). Now that
+    message alone fails, before anything is sent, and the other 100 are acked and stored once."""
+    with LiftbridgeClient(liftbridge_server.brokers, **options) as client:
+        name = f"big-{uuid.uuid4().hex[:8]}"
+        client.create_stream(name, name)
+        messages = [b"s"] * 50 + [b"B" * size] + [b"s"] * 50
+        result = client.publish_batch(name, messages, ack_wait=10, timeout=60, raise_on_error=False)
+        (failure,) = result.failures
+        assert failure.index == 50
+        assert isinstance(failure.error, MessageTooLargeError)
+        assert not failure.error.may_be_stored
+        assert "nothing was sent" in str(failure.error)
+        assert sum(ack is not None for ack in result.acks) == 100
+        newest = client.fetch_partition_metadata(name, 0).newest_offset
+        assert [m.value for m in client.read_range(name, 0, 0, newest + 1)] == [b"s"] * 100
+
+
 def assert_names_size_and_limit(error: LiftbridgeError, value_bytes: int) -> None:
     assert isinstance(error, MessageTooLargeError)
     assert error.size is not None

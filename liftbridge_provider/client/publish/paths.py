@@ -107,11 +107,13 @@ class PublishPaths:
         )
         size = request.ByteSize()
         if size > self.config.max_message_bytes:  # gRPC would refuse it on the way out, ending a shared stream
-            raise MessageTooLargeError(
+            too_large = MessageTooLargeError(
                 f"message of {size} bytes is over the client's max_message_bytes ({self.config.max_message_bytes}); "
                 "nothing was sent",
                 stream=stream,
             )
+            too_large.size = size
+            raise too_large
         deadline = self._router.deadline(timeout)  # one for the whole call, the partition lookup included
         chosen = choose_partition(
             self._router, stream, key, value, partition=partition, partitioner=chooser, timeout=deadline.left("publish")
@@ -157,18 +159,33 @@ class PublishPaths:
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise InvalidArgumentError(f"window must be a whole number >= 1, got {window!r}")
         deadline = Deadline(timeout) if timeout is not None else None
+        over_grpc = self.config.nats is None
+        limit = min(self.config.max_message_bytes, SHARED_STREAM_MAX_BYTES) if over_grpc else None
+        too_large: dict[int, int] = {}
         try:
-            requests = batch_requests(self._router, stream, messages, chooser, policy=policy, deadline=deadline)
+            requests = batch_requests(
+                self._router,
+                stream,
+                messages,
+                chooser,
+                policy=policy,
+                deadline=deadline,
+                size_limit=limit,
+                too_large=too_large,
+            )
         except PreparedTooLong as late:
             result = late.result(stream, timeout or 0.0)
         else:
             if not requests:
                 return BatchResult([])
             wait = ack_wait if ack_wait is not None else self.config.ack_wait
-            if self.config.nats is not None:
+            if not over_grpc:
                 result = self._over_nats(stream, requests, window=window, ack_wait=wait, deadline=deadline)
             else:
-                publisher = BatchPublisher(self._router, requests, window=window, ack_wait=wait, deadline=deadline)
+                refused = {i: self._too_large(size, stream, requests[i].partition) for i, size in too_large.items()}
+                publisher = BatchPublisher(
+                    self._router, requests, window=window, ack_wait=wait, deadline=deadline, refused=refused
+                )
                 result = publisher.run()
             if isinstance(result.failures, Failures):
                 result.failures = result.failures.with_listed(partial(sized, requests=requests))
@@ -208,6 +225,20 @@ class PublishPaths:
         if policy == AckPolicy.NONE or not response.HasField("ack"):
             return None
         return Ack(response.ack, -1)
+
+    def _too_large(self, size: int, stream: str, partition: int | None) -> MessageTooLargeError:
+        """A message refused before sending: over the client's ``max_message_bytes`` or the server's gRPC limit."""
+        limit = min(self.config.max_message_bytes, SHARED_STREAM_MAX_BYTES)
+        whose = (
+            "the client's max_message_bytes" if limit == self.config.max_message_bytes else "the server's gRPC limit"
+        )
+        error = MessageTooLargeError(
+            f"message of {size} bytes is over {whose} ({limit} bytes); nothing was sent",
+            stream=stream,
+            partition=partition,
+        )
+        error.size = size
+        return error
 
     def _may_be_authorized(self) -> bool:
         """A client certificate is given, so the server may check authorization (it needs one to name the

@@ -90,8 +90,15 @@ def batch_requests(
     *,
     policy: AckPolicy,
     deadline: Deadline | None,
+    size_limit: int | None = None,
+    too_large: dict[int, int] | None = None,
 ) -> list[api.PublishRequest]:
-    """Every message checked and built, before anything is sent; PreparedTooLong past the deadline."""
+    """Every message checked and built, before anything is sent; PreparedTooLong past the deadline.
+
+    With ``size_limit`` (bytes), the index and size of each request larger than it go into ``too_large``
+    (a bare value is measured only when its length comes near the limit: one length test per message).
+    """
+    near = size_limit - _FIELDS_SLACK if size_limit is not None else None
     stream = build.check_not_reserved(checks.check_stream_name(stream), "publish to")
     count = partitions.partition_count(stream, timeout=deadline.left("publish_batch") if deadline else None)
     requests: list[api.PublishRequest] = []
@@ -104,6 +111,8 @@ def batch_requests(
             raise PreparedTooLong(index + 1 + left)
         if type(item) is bytes and partitioner is None:  # a bare value for partition 0: nothing else to check
             requests.append(plain(value=item, correlationId=str(index)))
+            if near is not None and len(item) > near:
+                _note_size(requests[-1], index, size_limit, too_large)
             continue
         message = item if isinstance(item, PublishMessage) else PublishMessage(value=item)
         try:
@@ -120,12 +129,25 @@ def batch_requests(
                     correlation_id=str(index),
                 )
             )
+            if near is not None:
+                _note_size(requests[-1], index, size_limit, too_large)
         except InvalidArgumentError as exc:  # NoSuchPartitionError included, and kept as such
             kind = NoSuchPartitionError if isinstance(exc, NoSuchPartitionError) else InvalidArgumentError
             raise kind(
                 f"message #{index}: {exc.message}; nothing was sent", stream=stream, partition=exc.partition
             ) from exc
     return requests
+
+
+_FIELDS_SLACK = 4096
+"""Bytes a request adds to its value at most without headers (stream name, ids, numbers, key framing): a bare
+value shorter than the limit by more than this is under it."""
+
+
+def _note_size(request: api.PublishRequest, index: int, limit: int | None, too_large: dict[int, int] | None) -> None:
+    size = request.ByteSize()
+    if limit is not None and too_large is not None and size > limit:
+        too_large[index] = size
 
 
 def to_partition(partition: int) -> Partitioner:

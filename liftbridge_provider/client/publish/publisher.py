@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -126,6 +126,7 @@ class BatchPublisher:
         window: int,
         ack_wait: float,
         deadline: Deadline | None,
+        refused: Mapping[int, LiftbridgeError] | None = None,
     ) -> None:
         self._router = router
         self._requests = requests
@@ -134,6 +135,8 @@ class BatchPublisher:
         self._ack_wait = ack_wait
         self._deadline = deadline
         self._window = PublishWindow(len(requests), window=window, ack_wait=ack_wait, expects_ack=self._expects_ack)
+        for index, error in (refused or {}).items():  # refused before sending (e.g. too large): never taken
+            self._window.refuse(index, error)
         self._errors = BatchErrors(self._stream, lambda index: requests[index].partition)
         self._last_progress = self._started = time.monotonic()
         self._call: DirectStream | None = None  # the stream being written to
