@@ -68,6 +68,7 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._target: dict[int, int] | None = None  # availableNow: where the query stops
         self._planned = False  # latestOffset was called before by this reader: its start is a committed end
         self._next_start: dict[str, Any] | None = None  # without admission control: where the next batch starts
+        self._initial: Offsets | None = None  # the first answer of initialOffset: Spark asks more than once
         self._told_no_admission = False
 
     def _client(self) -> LiftbridgeClient:
@@ -82,6 +83,11 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return {p: client.fetch_partition_metadata(self.stream, p).high_watermark + 1 for p in partitions}
 
     def initialOffset(self) -> Offsets:
+        """Where the query starts (``startingOffsets`` or ``startingTimestamp``), resolved once per query run:
+        Spark asks again for the same first micro-batch, and "latest" of a later moment would start it
+        after the end Spark had already checkpointed for it."""
+        if self._initial is not None:
+            return dict(self._initial)
         with self._client() as client:
             partitions = self._partitions(client)
             assert self.options.starting_offsets is not None
@@ -89,10 +95,10 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             check_partitions(self.options.starting_offsets.named_partitions(), count, self.stream)
             starts = start_offsets(client, self.stream, self.options.starting_offsets, partitions)
         log.info("liftbridge stream %s starts at %s", self.stream, starts)
-        initial = _json({p: starts.get(p, 0) for p in partitions})
+        initial = self._initial = _json({p: starts.get(p, 0) for p in partitions})
         if self._next_start is None:
             self._next_start = dict(initial)
-        return initial
+        return dict(initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger
@@ -142,6 +148,22 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, finish = _offsets(start), _offsets(end)
         self._next_start = dict(end)  # the next micro-batch starts where this one ends
+        for p in sorted(begin):
+            if p in finish and begin[p] > finish[p]:
+                # Only the first micro-batch of a query restarted before it committed: its start was
+                # resolved again (a later "latest" or timestamp), after its end had been checkpointed.
+                log.warning(
+                    "liftbridge stream %s partition %d: the first micro-batch ends at %d, but its start was "
+                    "resolved again after a restart as %d; it starts at its end, and what was published "
+                    "before %d since the query first started is not read (give startingOffsets as offsets "
+                    "to start at a fixed place)",
+                    self.stream,
+                    p,
+                    finish[p],
+                    begin[p],
+                    finish[p],
+                )
+                begin[p] = finish[p]
         ranges = [OffsetRange(p, begin[p], finish.get(p, begin[p])) for p in sorted(begin)]
         with self._client() as client:
             checked = [check_range(client, self.stream, r, self.options) for r in ranges]

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -229,3 +230,52 @@ def test_bad_sink_frames_and_options_fail_on_the_driver(spark: SparkSession, lif
         ok.write.format("liftbridge").option("brokers", brokers).option("stream", "s").option(
             "partitioner", "random"
         ).mode("append").save()
+
+
+def test_a_query_from_latest_on_a_stream_that_keeps_receiving_reads_what_comes_after_it_started(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
+) -> None:
+    """The default start (latest) on a live stream: Spark asks for the initial offsets more than once for the
+    first micro-batch, and each answer was the latest of that moment; a message published in between made
+    the first batch start after its own end ("end 10 is before start 11") and the query failed, on every
+    restart too. The first answer now holds for the query, and every message published after it is read."""
+    stream = new_stream(client, partitions=1)
+    publish(client, stream, 10, partitions=1)
+    stop = threading.Event()
+    published: list[int] = []
+
+    def keep_publishing() -> None:
+        with LiftbridgeClient(liftbridge_server.brokers) as own:
+            while not stop.is_set():
+                ack = own.publish(stream, f"live{len(published)}".encode(), ack_policy="all")
+                assert ack is not None
+                published.append(ack.offset)
+                time.sleep(0.002)
+
+    publisher = threading.Thread(target=keep_publishing, daemon=True)
+    publisher.start()
+    output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    frame = spark.readStream.format("liftbridge").option("brokers", ",".join(liftbridge_server.brokers))
+    query = (
+        frame.option("stream", stream)
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(output))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while sum(p["numInputRows"] for p in query.recentProgress) < 50 and time.monotonic() < deadline:
+            assert query.exception() is None, query.exception()
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        publisher.join(timeout=10)
+        query.stop()
+    assert query.exception() is None, query.exception()
+    read = [offset for _, offset in offsets_in(spark, output)]
+    assert len(read) >= 50
+    assert read == list(range(read[0], read[-1] + 1)), "no gap and no duplicate after the first offset read"
+    assert read[0] >= 10, "latest: nothing published before the query started"
