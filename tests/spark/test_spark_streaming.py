@@ -279,3 +279,58 @@ def test_a_query_from_latest_on_a_stream_that_keeps_receiving_reads_what_comes_a
     assert len(read) >= 50
     assert read == list(range(read[0], read[-1] + 1)), "no gap and no duplicate after the first offset read"
     assert read[0] >= 10, "latest: nothing published before the query started"
+
+
+def test_a_first_micro_batch_restarted_before_it_committed_goes_on_from_its_end(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
+) -> None:
+    """A query from latest stopped after its first micro-batch's offsets were checkpointed and before the
+    batch (or its sink) committed: on restart Spark asks for the initial offsets again (it keeps none for a
+    Python source), and "latest" is now past that batch's end, so the restarted query failed at once, and on
+    every restart. It now runs the first batch from its end (what was published before that since the
+    query first started is not read, as the warning says) and goes on with every later offset once."""
+    stream = new_stream(client, partitions=1)
+    publish(client, stream, 10, partitions=1)
+    output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def start() -> Any:
+        frame = spark.readStream.format("liftbridge").option("brokers", ",".join(liftbridge_server.brokers))
+        return (
+            frame.option("stream", stream)
+            .load()
+            .writeStream.format("parquet")
+            .option("path", str(output))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="300 milliseconds")
+            .start()
+        )
+
+    def wait_for_rows(query: Any, rows: int) -> None:
+        deadline = time.monotonic() + 120
+        while sum(p["numInputRows"] for p in query.recentProgress) < rows:
+            assert query.exception() is None, query.exception()
+            assert time.monotonic() < deadline, f"no {rows} rows read"
+            publish(client, stream, 5, first=0, partitions=1)
+            time.sleep(0.3)
+
+    first = start()
+    wait_for_rows(first, 1)
+    first.stop()
+    for kind in ("commits", "offsets"):  # as if stopped right after the first batch's sink commit
+        for entry in (checkpoint / kind).iterdir():
+            batch = entry.name.removeprefix(".").removesuffix(".crc")  # the file and its checksum file
+            if batch.isdigit() and (kind == "commits" or int(batch) > 0):
+                entry.unlink()
+    for entry in (output / "_spark_metadata").iterdir():  # nor did the sink commit it: Spark runs it again
+        if entry.name.removeprefix(".").removesuffix(".crc").isdigit():
+            entry.unlink()
+    publish(client, stream, 20, first=0, partitions=1)  # "latest" is now past the first batch's end
+    again = start()
+    try:
+        wait_for_rows(again, 10)
+    finally:
+        again.stop()
+    assert again.exception() is None, again.exception()
+    read = [offset for _, offset in offsets_in(spark, output)]
+    assert len(read) == len(set(read)), "no offset twice"
+    assert read == list(range(read[0], read[-1] + 1)), "no gap after the first offset read"
