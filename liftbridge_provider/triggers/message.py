@@ -189,7 +189,10 @@ class LiftbridgeMessageTrigger(BaseEventTrigger):
             await reader.aclose()
 
     def _event_payload(self, raw: Any) -> dict[str, Any] | Refusal | None:
-        """The event payload of a raw event; a message it cannot be made of is refused (noted for the reader)."""
+        """The event payload of a raw event; a message it cannot be made of is refused (noted for the reader).
+        An ``apply_function`` that cannot be imported fails the watcher (InvalidArgumentError), not a message."""
+        if self.apply_function is not None:
+            self._function  # noqa: B018 - imported here, outside the refusal below
         try:
             return self._payload(raw)
         except Exception as exc:

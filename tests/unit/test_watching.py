@@ -326,3 +326,13 @@ def test_activity_settings_are_checked() -> None:
     classpath, kwargs = trigger.serialize()
     assert kwargs["activity_ops"] == ["delete_stream"]
     assert LiftbridgeMessageTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+
+def test_an_apply_function_that_cannot_be_imported_fails_the_watcher_not_each_message() -> None:
+    """A missing module or a typo in apply_function became a refusal of every message: with a dead-letter
+    stream each one was dead-lettered and the cursor passed it, and no DAG run ever came. The import error
+    now fails the watcher, as docs/events.md says, before any message is judged."""
+    trigger = LiftbridgeMessageTrigger(stream="orders", apply_function="no_such_pkg.filters.keep", dlq_stream="dlq")
+    message = Message(api.Message(offset=7, stream="orders", partition=0, value=b"{}", timestamp=1))
+    with pytest.raises(InvalidArgumentError, match=r"no_such_pkg\.filters\.keep"):
+        trigger._event_payload(message)
