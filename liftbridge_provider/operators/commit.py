@@ -70,6 +70,8 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
                 for r in document.ranges
             }
             filled = [r for r in document.ranges if r.last is not None]
+            for offset_range in filled:  # nothing past the committed high watermark can have been ingested
+                _check_committed(client, document.stream, offset_range)
             targets = {r.partition: r.last for r in filled if r.last is not None}
             expected = {r.partition: _before(r, recorded[r.partition]) for r in filled}
             try:
@@ -125,6 +127,20 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
         self.log.info("partition %d: empty range after offsets %d-%d were skipped at the freeze; cursor %r %d -> %d",
                       partition, seen + 1, skipped_to, cursor_id, seen, skipped_to)  # fmt: skip
         return skipped_to
+
+
+def _check_committed(client: LiftbridgeClient, stream: str, offset_range: OffsetRange) -> None:
+    """AirflowFailException when the range ends past its partition's committed high watermark (waiting, within
+    the request timeout, while the leader holds it uncommitted): moving the cursor there would pass offsets
+    published later, which no run would ever ingest."""
+    assert offset_range.last is not None
+    info = client.wait_for_commit(stream, offset_range.partition, offset_range.last)
+    if offset_range.last > info.high_watermark:
+        raise AirflowFailException(
+            f"partition {offset_range.partition}: the range [{offset_range.start}, {offset_range.end}) ends past "
+            f"the committed high watermark {info.high_watermark}, so it cannot all have been ingested; wait for "
+            "it (LiftbridgePartitionOffsetSensor) before committing; no cursor was moved"
+        )
 
 
 def _before(offset_range: OffsetRange, recorded: int | None) -> int:

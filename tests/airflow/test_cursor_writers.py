@@ -67,6 +67,19 @@ def test_a_commit_of_ranges_behind_the_cursor_never_moves_it_back(conn_id: str, 
     assert client.fetch_cursor("ingest", stream, 0) == 15
 
 
+def test_a_commit_never_moves_the_cursor_past_the_high_watermark(conn_id: str, client: LiftbridgeClient) -> None:
+    """Ranges frozen with an explicit end past what the partition holds ({0: 1000} on 10 messages) and
+    committed with no wait before: the cursor went to 999, the next freeze began at 1000, and the offsets
+    published from 10 on were never ingested. The commit fails without retries naming the range and the high
+    watermark, and the cursor stays where it was."""
+    stream = new_stream(client, 10)
+    client.set_cursor("ingest", stream, 0, 6)
+    ranges = freeze(conn_id, stream, cursor_id="ingest", end={0: 1000})
+    with pytest.raises(AirflowFailException, match=r"\[7, 1000\) ends past the committed high watermark 9"):
+        commit(conn_id, ranges)
+    assert client.fetch_cursor("ingest", stream, 0) == 6
+
+
 def test_a_commit_overwritten_right_after_it_fails_the_task(
     conn_id: str, client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
