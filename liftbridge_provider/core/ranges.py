@@ -235,6 +235,19 @@ def check_retention(offset_range: OffsetRange, earliest: int | None, *, compacte
     return RetentionCheck(readable, (offset_range.start, first_kept))
 
 
+def check_chosen(partitions: Iterable[int] | None, stream: str | None) -> list[int] | None:
+    """A choice of partitions as given (None: all of them); an empty one is refused, since a sensor or a
+    reader given it would check or read nothing and succeed at once."""
+    if partitions is None:
+        return None
+    chosen = list(partitions)
+    if not chosen:
+        raise InvalidArgumentError(
+            f"partitions of stream {stream!r} is empty: name at least one partition, or leave it unset for all"
+        )
+    return chosen
+
+
 def check_partitions(partitions: Iterable[int] | None, count: int, stream: str) -> list[int]:
     """The given partitions (all ``0..count-1`` when None), each checked against the stream's count."""
     if partitions is None:

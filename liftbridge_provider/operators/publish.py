@@ -179,6 +179,11 @@ class LiftbridgePublishOperator(LiftbridgeBaseOperator):
             return function(**self.messages_callable_kwargs)
         if isinstance(self.messages, str | bytes):
             raise InvalidArgumentError("messages must be an iterable of records, not a single string")
+        if isinstance(self.messages, Mapping):  # iterating it would publish its keys
+            raise InvalidArgumentError(
+                f"messages must be an iterable of records, not a single record (a mapping with keys "
+                f"{sorted(map(str, self.messages))[:5]}): give [record]"
+            )
         return self.messages or ()
 
     def _partitioner(self) -> Partitioner | None:

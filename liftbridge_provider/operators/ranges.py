@@ -21,6 +21,7 @@ from liftbridge_provider.core.ranges import (
     FROZEN_CURSORS,
     OffsetRange,
     RangesDocument,
+    check_chosen,
     check_partitions,
     check_retention,
     interval_start_may_be_lost,
@@ -202,7 +203,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         with self.client() as client:
             interval = self._interval()
             count = len(client.stream_info(self.stream).partitions)
-            partitions = check_partitions(self.partitions, count, self.stream)
+            partitions = check_partitions(check_chosen(self.partitions, self.stream), count, self.stream)
             starts = self._starts(partitions)
             ends = None if isinstance(self.end, str) else partition_offsets(self.end, "end")
             cursors = {}

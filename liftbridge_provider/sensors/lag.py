@@ -11,7 +11,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from liftbridge_provider import telemetry
 from liftbridge_provider.client import InvalidArgumentError
 from liftbridge_provider.core.checks import rendered_int
-from liftbridge_provider.core.ranges import check_partitions
+from liftbridge_provider.core.ranges import check_chosen, check_partitions
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.operators._base import failing_without_retries
 
@@ -59,6 +59,7 @@ class LiftbridgeCursorLagSensor(BaseSensorOperator):
     def poke(self, context: Any) -> PokeReturnValue:
         with failing_without_retries(self.task_id):
             max_lag = self._max_lag()
+            check_chosen(self.partitions, self.stream)
             client = self.hook.get_conn()
             count = len(client.stream_info(self.stream).partitions)
             lags = {}

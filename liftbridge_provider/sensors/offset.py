@@ -7,12 +7,12 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSensorTimeout, conf
 from airflow.sdk import BaseSensorOperator
 
 from liftbridge_provider.client import NoSuchPartitionError, NoSuchStreamError
 from liftbridge_provider.core.checks import check_offset, check_poll_interval, rendered_int
-from liftbridge_provider.core.ranges import RangesDocument, check_partitions, partition_offsets
+from liftbridge_provider.core.ranges import RangesDocument, check_chosen, check_partitions, partition_offsets
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.operators._base import failing_without_retries
 from liftbridge_provider.triggers.offset import (
@@ -92,6 +92,7 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
             if self.target_offsets is not None:
                 return self.stream, partition_offsets(self.target_offsets, "target_offsets")
             target = check_offset(rendered_int(self.target_offset), "target_offset")  # a template renders text
+            check_chosen(self.partitions, self.stream)
             count = len(self.hook.get_conn().stream_info(self.stream).partitions)
             chosen = check_partitions(self.partitions, count, self.stream)
             return self.stream, dict.fromkeys(chosen, target)
@@ -130,6 +131,8 @@ class LiftbridgePartitionOffsetSensor(BaseSensorOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") != "success":
             message = f"{self.task_id}: waiting for {self.stream or 'the ranges'} failed: {event}"
+            if event.get("status") == "timeout":  # as poke and reschedule modes end: no retry
+                raise AirflowSensorTimeout(message)
             if event.get("error") in PERMANENT_EVENT_ERRORS:
                 raise AirflowFailException(message)
             raise AirflowException(message)

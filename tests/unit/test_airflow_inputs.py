@@ -115,6 +115,7 @@ def test_await_message_trigger_refuses_bad_values(kwargs: dict[str, Any], messag
 
 @pytest.mark.parametrize(("value", "expected"), [(5, 5), ("7", 7), (" 0 ", 0)])
 def test_cursor_lag_sensor_reads_max_lag_given_or_rendered(value: object, expected: int) -> None:
+
     from liftbridge_provider.sensors.lag import LiftbridgeCursorLagSensor  # noqa: PLC0415 - Airflow reads its home
 
     sensor = LiftbridgeCursorLagSensor(task_id="lag", stream="s", cursor_id="c", max_lag=value)  # type: ignore[arg-type]
@@ -124,8 +125,50 @@ def test_cursor_lag_sensor_reads_max_lag_given_or_rendered(value: object, expect
 @pytest.mark.parametrize("value", ["²", "-1", "1.5", -1, True, None])
 def test_cursor_lag_sensor_refuses_a_max_lag_that_is_not_whole(value: object) -> None:
     """A rendered "²" passed str.isdigit() and int() then raised a bare ValueError, which Airflow retried."""
+
     from liftbridge_provider.sensors.lag import LiftbridgeCursorLagSensor  # noqa: PLC0415 - Airflow reads its home
 
     sensor = LiftbridgeCursorLagSensor(task_id="lag", stream="s", cursor_id="c", max_lag=value)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="max_lag must be a whole number of offsets >= 0"):
         sensor._max_lag()
+
+
+def test_publish_operator_refuses_one_record_given_as_a_mapping() -> None:
+    """messages={"user": "u1", "amount": 5} (one record, say an upstream XCom) was iterated as a mapping: its
+    keys "user" and "amount" went out as two messages. It is refused, naming what to give instead."""
+    from liftbridge_provider.operators.publish import LiftbridgePublishOperator  # noqa: PLC0415
+
+    operator = LiftbridgePublishOperator(task_id="p", stream="s", messages={"user": "u1", "amount": 5})
+    with pytest.raises(InvalidArgumentError, match=r"not a single record \(a mapping with keys \[.amount., .user.\]\)"):
+        list(operator._records())
+
+
+def test_deferrable_offset_sensor_times_out_as_a_sensor_timeout_like_poke_mode() -> None:
+    """The trigger's timeout came back as a plain AirflowException: the task was retried, each retry waiting
+    a whole timeout again, where poke and reschedule modes end with AirflowSensorTimeout (no retries)."""
+    from airflow.providers.common.compat.sdk import AirflowSensorTimeout  # noqa: PLC0415
+
+    from liftbridge_provider.sensors.offset import LiftbridgePartitionOffsetSensor  # noqa: PLC0415
+
+    sensor = LiftbridgePartitionOffsetSensor(
+        task_id="w", stream="s", target_offsets={0: 5}, deferrable=True, timeout=60
+    )
+    with pytest.raises(AirflowSensorTimeout):
+        sensor.execute_complete({}, {"status": "timeout", "missing": {"0": 3}, "note": ""})
+
+
+@pytest.mark.parametrize("which", ["lag", "offset"])
+def test_sensors_refuse_an_empty_partition_list(which: str) -> None:
+    """partitions=[] checked nothing and succeeded at once."""
+    from airflow.providers.common.compat.sdk import AirflowFailException  # noqa: PLC0415
+
+    from liftbridge_provider.sensors.lag import LiftbridgeCursorLagSensor  # noqa: PLC0415
+    from liftbridge_provider.sensors.offset import LiftbridgePartitionOffsetSensor  # noqa: PLC0415
+
+    sensor: Any = (
+        LiftbridgeCursorLagSensor(task_id="l", stream="s", cursor_id="c", partitions=[])
+        if which == "lag"
+        else LiftbridgePartitionOffsetSensor(task_id="o", stream="s", target_offset=9, partitions=[])
+    )
+    with pytest.raises(AirflowFailException, match="partitions of stream 's' is empty"):
+        sensor.poke({})
