@@ -43,10 +43,24 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _WILDCARD = re.compile(r"[*>]")
 
 
+_NOT_UTF8 = "it is not UTF-8 text (it holds a lone surrogate, as surrogateescape decoding leaves for bad bytes)"
+
+
+def is_utf8(text: str) -> bool:
+    """``text`` encodes as UTF-8 (protobuf strings and NATS subjects must); a lone surrogate does not."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _subject_fault(text: str) -> str | None:
     """Why ``text`` cannot be (part of) a literal NATS subject, or None."""
     if not text:
         return "it is empty"
+    if not is_utf8(text):
+        return _NOT_UTF8
     if _WHITE_SPACE.search(text):
         return "it contains white space"
     if _CONTROL.search(text):
@@ -71,8 +85,8 @@ def check_stream_name(name: object) -> str:
     )
     if not isinstance(name, str):
         raise InvalidArgumentError(f"invalid stream name {_shown(name)}: a stream name must be a string; {allowed}")
-    size = len(name.encode())
     fault = _subject_fault(name)
+    size = len(name.encode()) if fault is None else 0
     if fault is None and size > MAX_STREAM_NAME_BYTES:
         fault = f"it is {size} bytes; at most {MAX_STREAM_NAME_BYTES}"
     if fault is None and ("/" in name or "\\" in name):
@@ -90,7 +104,7 @@ def check_subject(subject: object, *, suffix: str = "", group: str = "") -> str:
     if not isinstance(subject, str):
         raise InvalidArgumentError(f"invalid subject {_shown(subject)}: a subject must be a string; {allowed}")
     fault = _subject_fault(subject)
-    line = len(subject.encode()) + len(suffix) + (1 + len(group.encode()) if group else 0)
+    line = len(subject.encode()) + len(suffix) + (1 + len(group.encode()) if group else 0) if fault is None else 0
     if fault is None and line > MAX_SUBJECT_LINE_BYTES:
         parts = "subject" + (f" with partition suffix {suffix!r}" if suffix else "") + (" and group" if group else "")
         fault = (
@@ -113,6 +127,8 @@ def check_group(group: object) -> str:
         fault = "it contains white space"
     elif _CONTROL.search(group):
         fault = "it contains a control character"
+    elif not is_utf8(group):
+        fault = _NOT_UTF8
     if fault is not None:
         raise InvalidArgumentError(
             f"invalid group {_shown(group)}: {fault}; NATS queue names have no white space or control characters"
@@ -241,6 +257,8 @@ def check_headers(headers: Mapping[str, bytes] | None) -> dict[str, bytes]:
     for key, value in headers.items():
         if not isinstance(key, str):
             raise InvalidArgumentError(f"header names must be str, got {key!r}")
+        if not is_utf8(key):
+            raise InvalidArgumentError(f"header name {key!r}: {_NOT_UTF8}")
         checked[key] = check_bytes(value, f"header {key!r}")
     return checked
 
@@ -248,6 +266,8 @@ def check_headers(headers: Mapping[str, bytes] | None) -> dict[str, bytes]:
 def check_cursor_id(cursor_id: object) -> str:
     if not isinstance(cursor_id, str) or not cursor_id or "," in cursor_id:
         raise InvalidArgumentError(f"cursor_id must be a non-empty string without commas, got {cursor_id!r}")
+    if not is_utf8(cursor_id):
+        raise InvalidArgumentError(f"cursor_id {cursor_id!r}: {_NOT_UTF8}")
     return cursor_id
 
 

@@ -435,3 +435,24 @@ def test_which_ends_of_a_subscription_are_read_again_elsewhere(
     code: grpc.StatusCode, details: str, again: bool
 ) -> None:
     assert resubscribable(FakeRpcError(code, details)) is again
+
+
+LONE_SURROGATE = "h\udc80"  # what bytes.decode(errors="surrogateescape") leaves for a byte that is not UTF-8
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        lambda: checks.check_stream_name(LONE_SURROGATE),
+        lambda: checks.check_subject(LONE_SURROGATE),
+        lambda: checks.check_group(LONE_SURROGATE),
+        lambda: checks.check_headers({LONE_SURROGATE: b"v"}),
+        lambda: checks.check_cursor_id(LONE_SURROGATE),
+    ],
+    ids=["stream name", "subject", "group", "header name", "cursor id"],
+)
+def test_text_that_is_not_utf8_is_refused_by_name(check: Any) -> None:
+    """A lone surrogate raised a bare UnicodeEncodeError from deep in the publish or request building, with no
+    value or message index named (nothing was sent, but the caller could not tell which input was bad)."""
+    with pytest.raises(InvalidArgumentError, match=r"not UTF-8 text"):
+        check()

@@ -88,8 +88,10 @@ class PublishPaths:
         """One message, its ack awaited (as :meth:`LiftbridgeClient.publish`)."""
         check_timeout("timeout", timeout)
         policy = AckPolicy.parse(ack_policy)
-        if correlation_id is not None and (not isinstance(correlation_id, str) or not correlation_id):
-            raise InvalidArgumentError(f"correlation_id must be a non-empty string, got {correlation_id!r}")
+        if correlation_id is not None and (
+            not isinstance(correlation_id, str) or not correlation_id or not checks.is_utf8(correlation_id)
+        ):
+            raise InvalidArgumentError(f"correlation_id must be a non-empty UTF-8 string, got {correlation_id!r}")
         chooser = resolve_partitioner(partitioner)
         if partition is not None:
             checks.check_partition(partition, stream=stream)
