@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from liftbridge_provider.client import CursorMovedError, LiftbridgeClient
+from liftbridge_provider.client import CursorMovedError, InvalidArgumentError, LiftbridgeClient
 from liftbridge_provider.core.ranges import OffsetRange, check_chosen, check_partitions, partition_offsets
 from liftbridge_provider.core.spark_planning import plan_slices, rate_limit
 from liftbridge_provider.spark.options import ReadOptions
@@ -94,8 +94,15 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             count = len(client.stream_info(self.stream).partitions)  # a partition the stream lacks is an error
             check_partitions(self.options.starting_offsets.named_partitions(), count, self.stream)
             starts = start_offsets(client, self.stream, self.options.starting_offsets, partitions)
+        missing = [p for p in partitions if p not in starts]
+        if missing:  # read from 0 before, in silence (the batch reader refuses the same)
+            raise InvalidArgumentError(
+                f"{self.options.starting_offsets.name} gives no start for partitions {missing} of stream "
+                f"{self.stream!r}, which this query reads ({partitions}): name each of them, set partitions to "
+                "the ones named, or use earliest / latest"
+            )
         log.info("liftbridge stream %s starts at %s", self.stream, starts)
-        initial = self._initial = _json({p: starts.get(p, 0) for p in partitions})
+        initial = self._initial = _json({p: starts[p] for p in partitions})
         if self._next_start is None:
             self._next_start = dict(initial)
         return dict(initial)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -334,3 +335,33 @@ def test_a_first_micro_batch_restarted_before_it_committed_goes_on_from_its_end(
     read = [offset for _, offset in offsets_in(spark, output)]
     assert len(read) == len(set(read)), "no offset twice"
     assert read == list(range(read[0], read[-1] + 1)), "no gap after the first offset read"
+
+
+@pytest.mark.parametrize(
+    "case",
+    [({"startingOffsets": '{"0": 5}'}, "[1, 2]"), ({"startingOffsets": '{"0": 5}', "partitions": "1"}, "[1]")],
+    ids=["some-partitions-named", "the-read-partition-not-named"],
+)
+def test_a_start_that_names_some_partitions_only_is_refused(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path,
+    case: tuple[dict[str, str], str],
+) -> None:  # fmt: skip
+    """startingOffsets {"0": 5} on three partitions read partitions 1 and 2 from offset 0, and with
+    partitions=1 dropped the one it named: the query now fails at its start naming the partitions without
+    a start, as the batch reader does."""
+    options, missing = case
+    stream = new_stream(client)
+    publish(client, stream, 30)
+    frame = spark.readStream.format("liftbridge").option("brokers", ",".join(liftbridge_server.brokers))
+    query = (
+        frame.option("stream", stream)
+        .options(**options)
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match=rf"gives no start for partitions {re.escape(missing)}"):
+        query.awaitTermination(120)
