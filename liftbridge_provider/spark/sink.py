@@ -101,6 +101,14 @@ def messages_of(batch: pa.RecordBatch, use_offsets: bool) -> list[PublishMessage
     headers = columns.get("headers", [None] * rows)
     partitions = columns.get("partition", [None] * rows)
     offsets = columns.get("offset", [None] * rows) if use_offsets else [None] * rows
+    if use_offsets:  # a null would mean "the next offset": stored again by a retried task
+        for index, (partition, offset) in enumerate(zip(partitions, offsets, strict=True)):
+            if partition is None or offset is None:
+                missing = "offset" if offset is None else "partition"
+                raise InvalidArgumentError(
+                    f"row #{index} has no {missing}: with useOffsets every row needs its partition and offset "
+                    "(exactly once rests on them); nothing of this batch was sent"
+                )
     return [
         PublishMessage(
             value=_bytes(value) or b"",

@@ -365,3 +365,18 @@ def test_a_start_that_names_some_partitions_only_is_refused(
     )
     with pytest.raises(Exception, match=rf"gives no start for partitions {re.escape(missing)}"):
         query.awaitTermination(120)
+
+
+def test_use_offsets_refuses_a_row_without_an_offset(
+    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """With useOffsets a null offset meant "the next one": a retried task stored the row again, so that row
+    was at least once while the docs promise exactly once. Such a row is refused, and nothing is stored."""
+    stream = new_stream(client, partitions=1, optimistic_concurrency_control=True)
+    schema = StructType([*SINK_SCHEMA.fields, StructField("offset", LongType())])
+    rows = [("k0", b"v0", None, 0, 0), ("k1", b"v1", None, 0, None)]
+    with pytest.raises(Exception, match=r"row #1 has no offset"):
+        spark.createDataFrame(rows, schema).coalesce(1).write.format("liftbridge").option(
+            "brokers", ",".join(liftbridge_server.brokers)
+        ).option("stream", stream).option("useOffsets", "true").mode("append").save()
+    assert client.fetch_partition_metadata(stream, 0).high_watermark == -1
