@@ -31,6 +31,7 @@ from liftbridge_provider import fault_points
 from liftbridge_provider.client import (
     AsyncLiftbridgeClient,
     CursorMovedError,
+    InvalidArgumentError,
     LiftbridgeError,
     Message,
     PartitionPausedError,
@@ -70,6 +71,12 @@ _REFUSALS: dict[Hashable, dict[tuple[int, int], list[str]]] = collections.defaul
 
 class WatcherError(LiftbridgeError):
     """A watcher cannot go on; the triggerer restarts it from its cursors."""
+
+
+def _past_a_readonly_end(exc: InvalidArgumentError) -> bool:
+    """The server refused a subscription that starts past the end of a readonly partition (it stops a
+    readonly partition's subscriptions at its newest offset)."""
+    return "stop offset is before start offset" in str(exc).lower()
 
 
 def record_refusal(settings: WatchSettings, partition: int, offset: int, error: str) -> None:
@@ -252,7 +259,9 @@ class MessageReader(_Reader):
         A paused partition (``auto_pause_time``, ``pause_stream``) is a quiet one: its subscription ends
         (or is refused) with PartitionPausedError, and the reader then waits without resuming it until its
         high watermark shows a message it has not read (a publish resumes a partition), and subscribes
-        again from there, resuming it: only a read that needs data resumes a partition.
+        again from there, resuming it: only a read that needs data resumes a partition. A readonly one is
+        quiet too: the server ends its subscription at its end (or refuses one that starts past it), and
+        the reader waits the same way for a message published once it is writable again.
         """
         stream, resume = self.settings.stream, False
         SUBSCRIPTIONS_OPENED[(stream, partition)] += 1
@@ -265,7 +274,13 @@ class MessageReader(_Reader):
                         start = message.offset + 1
                         await self._windows[partition].acquire()
                         await arrivals.put((message, partition))
-                    return
+                    log.info("Liftbridge watcher: %s/%d ended at offset %d (readonly); waiting for more",
+                             stream, partition, start)  # fmt: skip
+                    await self._wait_for_offset(client, partition, start)
+                except InvalidArgumentError as exc:
+                    if not _past_a_readonly_end(exc):
+                        raise
+                    await self._wait_for_offset(client, partition, start)
                 except PartitionPausedError:
                     log.info("Liftbridge watcher: %s/%d is paused; waiting for offset %d without resuming it",
                              stream, partition, start)  # fmt: skip

@@ -201,6 +201,61 @@ def test_an_auto_paused_partition_is_a_quiet_partition_not_a_failure(server: Dev
     assert while_paused == ["pause_stream"], f"a watcher resumed the paused partition: {while_paused}"
 
 
+def test_a_readonly_partition_is_a_quiet_partition_and_is_read_again_once_writable(server: DevServer) -> None:
+    """The server ends a subscription at the end of a readonly partition: the watcher's reader of that
+    partition just stopped, for good (a message published once it was writable again never came), and a
+    watcher started on it with its cursor at the end failed at once ("stop offset is before start offset"),
+    on every restart. Both now wait without an error and deliver what is published once it is writable."""
+    with LiftbridgeClient(server.brokers) as client:
+        stream = new_stream(client)
+        publish(client, stream, ["m0", "m1"])
+        client.set_stream_readonly(stream, readonly=True)
+        trigger = LiftbridgeMessageTrigger(stream=stream, cursor_id="readonly")
+
+        async def scenario() -> tuple[Watcher, Watcher]:
+            first = Watcher(SharedStreamManager(), trigger, 1).start()
+            await until(lambda: len(first.stored) >= 2 or first.error is not None, "the first two messages")
+            await asyncio.sleep(3)  # the subscription met the end of the readonly partition
+            await first.stop()
+            again = Watcher(SharedStreamManager(), trigger, 1).start()  # its cursor at the readonly end
+            await asyncio.sleep(3)
+            await asyncio.to_thread(client.set_stream_readonly, stream, readonly=False)
+            await asyncio.to_thread(publish, client, stream, ["m2", "m3"])
+            await until(lambda: len(again.stored) >= 2 or again.error is not None, "the two published later")
+            await again.stop()
+            return first, again
+
+        first, again = asyncio.run(scenario())
+    for watcher in (first, again):
+        assert watcher.error is None, f"a readonly partition failed the watcher: {watcher.error!r}"
+    assert first.offsets() == [0, 1]
+    assert again.offsets() == [2, 3]
+
+
+def test_a_watcher_keeps_reading_a_partition_made_readonly_then_writable(server: DevServer) -> None:
+    """One watcher across the change: it reads to the readonly end, then, once the partition is writable
+    again, what is published next (its reader had ended for good)."""
+    with LiftbridgeClient(server.brokers) as client:
+        stream = new_stream(client)
+        publish(client, stream, ["m0"])
+        trigger = LiftbridgeMessageTrigger(stream=stream, cursor_id="readonly-once")
+
+        async def scenario() -> Watcher:
+            watcher = Watcher(SharedStreamManager(), trigger, 1).start()
+            await until(lambda: len(watcher.stored) >= 1 or watcher.error is not None, "the first message")
+            await asyncio.to_thread(client.set_stream_readonly, stream, readonly=True)
+            await asyncio.sleep(3)
+            await asyncio.to_thread(client.set_stream_readonly, stream, readonly=False)
+            await asyncio.to_thread(publish, client, stream, ["m1"])
+            await until(lambda: len(watcher.stored) >= 2 or watcher.error is not None, "the one published later")
+            await watcher.stop()
+            return watcher
+
+        watcher = asyncio.run(scenario())
+    assert watcher.error is None, repr(watcher.error)
+    assert watcher.offsets() == [0, 1]
+
+
 def test_poison_message_without_a_dead_letter_stream_fails_loudly_and_is_not_passed(
     server: DevServer, functions: str
 ) -> None:
