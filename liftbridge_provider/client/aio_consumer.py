@@ -163,8 +163,12 @@ class AsyncConsumer:
             self._mark(*self._handed)
         self._closed.set()
         if self._protocol is not None:
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._protocol
+            except asyncio.CancelledError:  # the heartbeat task's own end; a cancel of this task goes on
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
         await self._stop_readers(self.assignments)
         try:
             await self.checkpoint()

@@ -226,13 +226,22 @@ class AsyncRouter:
         return call_deadline(self.config, timeout)
 
     async def run(self, plan: plans.AnyPlan[T]) -> T:
-        """Carry out ``plan`` until it returns (or raises)."""
+        """Carry out ``plan`` until it returns (or raises). A call that :meth:`close` cancelled (grpc.aio
+        cancels a closed channel's calls) ends with ClientClosedError, not a CancelledError in a task nobody
+        cancelled; a task that is itself cancelled still gets its CancelledError."""
         steps = PlanRun(plan)
         while (action := steps.next_action()) is not None:
             try:
                 steps.answered(await self._execute(action))
             except PLAN_FAILURES as exc:
                 steps.failed(exc)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self._closed and (task is None or not task.cancelling()):
+                    raise ClientClosedError(
+                        "the Liftbridge client was closed during the call; a change it made may have been applied"
+                    ) from None
+                raise
         return steps.result
 
     async def _execute(self, action: plans.DriverAction) -> Any:

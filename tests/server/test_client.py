@@ -991,3 +991,38 @@ def test_subscription_finalised_while_the_pool_lock_is_held_does_not_deadlock(
     worker.start()
     worker.join(timeout=10)
     assert done.is_set(), "releasing a lease under the pool lock deadlocked"
+
+
+def test_closing_the_async_client_under_a_unary_call_ends_it_with_client_closed_error() -> None:
+    """close() while a unary call waited on a frozen broker made the call raise a CancelledError in a task
+    nobody cancelled (so no typed error, and for set_cursor no word on whether it was applied). It is a
+    ClientClosedError, as for a subscription; a task that is itself cancelled still gets CancelledError."""
+    with start_single() as server:
+        node = server.nodes[0]
+
+        async def scenario() -> None:
+            client = AsyncLiftbridgeClient(server.brokers)
+            await client.fetch_metadata()
+            server.freeze(node.server_id)
+            try:
+                calls = [
+                    asyncio.create_task(client.fetch_metadata(timeout=10)),
+                    asyncio.create_task(client.set_cursor("c", "__none__", 0, 3, timeout=10)),
+                ]
+                await asyncio.sleep(0.5)
+                await client.close()
+                for call in calls:
+                    with pytest.raises(ClientClosedError):
+                        await call
+                    assert not call.cancelled()
+                other = AsyncLiftbridgeClient(server.brokers)
+                cancelled = asyncio.create_task(other.fetch_metadata(timeout=10))
+                await asyncio.sleep(0.5)
+                cancelled.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await cancelled
+                await other.close()
+            finally:
+                server.thaw(node.server_id)
+
+        asyncio.run(scenario())

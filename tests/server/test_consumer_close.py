@@ -14,6 +14,7 @@ quickly, which the activity stream reports as an expired leave.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -149,3 +150,26 @@ def test_an_asyncio_member_with_a_full_backlog_closes_within_2s_checkpoints_and_
     assert client.fetch_cursor(group_cursor(group), stream, partition) == offset
     leaves = leaves_of(client, group, consumer_id)
     assert [leave.expired for leave in leaves] == [False], f"the member left by timing out: {leaves}"
+
+
+def test_cancelling_an_asyncio_members_close_cancels_it(node: DevServer, client: LiftbridgeClient) -> None:
+    """close() swallowed the cancellation of the task running it (it suppressed every CancelledError while it
+    awaited its own heartbeat task): task.cancel() was lost and close() went on to checkpoint and leave, so
+    asyncio.timeout() around it never fired. Cancelling close() now cancels it."""
+    stream, group = stream_with_backlog(client), f"g-{uuid.uuid4().hex[:6]}"
+
+    async def scenario() -> bool:
+        async with AsyncLiftbridgeClient(node.brokers) as aio:
+            consumer = aio.consumer(group, auto_offset="earliest", fetch_assignments_interval=0.5)
+            await consumer.subscribe([stream])
+            await consumer.wait_for_assignments(settle=0.5, timeout=10)
+            closing = asyncio.create_task(consumer.close())
+            await asyncio.sleep(0)  # close() now awaits the member's heartbeat task
+            closing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await closing
+            cancelled = closing.cancelled()
+            await consumer.close()  # a second close ends what the first one left
+            return cancelled
+
+    assert asyncio.run(scenario()), "the cancellation of close() was swallowed"
