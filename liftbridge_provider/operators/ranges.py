@@ -200,6 +200,9 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         return document.to_json()
 
     def _freeze(self) -> dict[str, Any]:
+        with failing_without_retries(self.task_id):  # as rendered: an XComArg's JSON text, say
+            self.start = _rendered_bound(self.start, ("cursor", "earliest", "delta"), "start")
+            self.end = _rendered_bound(self.end, ("high_watermark",), "end")
         with self.client() as client:
             interval = self._interval()
             count = len(client.stream_info(self.stream).partitions)
@@ -357,3 +360,20 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
             )
         self.log.warning("%s; starting at %d (on_data_loss='skip')", message, check.readable.start)
         return check.readable.start
+
+
+def _rendered_bound(value: Any, keywords: tuple[str, ...], what: str) -> Any:
+    """``start``/``end`` as rendered: text is the keyword it names (spaces around it allowed) or
+    ``{partition: offset}`` JSON (what an upstream task's XCom renders to); a mapping stays as it is."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text in keywords:
+        return text
+    try:
+        return partition_offsets(text, what)
+    except InvalidArgumentError:
+        allowed = ", ".join(repr(k) for k in keywords)
+        raise InvalidArgumentError(
+            f"{what} must be {allowed} or {{partition: offset}} (a mapping or its JSON text), got {value!r}"
+        ) from None

@@ -80,6 +80,38 @@ def test_a_commit_never_moves_the_cursor_past_the_high_watermark(conn_id: str, c
     assert client.fetch_cursor("ingest", stream, 0) == 6
 
 
+@pytest.mark.parametrize(
+    ("start", "end", "expected"),
+    [('{"0": 3}', '{"0": 5}', (3, 5)), (" cursor ", '{"0": 9}', (7, 9)), ("cursor", "high_watermark", (7, 10))],
+    ids=["json-text", "spaced-keyword", "keywords"],
+)
+def test_a_freeze_reads_start_and_end_rendered_as_text(
+    conn_id: str, client: LiftbridgeClient, start: str, end: str, expected: tuple[int, int]
+) -> None:
+    """start and end given as XComArgs arrive as text when the upstream task returned JSON: any text end was
+    read as "high_watermark" and any text start other than the keywords as "earliest", so '{"0": 3}' and
+    '{"0": 5}' froze [0, 10). Text is read as the keyword it names or as {partition: offset} JSON."""
+    stream = new_stream(client, 10)
+    client.set_cursor("ingest", stream, 0, 6)
+    operator = LiftbridgeOffsetRangesOperator(
+        task_id="freeze", stream=stream, liftbridge_conn_id=conn_id, cursor_id="ingest", start={0: 0}, end={0: 1}
+    )
+    operator.start, operator.end = start, end  # type: ignore[assignment] # as the rendered XComArgs
+    document = operator.execute(context())
+    (offset_range,) = document["ranges"]
+    assert (offset_range["start"], offset_range["end"]) == expected
+
+
+def test_a_freeze_refuses_text_that_is_neither_a_keyword_nor_offsets(conn_id: str, client: LiftbridgeClient) -> None:
+    stream = new_stream(client, 10)
+    operator = LiftbridgeOffsetRangesOperator(
+        task_id="freeze", stream=stream, liftbridge_conn_id=conn_id, cursor_id="ingest", start={0: 0}
+    )
+    operator.start = "latest"  # type: ignore[assignment]
+    with pytest.raises(AirflowFailException, match=r"start must be 'cursor', 'earliest', 'delta'.*got 'latest'"):
+        operator.execute(context())
+
+
 def test_a_commit_overwritten_right_after_it_fails_the_task(
     conn_id: str, client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
