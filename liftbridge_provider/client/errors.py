@@ -200,3 +200,10 @@ def _failed_precondition_kind(details: str) -> type[LiftbridgeError]:
     if "paused" in details or "closed" in details:
         return PartitionPausedError
     return LiftbridgeError
+
+
+def past_a_readonly_end(exc: LiftbridgeError) -> bool:
+    """The server refused a subscription that starts past the end of a readonly partition (it stops every
+    subscription of a readonly partition at its newest offset, and refuses one that would stop before it
+    starts): nothing is wrong, the partition has nothing new until it is writable again."""
+    return "stop offset is before start offset" in str(exc).lower()

@@ -11,10 +11,13 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from liftbridge_provider.client import AsyncLiftbridgeClient, InvalidArgumentError, LiftbridgeError, Message
 from liftbridge_provider.client.aio_timeout import within
+from liftbridge_provider.client.errors import past_a_readonly_end
 from liftbridge_provider.core.functions import import_function
 from liftbridge_provider.core.ranges import partition_offsets
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.triggers.offset import optional_seconds
+
+READONLY_POLL_INTERVAL = 2.0  # seconds between two high-watermark checks at a readonly partition's end
 
 
 def matched(function: Callable[..., Any], message: Message, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -115,12 +118,22 @@ class LiftbridgeAwaitMessageTrigger(BaseTrigger):
         found: asyncio.Queue[dict[str, Any] | BaseException] = asyncio.Queue()
 
         async def watch(partition: int, start: int) -> None:
+            """Read from ``start``; a readonly partition's end (the server ends the subscription there, or
+            refuses one past it) is a quiet spell: wait for a new offset, then read on."""
             try:
-                async for message in client.subscribe(self.stream, partition, start, resume=True):
-                    value = matched(function, message, self.apply_function_args, self.apply_function_kwargs)
-                    if value is not None:
-                        await found.put(match_event(message, value))
-                        return
+                while True:
+                    try:
+                        async for message in client.subscribe(self.stream, partition, start, resume=True):
+                            start = message.offset + 1
+                            value = matched(function, message, self.apply_function_args, self.apply_function_kwargs)
+                            if value is not None:
+                                await found.put(match_event(message, value))
+                                return
+                    except InvalidArgumentError as exc:
+                        if not past_a_readonly_end(exc):
+                            raise
+                    while (await client.fetch_partition_metadata(self.stream, partition)).high_watermark < start:
+                        await asyncio.sleep(READONLY_POLL_INTERVAL)
             except BaseException as exc:  # handed to the waiting trigger (cancellation included)
                 await found.put(exc)
                 raise

@@ -37,6 +37,7 @@ from liftbridge_provider.client import (
     PartitionPausedError,
 )
 from liftbridge_provider.client.cursor_advance import CursorMove, CursorStep, decide
+from liftbridge_provider.client.errors import past_a_readonly_end
 from liftbridge_provider.core.ranges import OffsetRange, check_chosen, check_partitions
 from liftbridge_provider.core.watching import (
     CursorNames,
@@ -71,12 +72,6 @@ _REFUSALS: dict[Hashable, dict[tuple[int, int], list[str]]] = collections.defaul
 
 class WatcherError(LiftbridgeError):
     """A watcher cannot go on; the triggerer restarts it from its cursors."""
-
-
-def _past_a_readonly_end(exc: InvalidArgumentError) -> bool:
-    """The server refused a subscription that starts past the end of a readonly partition (it stops a
-    readonly partition's subscriptions at its newest offset)."""
-    return "stop offset is before start offset" in str(exc).lower()
 
 
 def record_refusal(settings: WatchSettings, partition: int, offset: int, error: str) -> None:
@@ -278,7 +273,7 @@ class MessageReader(_Reader):
                              stream, partition, start)  # fmt: skip
                     await self._wait_for_offset(client, partition, start)
                 except InvalidArgumentError as exc:
-                    if not _past_a_readonly_end(exc):
+                    if not past_a_readonly_end(exc):
                         raise
                     await self._wait_for_offset(client, partition, start)
                 except PartitionPausedError:

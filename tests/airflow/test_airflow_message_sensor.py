@@ -5,9 +5,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,3 +125,44 @@ def test_the_trigger_serializes_and_round_trips() -> None:
     again = LiftbridgeAwaitMessageTrigger(**kwargs)
     assert again.serialize() == (classpath, kwargs)
     assert again.start_offsets == {0: 5, 1: 7}
+
+
+@pytest.mark.parametrize("start", [0, 2], ids=["before-the-readonly-end", "at-the-readonly-end"])
+def test_the_deferred_wait_reads_a_readonly_partition_again_once_it_is_writable(
+    liftbridge_server: DevServer, client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    start: int,
+) -> None:  # fmt: skip
+    """On a readonly partition the server ends the subscription at the end (or refuses one that starts past
+    it): the deferred wait then never saw a match published once the partition was writable again (it timed
+    out), or failed at once without retries, where a poke on the next interval finds it. It now waits on
+    the partition's high watermark and reads on, as the poke mode does."""
+    module = f"await_fns_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        "def says_match(message):\n    return message.value.decode() if message.value == b'match' else None\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    connection = {"conn_type": "liftbridge", "host": liftbridge_server.brokers[0]}
+    monkeypatch.setenv("AIRFLOW_CONN_LIFTBRIDGE_DEFAULT", json.dumps(connection))
+    stream = stream_name()
+    client.create_stream(stream, stream)
+    client.publish_batch(stream, [b"x", b"y"])
+    client.set_stream_readonly(stream, readonly=True)
+    trigger = LiftbridgeAwaitMessageTrigger(
+        stream=stream, start_offsets={0: start}, apply_function=f"{module}.says_match", timeout=20
+    )
+
+    async def scenario() -> dict[str, Any]:
+        async def first_event() -> Any:
+            return await anext(trigger.run())
+
+        waiting = asyncio.create_task(first_event())
+        await asyncio.sleep(3)
+        assert not waiting.done(), waiting.result().payload
+        await asyncio.to_thread(client.set_stream_readonly, stream, readonly=False)
+        await asyncio.to_thread(client.publish, stream, b"match")
+        event = await waiting
+        return dict(event.payload)
+
+    payload = asyncio.run(scenario())
+    assert payload["status"] == "success", payload
+    assert payload["offset"] == 2
