@@ -155,6 +155,8 @@ def _number(options: Mapping[str, str], name: str, kind: type[int] | type[float]
     if value is None:
         return None
     try:
+        if "_" in value:  # int() and float() read "1_000" as 1000
+            raise ValueError(value)
         number = kind(value)
     except ValueError:
         raise OptionError(name, f"must be a {kind.__name__}, got {value!r}") from None
@@ -211,10 +213,17 @@ def _read_options(
         raise InvalidArgumentError("option stream is required with starting/ending offsets or timestamps")
     partitions = None
     if "partitions" in options:
-        try:
-            partitions = tuple(int(p) for p in options["partitions"].split(",") if p.strip())
-        except ValueError:
-            raise InvalidArgumentError(f"option partitions must be numbers, got {options['partitions']!r}") from None
+        named = [p.strip() for p in options["partitions"].split(",") if p.strip()]
+        if not all(p.isascii() and p.isdigit() for p in named):  # int() would take "1_0" as 10, "+1" as 1
+            raise InvalidArgumentError(f"option partitions must be numbers, got {options['partitions']!r}")
+        if not named:
+            raise InvalidArgumentError(
+                f"option partitions must name at least one partition, got {options['partitions']!r}"
+            )
+        partitions = tuple(int(p) for p in named)
+        twice = sorted({p for p in partitions if partitions.count(p) > 1})
+        if twice:
+            raise InvalidArgumentError(f"option partitions names partition {twice[0]} twice: {options['partitions']!r}")
     return ReadOptions(
         config=_client_config(options),
         stream=options.get("stream"),

@@ -123,6 +123,12 @@ def test_options_are_parsed_and_checked() -> None:
         ({"brokers": "a", "ranges": "{}", "failOnDataLoss": "maybe"}, "failOnDataLoss must be true or false"),
         ({"brokers": "a", "ranges": "{}", "batchSize": "ten"}, "batchSize must be a int, got 'ten'"),
         ({"brokers": "a", "ranges": "{}", "partitions": "0,x"}, "partitions must be numbers"),
+        # int() reads "1_0" as 10 and "+1" as 1; an empty list read nothing and succeeded; "0,0" failed later
+        ({"brokers": "a", "ranges": "{}", "partitions": "1_0"}, "partitions must be numbers"),
+        ({"brokers": "a", "ranges": "{}", "partitions": "+1"}, "partitions must be numbers"),
+        ({"brokers": "a", "ranges": "{}", "partitions": " , "}, "partitions must name at least one"),
+        ({"brokers": "a", "ranges": "{}", "partitions": "0,0"}, "partitions names partition 0 twice"),
+        ({"brokers": "a", "ranges": "{}", "batchSize": "1_000"}, "batchSize must be a int, got '1_000'"),
         ({"brokers": "a", "ranges": "{}", "startOffset": "1"}, "unknown liftbridge source option(s) ['startoffset']"),
     ],
 )
