@@ -91,7 +91,7 @@ class PublishPaths:
         if correlation_id is not None and (
             not isinstance(correlation_id, str) or not correlation_id or not checks.is_utf8(correlation_id)
         ):
-            raise InvalidArgumentError(f"correlation_id must be a non-empty UTF-8 string, got {correlation_id!r}")
+            raise InvalidArgumentError(f"correlation_id must be a non-empty string (UTF-8), got {correlation_id!r}")
         chooser = resolve_partitioner(partitioner)
         if partition is not None:
             checks.check_partition(partition, stream=stream)
