@@ -39,8 +39,8 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import LiftbridgeClient, NatsConfig, columns
 from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.messages import AckPolicy
-from liftbridge_provider.client.publish.direct_call import DirectCall
 from liftbridge_provider.client.publish.nats_publisher import NatsBatchPublisher
+from liftbridge_provider.client.publish.polled_call import PolledCall
 from liftbridge_provider.client.publish.prepare import batch_requests
 from liftbridge_provider.client.publish.publish_stream import Answer
 from liftbridge_provider.client.publish.publisher import BatchPublisher
@@ -191,7 +191,7 @@ def sync_publish(server: DevServer, client: LiftbridgeClient, count: int, top: i
 
 
 def sync_steps(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
-    """p50 of each step of a single publish, from timestamps taken by wrappers around the direct path."""
+    """p50 of each step of a single publish, from timestamps taken by wrappers around the polled call."""
     name = with_stream(server, client, "steps")
     stamps: dict[str, float] = {}
 
@@ -206,8 +206,8 @@ def sync_steps(server: DevServer, client: LiftbridgeClient, count: int, top: int
 
         setattr(owner, method, wrapper)
 
-    stamped(DirectCall, "send", "write")
-    stamped(DirectCall, "_on_event", "ack event")
+    stamped(PolledCall, "send", "write")
+    stamped(PolledCall, "_account", "ack event")  # the last event taken before the answer is set: the ack
     stamped(Answer, "set", "answer")
     client.publish(name, VALUE)
     steps: dict[str, list[float]] = {}
@@ -218,7 +218,7 @@ def sync_steps(server: DevServer, client: LiftbridgeClient, count: int, top: int
         spans = {
             "client code before the write": stamps["write"] - started,
             "the write (grpc operate, on the caller's thread)": stamps["write done"] - stamps["write"],
-            "write -> ack event on the channel's thread": stamps["ack event"] - stamps["write done"],
+            "write -> ack event polled by the caller": stamps["ack event"] - stamps["write done"],
             "ack event -> answer set": stamps["answer"] - stamps["ack event"],
             "answer set -> caller back from publish": ended - stamps["answer"],
             "whole publish": ended - started,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 import uuid
 from typing import Any
 
+import grpc
 import pytest
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
@@ -21,7 +21,7 @@ from liftbridge_provider.client import (
     UnavailableError,
 )
 from liftbridge_provider.client.publish import publish_stream
-from liftbridge_provider.client.publish.direct_call import DirectCall, open_direct_call
+from liftbridge_provider.client.publish.polled_call import PolledCall, open_polled_call
 from liftbridge_provider.client.publish.publish_stream import sticky_order
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.cluster import Node
@@ -91,21 +91,22 @@ def test_refusals_come_back_typed_and_not_stored(client: LiftbridgeClient) -> No
     assert ack.offset == 0
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct", "iterator-api"])
+@pytest.mark.parametrize("polled", [True, False], ids=["polled", "iterator-api"])
 def test_acks_in_order_then_an_idle_stream_closes_itself_and_the_next_publish_opens_another(
-    liftbridge_server: DevServer, monkeypatch: pytest.MonkeyPatch, direct: bool
+    liftbridge_server: DevServer, monkeypatch: pytest.MonkeyPatch, polled: bool
 ) -> None:
-    """Driven directly (the pinned grpcio must take that path) and through grpc's iterator API (the fallback
-    for a grpcio without direct_call.py's private parts): every ack in order, idle close, a new stream."""
-    if not direct:
-        monkeypatch.setattr(publish_stream, "open_direct_call", lambda *args: None)
+    """Driven by its callers (the pinned grpcio must take that path) and through grpc's iterator API (the
+    fallback for a grpcio without polled_call.py's private parts): every ack in order, idle close, a new
+    stream."""
+    if not polled:
+        monkeypatch.setattr(publish_stream, "open_polled_call", lambda *args, **kwargs: None)
     with LiftbridgeClient(liftbridge_server.brokers, keep_alive_time=1.0) as client:
         name = new_stream(client)
         before = set(publish_threads())
         acks = [client.publish(name, f"m{i}".encode()) for i in range(50)]
         assert [ack.offset for ack in acks if ack is not None] == list(range(50))
         (stream,) = client._publishing.shared_streams._streams.values()
-        assert stream.direct is direct
+        assert stream.polled is polled
         # The stream's thread takes its name on grpc's request thread, a moment after the call opens, and a
         # loaded machine may pause here past the 1 s idle limit: wait for the name, or for the stream to
         # have closed itself already.
@@ -225,48 +226,47 @@ def test_a_message_that_cannot_be_written_by_its_deadline_is_not_sent_later(lift
         assert not_sent.isdisjoint(stored), "a message its caller was told was not sent was stored"
 
 
-def test_a_failing_response_handler_does_not_end_the_channels_thread(client: LiftbridgeClient) -> None:
-    """Guards review finding 3: DirectCall's handler runs on grpc's channel thread; an exception escaping it
-    ended that thread, and every later stream call on the channel hung. Now the error is logged, the other
-    calls on the channel go on."""
+def test_a_failing_response_handler_leaves_the_call_to_the_next_caller(client: LiftbridgeClient) -> None:
+    """The response handler runs on the thread of the caller that polls the call. An exception escaping it
+    must neither end that poll with the call still marked as polled (every later caller would wait for a
+    poller that never comes back) nor stop the call: the next response, polled by another thread, still
+    reaches the handler, and the call still ends when cancelled."""
     name = new_stream(client)
     address = client._router.broker_addresses()[0]
-    received: list[Any] = []
+    received: list[api.PublishResponse] = []
+    ended: list[Any] = []
 
-    def failing(response: Any) -> None:
+    def failing_once(response: api.PublishResponse) -> None:
         received.append(response)
-        raise RuntimeError("handler bug")
+        if len(received) == 1:
+            raise RuntimeError("handler bug")
 
-    def publish_on(call: DirectCall, value: bytes) -> None:
+    def publish_and_wait(call: PolledCall, value: bytes, count: int) -> None:
         request = api.PublishRequest(stream=name, value=value, correlationId=value.decode(), ackPolicy=api.LEADER)
         call.send(request, time.monotonic() + 5)
-
-    stop = threading.Event()
-
-    def hold_open() -> None:
-        stop.wait(30)
+        assert call.drive(lambda: len(received) >= count, time.monotonic() + 5), f"no response for {value!r}"
 
     with client._pool.lease(address) as pooled:
-        broken = open_direct_call(pooled.stub.PublishAsync, hold_open, failing, lambda call: None)
-        assert broken is not None
-        working = None
+        call = open_polled_call(
+            pooled.channel,
+            name="test-polled-call",
+            idle_close=60,
+            close_if_idle=lambda: False,
+            on_response=failing_once,
+            on_end=ended.append,
+        )
+        assert call is not None, "the pinned grpcio has the parts polled_call.py drives"
         try:
-            publish_on(broken, b"first")
-            deadline = time.monotonic() + 5
-            while not received and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert received, "the first ack reached the handler"
-            acks: queue.SimpleQueue[api.PublishResponse] = queue.SimpleQueue()
-            working = open_direct_call(pooled.stub.PublishAsync, hold_open, acks.put, lambda call: None)
-            assert working is not None
-            publish_on(working, b"second")
-            ack = acks.get(timeout=5)  # hung (queue.Empty after 5 s) when the channel's thread had died
-            assert ack.ack.offset == 1
+            publish_and_wait(call, b"first", 1)
+            other = threading.Thread(target=publish_and_wait, args=(call, b"second", 2))
+            other.start()
+            other.join(timeout=10)
+            assert not other.is_alive(), "the second caller never got to poll"
+            assert [response.ack.offset for response in received] == [0, 1]
         finally:
-            stop.set()
-            for call in (broken, working):
-                if call is not None:
-                    call.cancel()
+            call.cancel()
+        wait_until(lambda: ended, 5, "the cancelled call's end")
+        assert ended[0].code() is grpc.StatusCode.CANCELLED
 
 
 def test_a_publish_after_its_first_broker_died_between_publishes_goes_to_another_broker(

@@ -2,7 +2,7 @@
 
 - a unary ``Publish`` / ``PublishToSubject`` call, sent once (``plans.send_once``);
 - single publishes on the PublishAsync streams every publish of a client shares
-  (``publish_stream.py``, driven without grpc's thread hand-offs by ``direct_call.py``);
+  (``publish_stream.py``, polled by the callers waiting for acks in ``polled_call.py``);
 - a pipelined ``publish_batch`` over the client's own HTTP/2 call (``publisher.py`` on
   ``h2_transport.py`` and ``h2_call.py``, the bookkeeping in ``publish_window.py``);
 - ``publish_batch`` over NATS (``nats_publisher.py``, ``nats_direct.py``, ``envelope.py``).

@@ -4,8 +4,9 @@
 inbox subscription per message; like go-liftbridge's ``Publish``, the client
 instead keeps one PublishAsync stream per broker open and matches acks to
 callers by correlation id, which roughly halves the time to an ack. The
-stream is driven without grpc's per-message thread hand-offs where grpcio
-allows (``direct_call.py``): a third less time again.
+stream is driven by the callers that wait for its acks where grpcio allows
+(``polled_call.py``): no thread hand-off between an ack's arrival and its
+caller.
 
 Guarantees, as for a unary publish:
 
@@ -52,7 +53,7 @@ from liftbridge_provider.client.errors import (
 )
 from liftbridge_provider.client.health import HEALTH, SUSPECT_FOR, Signal
 from liftbridge_provider.client.plans import CONNECT_TRY, Connection, NotSent
-from liftbridge_provider.client.publish.direct_call import CallEnded, DirectCall, SendStalled, open_direct_call
+from liftbridge_provider.client.publish.polled_call import CallEnded, PolledCall, SendStalled, open_polled_call
 from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,11 @@ class Answer:
         self._error = error
         self._ready.release()
 
+    @property
+    def ready(self) -> bool:
+        """Set or failed: :meth:`result` returns at once."""
+        return self._response is not None or self._error is not None
+
     def result(self, timeout: float) -> api.PublishResponse:
         """The response, or the error it failed with; TimeoutError after ``timeout`` s."""
         if not self._ready.acquire(timeout=timeout):
@@ -110,10 +116,10 @@ class Answer:
 class BrokerStream:
     """One PublishAsync call to one broker: callers' requests out, each ack handed to the caller waiting for it.
 
-    The call is driven directly (:mod:`~liftbridge_provider.client.publish.direct_call`: the caller's thread writes, the
-    channel's thread hands the ack over) or, on a grpcio without the parts that needs, through grpc's iterator
-    API (:class:`_QueuedCall`). Either way one thread named ``liftbridge-publish-<address>`` lives as long as
-    the stream.
+    The call is driven by its callers (:mod:`~liftbridge_provider.client.publish.polled_call`: the caller's
+    thread writes, and the callers waiting for acks read them) or, on a grpcio without the parts that needs,
+    through grpc's iterator API (:class:`_QueuedCall`). Either way one thread named
+    ``liftbridge-publish-<address>`` lives as long as the stream.
     """
 
     def __init__(self, address: str, lease: AbstractContextManager[PooledChannel], idle_close: float) -> None:
@@ -123,19 +129,17 @@ class BrokerStream:
         self._pending: dict[str, Answer] = {}
         self._lock = threading.Lock()
         self._closing = False
-        self._closed = threading.Event()
         self._last_sent = time.monotonic()
         pooled = self._pooled = lease.__enter__()
-        method = pooled.stub.PublishAsync
-        direct = open_direct_call(method, self._hold_open, self._on_response, self._on_end)
-        self._call: DirectCall | _QueuedCall = direct or _QueuedCall(
-            method,
-            name=f"liftbridge-publish-{address}",
-            idle_close=idle_close,
-            close_if_idle=self.close_if_idle,
-            on_response=self._on_response,
-            on_end=self._on_end,
-        )
+        handlers: dict[str, Any] = {
+            "name": f"liftbridge-publish-{address}",
+            "idle_close": idle_close,
+            "close_if_idle": self.close_if_idle,
+            "on_response": self._on_response,
+            "on_end": self._on_end,
+        }
+        polled = open_polled_call(pooled.channel, **handlers)
+        self._call: PolledCall | _QueuedCall = polled or _QueuedCall(pooled.stub.PublishAsync, **handlers)
 
     @property
     def usable(self) -> bool:
@@ -144,9 +148,9 @@ class BrokerStream:
         return not self._closing and self._pooled.ready()
 
     @property
-    def direct(self) -> bool:
-        """The call is driven directly (no thread hand-offs per message)."""
-        return isinstance(self._call, DirectCall)
+    def polled(self) -> bool:
+        """The call is driven by its callers (no thread hand-off per ack)."""
+        return isinstance(self._call, PolledCall)
 
     def send(self, request: api.PublishRequest, deadline: float) -> Answer:
         """Send ``request``; the answer gets its response. StreamClosed when this stream takes no more,
@@ -175,13 +179,20 @@ class BrokerStream:
         with self._lock:
             return self._pending.pop(correlation_id, None) is not None
 
+    def result(self, answer: Answer, deadline: float) -> api.PublishResponse:
+        """``answer``'s response (or its error) once it comes; TimeoutError at ``deadline`` (``time.monotonic()``)."""
+        if isinstance(self._call, PolledCall):
+            self._call.drive(lambda: answer.ready, deadline)
+            return answer.result(timeout=0.0)
+        return answer.result(timeout=max(deadline - time.monotonic(), 0.0))
+
     def close(self, error: Callable[[], LiftbridgeError]) -> None:
-        """Stop taking requests, cancel the call, fail what still waits with a new ``error()`` each."""
+        """Stop taking requests, fail what still waits with a new ``error()`` each, cancel the call (in that
+        order: the stream's end, reported as the broker's, must not answer a waiting caller first)."""
         with self._lock:
             self._closing = True
-        self._call.cancel()  # before _closed: a half-close first would fail a write racing it as may-be-stored
-        self._closed.set()
         self._fail_pending(error)
+        self._call.cancel()
 
     def close_if_idle(self) -> bool:
         """Nothing sent for ``idle_close`` s and no ack awaited: stop taking requests (True)."""
@@ -190,13 +201,6 @@ class BrokerStream:
                 return False
             self._closing = True
             return True
-
-    def _hold_open(self) -> None:
-        """Block while the direct call should stay open (on grpc's request thread, named after the stream)."""
-        threading.current_thread().name = f"liftbridge-publish-{self.address}"
-        while not self._closed.wait(max(self._last_sent + self._idle_close - time.monotonic(), self._idle_close / 10)):
-            if self.close_if_idle():
-                return
 
     def _on_response(self, response: api.PublishResponse) -> None:
         HEALTH.answered(self.address)
@@ -212,7 +216,6 @@ class BrokerStream:
         reason = "the server ended the stream" if code is grpc.StatusCode.OK else f"{code.name}: {call.details()}"
         with self._lock:
             self._closing = True
-        self._closed.set()  # the request thread (_hold_open) ends now, not after idle_close
         self._lease.__exit__(None, None, None)
         self._fail_pending(
             lambda: UnavailableError(
@@ -232,7 +235,7 @@ class BrokerStream:
 
 class _QueuedCall:
     """grpc's iterator API: requests through a queue to grpc's sending thread, responses read by a thread of
-    ours (three thread hand-offs per message and ack; the fallback of :class:`DirectCall`)."""
+    ours (three thread hand-offs per message and ack; the fallback of :class:`PolledCall`)."""
 
     def __init__(
         self,
@@ -391,7 +394,7 @@ class PublishStreams:
         deadline: float,
     ) -> api.PublishResponse:
         try:
-            return answer.result(timeout=max(deadline - time.monotonic(), 0.0))
+            return stream.result(answer, deadline)
         except TimeoutError:
             if not stream.forget(request.correlationId):  # the answer came as the wait ended: it is being set
                 return self._late(answer, stream, request)
