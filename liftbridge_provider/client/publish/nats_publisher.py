@@ -27,7 +27,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import nats
@@ -203,11 +203,11 @@ class NatsBatchPublisher:
         self._closed = asyncio.Event()  # set when nats-py has closed the current connection
         self._sizes_checked = False
 
-    def run(self) -> BatchResult:
-        """Publish the batch (blocking) and return the result."""
+    def run(self, closed: Callable[[], bool] = lambda: False) -> BatchResult:
+        """Publish the batch (blocking) and return the result; ClientClosedError once ``closed()`` (the client's)."""
         # Plain asyncio: with uvloop, nats-py's close after a lost connection fails on the closed transport and
         # skips its cleanup; uvloop saves little CPU on this path, not worth that.
-        return run_in_private_loop(self._run(), name="liftbridge-publish-nats", use_uvloop=False)
+        return run_in_private_loop(self._run(), name="liftbridge-publish-nats", use_uvloop=False, closed=closed)
 
     async def _run(self) -> BatchResult:
         self._wakeup = asyncio.Event()

@@ -298,7 +298,8 @@ class PublishPaths:
         publisher = NatsBatchPublisher(
             self.config.nats, requests, subjects, window=window, ack_wait=ack_wait, deadline=deadline, refused=refused
         )
-        return publisher.run()
+        pool = self._router.pool
+        return publisher.run(closed=lambda: pool.closed)
 
     def _ready_for_nats(self, info: PartitionInfo, deadline: Deadline | None) -> LiftbridgeError | None:
         """None when messages may go to the partition's subject; else why not (nothing is sent to it)."""

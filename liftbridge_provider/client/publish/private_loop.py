@@ -4,43 +4,102 @@ The batch publishers run on asyncio (far less CPU per message than gRPC's
 threaded streaming API or a blocking socket), but are called from synchronous
 code that may itself be inside a running loop (a notebook, an Airflow
 triggerer): a thread of its own keeps them apart.
+
+The work stops when its caller stops waiting for it: a caller interrupted in
+the wait (Ctrl-C, or the exception Airflow's SIGTERM handler raises in a task
+being killed) cancels the coroutine, and so does the client's ``close()``;
+otherwise the thread would go on sending after the caller has gone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from liftbridge_provider.client.errors import ClientClosedError
+
 T = TypeVar("T")
+CLOSED_CHECK = 0.1  # seconds between the waiting caller's looks at ``closed()``
+STOP_WAIT = 5.0  # seconds the caller waits for the cancelled coroutine to end before it leaves anyway
 
 
-def _run_loop(coroutine: Coroutine[Any, Any, T], use_uvloop: bool) -> T:
-    """Run ``coroutine`` in a new event loop: uvloop's when installed and wanted (less CPU per message)."""
+def _loop_factory(use_uvloop: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when installed and wanted (less CPU per message), else asyncio's default."""
     if not use_uvloop:
-        return asyncio.run(coroutine)
+        return None
     try:
         import uvloop  # noqa: PLC0415 - optional speed-up
     except ImportError:
-        return asyncio.run(coroutine)
-    return uvloop.run(coroutine)
+        return None
+    return uvloop.new_event_loop
 
 
-def run_in_private_loop(coroutine: Coroutine[Any, Any, T], *, name: str, use_uvloop: bool = True) -> T:
-    """Run ``coroutine`` on a new loop in a daemon thread called ``name``; return its result or raise its error."""
+def run_in_private_loop(
+    coroutine: Coroutine[Any, Any, T],
+    *,
+    name: str,
+    use_uvloop: bool = True,
+    closed: Callable[[], bool] = lambda: False,
+) -> T:
+    """Run ``coroutine`` on a new loop in a daemon thread called ``name``; return its result or raise its error.
+
+    When ``closed()`` turns true (checked every ``CLOSED_CHECK`` s) the coroutine is cancelled and
+    ClientClosedError (``may_be_stored``: what was sent before may have been stored) is raised; when the wait
+    is interrupted, the coroutine is cancelled and the interruption raised. Either way the caller waits up to
+    ``STOP_WAIT`` s for the coroutine to end, so nothing is sent after it returns.
+    """
     outcome: list[T] = []
     errors: list[BaseException] = []
+    running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
+    stopped = threading.Event()
+
+    async def tracked() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        running.append((asyncio.get_running_loop(), task))
+        if stopped.is_set():  # cancelled before it started: _cancel may not have seen the task
+            coroutine.close()
+            raise asyncio.CancelledError()
+        return await coroutine
 
     def main() -> None:
         try:
-            outcome.append(_run_loop(coroutine, use_uvloop))
+            with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
+                outcome.append(runner.run(tracked()))
         except BaseException as exc:  # handed to the calling thread below
             errors.append(exc)
 
     worker = threading.Thread(target=main, name=name, daemon=True)
     worker.start()
-    worker.join()
+    try:
+        while worker.is_alive():
+            worker.join(CLOSED_CHECK)
+            if worker.is_alive() and closed():
+                _cancel(stopped, running, worker)
+                raise ClientClosedError(
+                    "the Liftbridge client was closed while a batch was being published; messages sent before "
+                    "may have been stored",
+                    may_be_stored=True,
+                )
+    except BaseException:
+        _cancel(stopped, running, worker)
+        raise
     if errors:
         raise errors[0]
     return outcome[0]
+
+
+def _cancel(
+    stopped: threading.Event,
+    running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]],
+    worker: threading.Thread,
+) -> None:
+    """Cancel the coroutine (or stop it from starting) and wait up to ``STOP_WAIT`` s for its thread to end."""
+    stopped.set()
+    for loop, task in list(running):
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the coroutine is over
+            loop.call_soon_threadsafe(task.cancel)
+    worker.join(STOP_WAIT)

@@ -148,8 +148,9 @@ class BatchPublisher:
         self._release_at: float | None = None  # when to release the held messages (monotonic)
 
     def run(self) -> BatchResult:
-        """Publish the batch (blocking) and return the result."""
-        return run_in_private_loop(self._run(), name="liftbridge-publish-batch")
+        """Publish the batch (blocking) and return the result; ClientClosedError when the client closes first."""
+        pool = self._router.pool
+        return run_in_private_loop(self._run(), name="liftbridge-publish-batch", closed=lambda: pool.closed)
 
     async def _run(self) -> BatchResult:
         self._finished = asyncio.Event()
