@@ -31,6 +31,13 @@ from collections.abc import Callable, Iterable
 from enum import Enum
 
 SUSPECT_FOR = 30.0  # seconds a broker that was silent or broke goes last
+FAIR_CHANCE = 1.0  # seconds a broker must have had to answer before its silence counts against it
+
+
+def silence_counts(given: float) -> bool:
+    """A broker that did not answer in ``given`` seconds is to be told SILENT: only when it had a fair chance
+    (a caller's tiny timeout, not the broker, cut the wait short otherwise)."""
+    return given >= FAIR_CHANCE
 
 
 class Signal(Enum):

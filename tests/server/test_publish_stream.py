@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -20,6 +21,7 @@ from liftbridge_provider.client import (
     ReadonlyPartitionError,
     UnavailableError,
 )
+from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.publish import publish_stream
 from liftbridge_provider.client.publish.polled_call import PolledCall, open_polled_call
 from liftbridge_provider.client.publish.publish_stream import sticky_order
@@ -401,3 +403,19 @@ def test_closing_the_client_while_threads_make_their_first_publishes(liftbridge_
     assert not unexpected, unexpected[:5]
     assert len(outcomes) == 40 * 8
     wait_until(lambda: not set(publish_threads()) - before, 5, "the closed clients' stream threads to end")
+
+
+@pytest.mark.parametrize("timeout", [0.0001, 0.0003, 0.002])
+def test_a_timeout_too_short_for_any_broker_leaves_the_broker_trusted(client: LiftbridgeClient, timeout: float) -> None:
+    """A publish given less time than any broker needs to answer ends by its timeout, but that says nothing of
+    the broker: it must not go last for the next 30 s (before, a 0.1 ms or 0.3 ms timeout put the healthy
+    broker last for every path of the process)."""
+    name = new_stream(client)
+    assert client.publish(name, b"warm-up") is not None
+    address = client._router.broker_addresses()[0]
+    for _ in range(20):
+        HEALTH.clear()
+        with contextlib.suppress(LiftbridgeTimeoutError):
+            client.publish(name, b"hurried", timeout=timeout)
+        assert not HEALTH.suspected(address), f"a {timeout * 1000:g} ms timeout put the broker last"
+    assert client.publish(name, b"after", timeout=10) is not None

@@ -157,6 +157,7 @@ class PolledCall:
         """Write one request; CallEnded if the call is over or closing, SendStalled if the previous write did not
         finish by ``deadline`` (``time.monotonic()``). Either way this request was not sent."""
         serialized = request.SerializeToString()
+        polled_late = False  # one poll after the deadline: the last write's completion may be queued, unseen
         with self._lock:
             while True:
                 if self._status is not None or self._stopping:
@@ -164,12 +165,15 @@ class PolledCall:
                 if not self._writing:
                     break
                 left = deadline - time.monotonic()
-                if left <= 0:
-                    raise SendStalled()
                 if self._polling:
+                    if left <= 0:
+                        raise SendStalled()
                     self._turn.wait(min(left, FOLLOW_SLICE))
-                else:
-                    self._poll(deadline)
+                    continue
+                if polled_late:
+                    raise SendStalled()
+                polled_late = left <= 0
+                self._poll(deadline)  # past its deadline, the keeper wakes it at once
             if not self._operate((cygrpc.SendMessageOperation(serialized, 0),), _SEND):
                 raise CallEnded()
             self._writing = True

@@ -51,7 +51,7 @@ from liftbridge_provider.client.errors import (
     LiftbridgeTimeoutError,
     UnavailableError,
 )
-from liftbridge_provider.client.health import HEALTH, SUSPECT_FOR, Signal
+from liftbridge_provider.client.health import HEALTH, SUSPECT_FOR, Signal, silence_counts
 from liftbridge_provider.client.plans import CONNECT_TRY, Connection, NotSent
 from liftbridge_provider.client.publish.polled_call import CallEnded, PolledCall, SendStalled, open_polled_call
 from liftbridge_provider.core.errors import LiftbridgeError
@@ -313,7 +313,7 @@ class PublishStreams:
             except NotSent as exc:
                 last = exc
                 continue
-            return self._wait(answer, stream, request, deadline)
+            return self._wait(answer, stream, request, deadline, sent=time.monotonic())
         assert last is not None, "no broker address to publish to"
         raise last
 
@@ -327,15 +327,18 @@ class PublishStreams:
     def _send(self, address: str, request: api.PublishRequest, deadline: float) -> tuple[Answer, BrokerStream]:
         for _ in range(3):  # a stream may close between taking it and sending: take a fresh one
             stream = self._stream(address, deadline)
+            started = time.monotonic()
             try:
                 return stream.send(request, deadline), stream
             except StreamClosed:
                 continue
             except SendStalled:
-                HEALTH.tell(address, Signal.SILENT)
+                if silence_counts(deadline - started):
+                    HEALTH.tell(address, Signal.SILENT)
                 raise LiftbridgeTimeoutError(
-                    f"the PublishAsync stream to {address} was still writing an earlier message at the deadline "
-                    "(the broker is frozen or slow); this message was not sent",
+                    f"the deadline came before this message could be written on the PublishAsync stream to {address} "
+                    "(its previous write had not finished: a frozen or slow broker, or a timeout too short); this "
+                    "message was not sent",
                     stream=request.stream,
                     partition=request.partition,
                     code=grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -392,14 +395,17 @@ class PublishStreams:
         stream: BrokerStream,
         request: api.PublishRequest,
         deadline: float,
+        *,
+        sent: float,
     ) -> api.PublishResponse:
         try:
             return stream.result(answer, deadline)
         except TimeoutError:
             if not stream.forget(request.correlationId):  # the answer came as the wait ended: it is being set
                 return self._late(answer, stream, request)
-            HEALTH.tell(stream.address, Signal.SILENT)
-            log.warning("no ack from %s in time; it goes last for %gs", stream.address, SUSPECT_FOR)
+            if silence_counts(deadline - sent):
+                HEALTH.tell(stream.address, Signal.SILENT)
+                log.warning("no ack from %s in time; it goes last for %gs", stream.address, SUSPECT_FOR)
             raise _no_ack_in_time(request) from None
         except LiftbridgeError as exc:
             exc.stream, exc.partition = request.stream, request.partition
