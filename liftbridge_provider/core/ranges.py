@@ -255,6 +255,12 @@ def check_partitions(partitions: Iterable[int] | None, count: int, stream: str) 
     return [check_partition(partition, count, stream) for partition in partitions]
 
 
+def check_chosen_partitions(partitions: Iterable[int] | None, count: int, stream: str) -> list[int]:
+    """A user's choice of partitions (None: all ``0..count-1``): not empty (:func:`check_chosen`), and each
+    one of the stream's (:func:`check_partitions`)."""
+    return check_partitions(check_chosen(partitions, stream), count, stream)
+
+
 def parse_instant(value: datetime | str, what: str) -> datetime:
     """An aware datetime from itself or ISO 8601 text (as ``{{ data_interval_start }}`` renders); naive
     times and anything else are refused, naming ``what``."""

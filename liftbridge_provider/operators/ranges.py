@@ -21,8 +21,7 @@ from liftbridge_provider.core.ranges import (
     FROZEN_CURSORS,
     OffsetRange,
     RangesDocument,
-    check_chosen,
-    check_partitions,
+    check_chosen_partitions,
     check_retention,
     interval_start_may_be_lost,
     parse_instant,
@@ -206,7 +205,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         with self.client() as client:
             interval = self._interval()
             count = len(client.stream_info(self.stream).partitions)
-            partitions = check_partitions(check_chosen(self.partitions, self.stream), count, self.stream)
+            partitions = check_chosen_partitions(self.partitions, count, self.stream)
             starts = self._starts(partitions)
             ends = None if isinstance(self.end, str) else partition_offsets(self.end, "end")
             cursors = {}

@@ -13,7 +13,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from liftbridge_provider import telemetry
 from liftbridge_provider.client import CursorMovedError, CursorStep, InvalidArgumentError, LiftbridgeClient, Message
 from liftbridge_provider.core.functions import import_function
-from liftbridge_provider.core.ranges import check_chosen, check_partitions, partition_offsets
+from liftbridge_provider.core.ranges import check_chosen_partitions, check_partitions, partition_offsets
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
 from liftbridge_provider.operators._base import failing_without_retries, run_state
 from liftbridge_provider.sensors.offset import PERMANENT_EVENT_ERRORS
@@ -110,7 +110,7 @@ class LiftbridgeMessageSensor(BaseSensorOperator):
         if stored is not None:
             return partition_offsets(stored, "stored positions")
         count = len(client.stream_info(self.stream).partitions)
-        chosen = check_partitions(check_chosen(self.partitions, self.stream), count, self.stream)
+        chosen = check_chosen_partitions(self.partitions, count, self.stream)
         if self.start == "latest":
             positions = {p: client.fetch_partition_metadata(self.stream, p).high_watermark + 1 for p in chosen}
         elif self.start == "cursor":

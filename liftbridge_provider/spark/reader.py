@@ -43,7 +43,7 @@ from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.core.ranges import (
     OffsetRange,
     RangesDocument,
-    check_chosen,
+    check_chosen_partitions,
     check_partitions,
     check_retention,
     interval_start_may_be_lost,
@@ -121,7 +121,7 @@ def resolve_ranges(options: ReadOptions, client: LiftbridgeClient) -> RangesDocu
         assert options.starting_offsets is not None
         assert options.ending_offsets is not None
         count = len(client.stream_info(options.stream).partitions)
-        wanted = check_partitions(check_chosen(options.partitions, options.stream), count, options.stream)
+        wanted = check_chosen_partitions(options.partitions, count, options.stream)
         for bound in (options.starting_offsets, options.ending_offsets):  # none dropped in silence
             check_partitions(bound.named_partitions(), count, options.stream)
         starts = start_offsets(client, options.stream, options.starting_offsets, wanted)

@@ -33,7 +33,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from liftbridge_provider.client import CursorMovedError, InvalidArgumentError, LiftbridgeClient
-from liftbridge_provider.core.ranges import OffsetRange, check_chosen, check_partitions, partition_offsets
+from liftbridge_provider.core.ranges import OffsetRange, check_chosen_partitions, check_partitions, partition_offsets
 from liftbridge_provider.core.spark_planning import plan_slices, rate_limit
 from liftbridge_provider.spark.options import ReadOptions
 from liftbridge_provider.spark.reader import (
@@ -76,7 +76,7 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def _partitions(self, client: LiftbridgeClient) -> list[int]:
         count = len(client.stream_info(self.stream).partitions)
-        return check_partitions(check_chosen(self.options.partitions, self.stream), count, self.stream)
+        return check_chosen_partitions(self.options.partitions, count, self.stream)
 
     def _available(self, client: LiftbridgeClient, partitions: list[int]) -> dict[int, int]:
         """The high watermark + 1 of each partition (committed offsets only; a paused one is not resumed)."""

@@ -38,7 +38,7 @@ from liftbridge_provider.client import (
 )
 from liftbridge_provider.client.cursor_advance import CursorMove, CursorStep, decide
 from liftbridge_provider.client.errors import past_a_readonly_end
-from liftbridge_provider.core.ranges import OffsetRange, check_chosen, check_partitions
+from liftbridge_provider.core.ranges import OffsetRange, check_chosen_partitions
 from liftbridge_provider.core.watching import (
     CursorNames,
     Outcome,
@@ -102,9 +102,7 @@ class _Reader(SharedStreamProducer):
         self._client = client = await hook.aget_async_client()
         metadata = await client.fetch_metadata([self.settings.stream])
         count = len(metadata.stream(self.settings.stream).partitions)
-        partitions = check_partitions(
-            check_chosen(self.settings.partitions, self.settings.stream), count, self.settings.stream
-        )
+        partitions = check_chosen_partitions(self.settings.partitions, count, self.settings.stream)
         return client, partitions
 
     def _claim_position(self) -> None:

@@ -52,6 +52,21 @@ def stream_query(
     return query
 
 
+def processing_query(brokers: list[str], stream: str, output: Path, checkpoint: Path, every: str) -> Any:
+    """A query from the default start (latest) writing Parquet every ``every``, started and left running."""
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    frame = spark.readStream.format("liftbridge").option("brokers", ",".join(brokers)).option("stream", stream)
+    return (
+        frame.load()
+        .writeStream.format("parquet")
+        .option("path", str(output))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=every)
+        .start()
+    )
+
+
 def offsets_in(spark: SparkSession, output: Path) -> list[tuple[int, int]]:
     return sorted(
         (r.partition, r.offset) for r in spark.read.parquet(str(output)).select("partition", "offset").collect()
@@ -256,16 +271,7 @@ def test_a_query_from_latest_on_a_stream_that_keeps_receiving_reads_what_comes_a
     publisher = threading.Thread(target=keep_publishing, daemon=True)
     publisher.start()
     output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    frame = spark.readStream.format("liftbridge").option("brokers", ",".join(liftbridge_server.brokers))
-    query = (
-        frame.option("stream", stream)
-        .load()
-        .writeStream.format("parquet")
-        .option("path", str(output))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="500 milliseconds")
-        .start()
-    )
+    query = processing_query(liftbridge_server.brokers, stream, output, checkpoint, "500 milliseconds")
     try:
         deadline = time.monotonic() + 120
         while sum(p["numInputRows"] for p in query.recentProgress) < 50 and time.monotonic() < deadline:
@@ -295,16 +301,7 @@ def test_a_first_micro_batch_restarted_before_it_committed_goes_on_from_its_end(
     output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
     def start() -> Any:
-        frame = spark.readStream.format("liftbridge").option("brokers", ",".join(liftbridge_server.brokers))
-        return (
-            frame.option("stream", stream)
-            .load()
-            .writeStream.format("parquet")
-            .option("path", str(output))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime="300 milliseconds")
-            .start()
-        )
+        return processing_query(liftbridge_server.brokers, stream, output, checkpoint, "300 milliseconds")
 
     def wait_for_rows(query: Any, rows: int) -> None:
         deadline = time.monotonic() + 120
