@@ -419,3 +419,36 @@ def test_a_timeout_too_short_for_any_broker_leaves_the_broker_trusted(client: Li
             client.publish(name, b"hurried", timeout=timeout)
         assert not HEALTH.suspected(address), f"a {timeout * 1000:g} ms timeout put the broker last"
     assert client.publish(name, b"after", timeout=10) is not None
+
+
+def test_a_poll_ends_by_its_deadline_even_when_the_keepers_idle_check_fails(client: LiftbridgeClient) -> None:
+    """The keeper thread wakes a caller's poll at the caller's deadline (no ack comes here: nothing was sent).
+    A keeper that died of an error in another duty (here the idle check, which raises every time) would
+    leave that poll blocked for ever; the keeper logs the error and goes on, and the poll ends on time."""
+    address = client._router.broker_addresses()[0]
+
+    def failing_idle_check() -> bool:
+        raise RuntimeError("idle check bug")
+
+    with client._pool.lease(address) as pooled:
+        call = open_polled_call(
+            pooled.channel,
+            name="test-polled-keeper",
+            idle_close=0.2,
+            close_if_idle=failing_idle_check,
+            on_response=lambda response: None,
+            on_end=lambda ended: None,
+        )
+        assert call is not None
+        try:
+            time.sleep(0.5)  # the idle check has failed a few times by now
+            outcome: list[bool] = []
+            started = time.monotonic()
+            poller = threading.Thread(target=lambda: outcome.append(call.drive(lambda: False, started + 1.0)))
+            poller.start()
+            poller.join(timeout=10)
+            assert not poller.is_alive(), "the poll was never woken at its deadline"
+            assert outcome == [False]
+            assert time.monotonic() - started < 3
+        finally:
+            call.cancel()

@@ -285,30 +285,41 @@ class PolledCall:
 
     def _keep(self) -> None:
         """The keeper thread: wakes a poll at its caller's deadline, half-closes the idle call, and polls a
-        stopped call to its end."""
+        stopped call to its end. An error in one round is logged and the next round runs (a keeper that died
+        would leave a poll on a silent broker without its alarm)."""
         with self._lock:
             while self._due > 0:
-                now = time.monotonic()
-                if self._stopping or self._status is not None:
-                    if self._polling:  # a caller polls: it or the keeper takes the rest after it
-                        self._keeper_turn.wait(FOLLOW_SLICE)
-                    else:
-                        self._poll(None)
-                    continue
-                if self._polling and now >= self._alarm:
-                    self._operate((), _WAKE)  # an empty batch: grpc completes it at once, the poll returns
-                    self._alarm = 0.0
-                wake_at = self._last_sent + self._idle_close
-                if now >= wake_at:
-                    if self._close_if_idle():
-                        self._half_close()
-                        continue
-                    wake_at = now + self._idle_close / 10
-                if self._alarm > now:  # the poll now or the last one: the next poll's deadline is mostly later
-                    wake_at = min(wake_at, self._alarm)
-                self._keeper_wakes_at = wake_at
-                self._keeper_turn.wait(max(wake_at - now, 0.0))
-                self._keeper_wakes_at = 0.0
+                try:
+                    self._keep_once()
+                except Exception:  # logged; waits a moment so that a lasting fault does not spin
+                    log.exception("the publish stream's keeper failed a round; it goes on")
+                    self._keeper_turn.wait(FOLLOW_SLICE)
+
+    def _keep_once(self) -> None:
+        """One round of :meth:`_keep` (under the lock): one duty done, or a wait until the next one is due."""
+        now = time.monotonic()
+        if self._stopping or self._status is not None:
+            if self._polling:  # a caller polls: it or the keeper takes the rest after it
+                self._keeper_turn.wait(FOLLOW_SLICE)
+            else:
+                self._poll(None)
+            return
+        if self._polling and now >= self._alarm:
+            self._operate((), _WAKE)  # an empty batch: grpc completes it at once, the poll returns
+            self._alarm = 0.0
+        wake_at = self._last_sent + self._idle_close
+        if now >= wake_at:
+            if self._close_if_idle():
+                self._half_close()
+                return
+            wake_at = now + self._idle_close / 10
+        if self._alarm > now:  # the poll now or the last one: the next poll's deadline is mostly later
+            wake_at = min(wake_at, self._alarm)
+        self._keeper_wakes_at = wake_at
+        try:
+            self._keeper_turn.wait(max(wake_at - now, 0.0))
+        finally:
+            self._keeper_wakes_at = 0.0
 
     def _half_close(self) -> None:
         """Tell the server no more requests come (under the lock); cancel when that cannot be sent, or when the
