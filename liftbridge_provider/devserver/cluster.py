@@ -257,6 +257,7 @@ def start_single(
     log_level: str = "info",
     timeout: float = 60.0,
     tie_to_parent: bool = True,
+    nats_conf: str = "",
 ) -> DevServer:
     """Start one Liftbridge node with embedded NATS and wait until it is ready.
 
@@ -271,6 +272,9 @@ def start_single(
     :param log_level: server log level (debug, info, warn, error).
     :param timeout: seconds to wait for readiness (default 60).
     :param tie_to_parent: kill the server if the starting thread dies (Linux).
+    :param nats_conf: settings appended to the embedded NATS server's config file, e.g. an
+        ``authorization`` block (then give Liftbridge its own ``nats.user``/``nats.password`` in
+        ``extra_config``).
     """
     _check_count("cursor_partitions", cursor_partitions)
     server = _new_server(data_dir, _cursor_setting(cursor_partitions, extra_config), credentials)
@@ -283,6 +287,7 @@ def start_single(
             extra=extra_config,
             log_level=log_level,
             tie_to_parent=tie_to_parent,
+            nats_conf=nats_conf,
         )
         server.nodes.append(node)
         _wait_ready_once_more_after_a_startup_panic(server, node, timeout)
@@ -412,6 +417,7 @@ def _start_node(
     extra: Mapping[str, Any] | None,
     log_level: str,
     tie_to_parent: bool,
+    nats_conf: str = "",
 ) -> Node:
     binary = binaries.liftbridge_binary()
     telemetry = binaries.has_telemetry(binaries.liftbridge_version(binary))
@@ -422,9 +428,9 @@ def _start_node(
     for _attempt in range(PORT_ATTEMPTS):
         port = config.free_port()
         nats_port = config.free_port() if embedded_nats else server.nats_port
-        nats_conf = folder / "nats.conf" if embedded_nats else None
-        if nats_conf is not None:
-            nats_conf.write_text(config.render_nats_conf(nats_port or 0))
+        nats_conf_path = folder / "nats.conf" if embedded_nats else None
+        if nats_conf_path is not None:
+            nats_conf_path.write_text(config.render_nats_conf(nats_port or 0, nats_conf))
         settings = config.liftbridge_settings(
             server_id=server_id,
             namespace=server.namespace,
@@ -436,7 +442,7 @@ def _start_node(
             cursor_partitions=server.cursor_partitions,
             telemetry_setting=telemetry,
             log_level=log_level,
-            embedded_nats_config=nats_conf,
+            embedded_nats_config=nats_conf_path,
             extra=extra,
         )
         node = Node(server_id, port, folder, process, nats_port=nats_port if embedded_nats else None)

@@ -116,6 +116,7 @@ def render_yaml(settings: Mapping[str, Any]) -> str:
     return "".join(f"{key}: {json.dumps(value)}\n" for key, value in settings.items())
 
 
-def render_nats_conf(port: int) -> str:
-    """Embedded NATS server settings: client port on loopback only, no monitoring."""
-    return f"host: {LOOPBACK}\nport: {port}\n"
+def render_nats_conf(port: int, extra: str = "") -> str:
+    """Embedded NATS server settings: client port on loopback only, no monitoring; ``extra`` (NATS config text,
+    e.g. an ``authorization`` block) appended."""
+    return f"host: {LOOPBACK}\nport: {port}\n{extra}"

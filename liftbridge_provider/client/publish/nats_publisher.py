@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -128,6 +129,16 @@ def _refused(exc: Exception) -> bool:
     return "authorization" in str(exc).lower()
 
 
+_DENIAL = re.compile(r'permissions violation for (publish|subscription) to "(.*)"')
+
+
+def _denial(exc: Exception) -> tuple[str, str] | None:
+    """``("publish" | "subscription", subject)`` when NATS denied this user that subject (the connection stays
+    up, the message or subscription is dropped); nats-py hands the server's error over lower-cased."""
+    found = _DENIAL.search(str(exc).lower())
+    return (found.group(1), found.group(2)) if found else None
+
+
 async def _connect(config: NatsConfig, **callbacks: Any) -> NatsClient:
     """One connection that never reconnects by itself: a lost connection is the publisher's to report.
 
@@ -200,6 +211,10 @@ class NatsBatchPublisher:
         self._errors = BatchErrors(self._stream, lambda index: requests[index].partition)
         self._wakeup: asyncio.Event | None = None
         self._lost: str | None = None  # why the current connection ended
+        self._lost_for_good = False  # and trying again cannot help (NATS denied the ack inbox)
+        self._inbox = ""  # the current connection's ack inbox, lower-cased as NATS errors arrive
+        self._denied: set[int] = set()  # partitions whose subject NATS denied this user publishing to
+        self._denied_failed: set[int] = set()  # of those, the ones whose messages awaiting an ack were failed
         self._closed = asyncio.Event()  # set when nats-py has closed the current connection
         self._sizes_checked = False
 
@@ -226,7 +241,7 @@ class NatsBatchPublisher:
                 break
             except _ConnectionBroken as failure:
                 broken = failure
-                lost = self._window.lose_in_flight(self._errors.lost(broken.reason))
+                lost = self._window.lose_in_flight(self._lost_error_for(broken))
                 attempt = 0 if self._window.acked > acked_before else attempt + 1
                 log.warning("NATS connection broke (%s); %d awaiting an ack failed", broken.reason, lost)
                 if broken.final or attempt >= MAX_CONNECT_ATTEMPTS or self._deadline_passed():
@@ -242,6 +257,7 @@ class NatsBatchPublisher:
             if not self._sizes_checked:
                 self._check_sizes(client.max_payload)
             inbox = client.new_inbox()
+            self._inbox = inbox.lower()
             if self._expects_ack:
                 subscription = await client.subscribe(inbox, cb=self._on_ack)
                 deliver_directly(client, subscription, self._on_ack_data)  # else the callback gets them
@@ -263,9 +279,15 @@ class NatsBatchPublisher:
                 self._end_at_deadline()
                 return
             if self._lost is not None:
-                raise _ConnectionBroken(self._lost)
+                raise _ConnectionBroken(self._lost, final=self._lost_for_good)
+            if self._denied:
+                self._fail_denied()
             sent = 0
             while sent < SEND_CHUNK and (index := window.take(now)) is not None:
+                partition = self._requests[index].partition
+                if partition in self._denied:  # NATS would drop it: not sent
+                    window.on_error(index, self._denied_error(partition))
+                    continue
                 await self._publish(client, index, inbox)
                 sent += 1
             if sent == SEND_CHUNK:
@@ -354,7 +376,39 @@ class NatsBatchPublisher:
     async def _on_nats_error(self, exc: Exception) -> None:
         if isinstance(exc, nats.errors.Error) and _refused(exc):
             self._lost = f"NATS refused this client: {exc}"
+        denial = _denial(exc)
+        if denial is not None:
+            self._on_denial(*denial)
         log.debug("NATS error: %r", exc)
+
+    def _on_denial(self, kind: str, subject: str) -> None:
+        """NATS denied this user ``subject``: publishing to it (those partitions' messages were dropped, and so
+        will be every later one), or subscribing to it (the ack inbox: no ack can come, the batch ends)."""
+        if kind == "publish":
+            denied = {p for p, s in self._subjects.items() if s.lower() == subject}
+            if denied - self._denied:
+                log.warning("NATS denies this client publishing to %r: partitions %s fail", subject, sorted(denied))
+            self._denied |= denied
+        elif subject == self._inbox:
+            self._lost = f"NATS denied this client the subscription to its ack inbox ({subject})"
+            self._lost_for_good = True
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _denied_error(self, partition: int) -> PermissionDeniedError:
+        return PermissionDeniedError(
+            f"NATS denies this client publishing to {self._subjects[partition]!r}; the message was not stored",
+            stream=self._stream,
+            partition=partition,
+        )
+
+    def _fail_denied(self) -> None:
+        """Fail the messages of newly denied partitions that await an ack: NATS dropped them."""
+        for partition in self._denied - self._denied_failed:
+            self._denied_failed.add(partition)
+            for index, request in enumerate(self._requests):
+                if request.partition == partition and self._window.is_waiting(index):
+                    self._window.on_error(index, self._denied_error(partition))
 
     async def _on_disconnect(self) -> None:
         if self._lost is None:
@@ -398,6 +452,17 @@ class NatsBatchPublisher:
                 too_large.size = size
                 self._window.refuse(index, too_large)
         self._sizes_checked = True
+
+    def _lost_error_for(self, broken: _ConnectionBroken) -> Callable[[int], LiftbridgeError]:
+        """The error of each message awaiting an ack when the connection ended (``broken``): may be stored."""
+        if not self._lost_for_good:
+            return self._errors.lost(broken.reason)
+        return lambda index: PermissionDeniedError(
+            f"{broken.reason}: the message was published but its ack cannot come; it may have been stored",
+            stream=self._stream,
+            partition=self._requests[index].partition,
+            may_be_stored=True,
+        )
 
     def _not_sent_error(self, broken: _ConnectionBroken) -> LiftbridgeError:
         kind = PermissionDeniedError if broken.final else UnavailableError
