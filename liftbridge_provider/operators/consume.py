@@ -65,7 +65,9 @@ class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
         seconds without a change, default 5), consumes those from the group's
         committed position (cursor ``__group:<group_id>``, shared with any other
         member of the group, Airflow or not), commits there, and leaves. Several
-        tasks (e.g. mapped) with one group share a stream's partitions. Not with
+        tasks (e.g. mapped) with one group share a stream's partitions. A retry keeps
+        the ranges an earlier try froze only while the group assigns it the same
+        partitions; otherwise it freezes them again from the group's cursor. Not with
         ``cursor_id`` or ``partitions``.
 
     Returns ``{"ranges": [...], "messages": n, "committed": {partition: offset}}``,
@@ -125,6 +127,25 @@ class LiftbridgeConsumeOperator(LiftbridgeOffsetRangesOperator):
         self.max_results = max_results
         self.group_id = group_id
         self.group_settle = group_settle
+
+    def _stored_ranges(self, value: Any) -> dict[str, Any] | None:
+        """As the base class, and for a group member only while the group still assigns this task the partitions
+        an earlier try froze: after a change, the group's other members own some of them (their cursor is the
+        group's), so the ranges are frozen again for the partitions assigned now, from the group's cursor."""
+        stored = super()._stored_ranges(value)
+        if stored is None or self.group_id is None:
+            return stored
+        frozen = sorted(r.partition for r in RangesDocument.parse(stored).ranges)
+        if frozen != sorted(self.partitions or []):
+            self.log.warning(
+                "group %r now assigns this task partitions %s, not %s as when an earlier try froze its ranges: "
+                "freezing again from the group's cursor",
+                self.group_id,
+                self.partitions,
+                frozen,
+            )
+            return None
+        return stored
 
     def _freeze(self) -> dict[str, Any]:
         document = super()._freeze()

@@ -172,3 +172,21 @@ def test_sensors_refuse_an_empty_partition_list(which: str) -> None:
     )
     with pytest.raises(AirflowFailException, match="partitions of stream 's' is empty"):
         sensor.poke({})
+
+
+def test_a_group_member_freezes_again_when_the_group_assigns_it_other_partitions() -> None:
+    """A consume task in a consumer group keeps its frozen ranges across retries only while the group assigns
+    it the same partitions. Before, a retry reused the first try's ranges after the group had moved a
+    partition to another member, and consumed (and committed on the group's cursor) a partition it no longer
+    owned, beside the member that did."""
+    from liftbridge_provider.core.ranges import OffsetRange, RangesDocument  # noqa: PLC0415
+
+    member = _consume(cursor_id=None, group_id="g")
+    earlier = RangesDocument("s", (OffsetRange(0, 0, 5), OffsetRange(1, 0, 5)), "__group:g").to_json()
+    member.partitions = [1]  # the group now gives partition 0 to another member
+    assert member._stored_ranges(earlier) is None, "the first try's ranges of partition 0 were reused"
+    member.partitions = [0, 1]
+    assert member._stored_ranges(earlier) == earlier, "the same assignment keeps the frozen ranges"
+    alone = _consume()  # not in a group: its partitions are the user's, the frozen ranges stay
+    alone.partitions = [1]
+    assert alone._stored_ranges({**earlier, "cursor_id": "c"}) is not None
