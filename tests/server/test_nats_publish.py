@@ -231,6 +231,32 @@ def test_unreachable_nats_fails_every_message_unsent_by_the_deadline(liftbridge_
         assert client.fetch_partition_metadata(name, 0).high_watermark == -1
 
 
+def test_a_name_lookup_slower_than_the_batch_deadline_does_not_hold_the_batch(
+    liftbridge_server: DevServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The NATS server's name takes 6 s to resolve (the resolver is replaced for that one name: no slow DNS
+    server runs here) and the batch has 1 s. The lookup runs on the loop's executor thread; closing the
+    batch's loop waited for that thread, so the batch returned after 6 s. It now returns by its deadline,
+    every message failed as not sent, and the lookup finishes on its own."""
+    resolve = socket.getaddrinfo
+
+    def slow_for_one_name(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "slow-dns.example":
+            time.sleep(6)
+            raise socket.gaierror(socket.EAI_NONAME, "no such host")
+        return resolve(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow_for_one_name)
+    nats = NatsConfig(servers=("nats://slow-dns.example:4222",), connect_timeout=10)
+    with LiftbridgeClient(ClientConfig(brokers=tuple(liftbridge_server.brokers), nats=nats)) as client:
+        name = new_stream(client)
+        started = time.monotonic()
+        result = client.publish_batch(name, [b"a", b"b"], timeout=1.0, raise_on_error=False)
+        elapsed = time.monotonic() - started
+        assert elapsed < 2.5, f"the batch returned {elapsed:.1f}s after its 1s deadline began"
+        assert [(f.index, f.may_be_stored) for f in result.failures] == [(0, False), (1, False)]
+
+
 def test_batch_deadline_during_a_hung_nats_connect_fails_every_message_as_the_deadline(
     liftbridge_server: DevServer,
 ) -> None:

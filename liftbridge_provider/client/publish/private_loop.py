@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from liftbridge_provider.client.errors import ClientClosedError
@@ -26,15 +27,38 @@ CLOSED_CHECK = 0.1  # seconds between the waiting caller's looks at ``closed()``
 STOP_WAIT = 5.0  # seconds the caller waits for the cancelled coroutine to end before it leaves anyway
 
 
-def _loop_factory(use_uvloop: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:
+def _new_loop(use_uvloop: bool) -> asyncio.AbstractEventLoop:
     """uvloop's loop when installed and wanted (less CPU per message), else asyncio's default."""
-    if not use_uvloop:
-        return None
+    if use_uvloop:
+        try:
+            import uvloop  # noqa: PLC0415 - optional speed-up
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def _run_to_end(coroutine: Coroutine[Any, Any, T], use_uvloop: bool, name: str) -> T:
+    """Run ``coroutine`` on a new loop and close the loop as ``asyncio.run`` does, except that the loop's
+    executor threads are not waited for: a name lookup (``getaddrinfo`` runs there) that outlives the
+    coroutine's deadline would otherwise hold the caller until it returned, for as long as the resolver takes."""
+    loop = _new_loop(use_uvloop)
+    executor = ThreadPoolExecutor(thread_name_prefix=f"{name}-lookup")
+    loop.set_default_executor(executor)
     try:
-        import uvloop  # noqa: PLC0415 - optional speed-up
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
+        return loop.run_until_complete(coroutine)
+    finally:
+        try:
+            left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            executor.shutdown(wait=False, cancel_futures=True)
+            loop.close()
 
 
 def run_in_private_loop(
@@ -67,8 +91,7 @@ def run_in_private_loop(
 
     def main() -> None:
         try:
-            with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
-                outcome.append(runner.run(tracked()))
+            outcome.append(_run_to_end(tracked(), use_uvloop, name))
         except BaseException as exc:  # handed to the calling thread below
             errors.append(exc)
 
