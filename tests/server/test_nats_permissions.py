@@ -16,7 +16,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from liftbridge_provider.client import LiftbridgeClient, NatsConfig, PermissionDeniedError, PublishMessage
+from liftbridge_provider.client import (
+    BatchResult,
+    LiftbridgeClient,
+    NatsConfig,
+    PermissionDeniedError,
+    PublishMessage,
+)
 from liftbridge_provider.devserver import DevServer, start_single
 
 NATS_USERS = """
@@ -51,18 +57,24 @@ def new_stream(client: LiftbridgeClient, subject: str, partitions: int = 1) -> s
     return name
 
 
+def fifty_denied(client: LiftbridgeClient, name: str) -> BatchResult:
+    """Publish 50 messages to ``name``: every one must fail with PermissionDeniedError, well before ``ACK_WAIT``."""
+    started = time.monotonic()
+    result = client.publish_batch(
+        name, [b"m%d" % i for i in range(50)], ack_wait=ACK_WAIT, timeout=60, raise_on_error=False
+    )
+    elapsed = time.monotonic() - started
+    assert len(result.failures) == 50
+    assert all(isinstance(f.error, PermissionDeniedError) for f in result.failures), result.failures[:2]
+    assert elapsed < ACK_WAIT / 2, f"the batch took {elapsed:.1f}s: it waited for acks"
+    return result
+
+
 def test_a_denied_subject_fails_its_messages_at_once_as_not_stored(guarded: DevServer) -> None:
     with client_as(guarded, "limited") as client:
         name = new_stream(client, "denied")
-        started = time.monotonic()
-        result = client.publish_batch(
-            name, [b"m%d" % i for i in range(50)], ack_wait=ACK_WAIT, timeout=60, raise_on_error=False
-        )
-        elapsed = time.monotonic() - started
-        assert len(result.failures) == 50
-        assert all(isinstance(f.error, PermissionDeniedError) for f in result.failures), result.failures[:2]
+        result = fifty_denied(client, name)
         assert not any(f.error.may_be_stored for f in result.failures), "NATS dropped them: none was stored"
-        assert elapsed < ACK_WAIT / 2, f"the denial took {elapsed:.1f}s: the batch waited for acks"
         assert client.fetch_partition_metadata(name, 0).newest_offset == -1, "nothing was stored"
 
 
@@ -85,14 +97,7 @@ def test_a_denied_ack_inbox_ends_the_batch_at_once(guarded: DevServer) -> None:
     every message failed: not sent, or sent and may be stored (NATS took it), never a wait for acks."""
     with client_as(guarded, "deaf") as client:
         name = new_stream(client, "open")
-        started = time.monotonic()
-        result = client.publish_batch(
-            name, [b"m%d" % i for i in range(50)], ack_wait=ACK_WAIT, timeout=60, raise_on_error=False
-        )
-        elapsed = time.monotonic() - started
-        assert len(result.failures) == 50
-        assert all(isinstance(f.error, PermissionDeniedError) for f in result.failures), result.failures[:2]
+        result = fifty_denied(client, name)
         stored = client.fetch_partition_metadata(name, 0).newest_offset + 1
         claimed = sum(f.error.may_be_stored for f in result.failures)
         assert stored <= claimed, f"{stored} stored, but only {claimed} reported as may be stored"
-        assert elapsed < ACK_WAIT / 2, f"the batch took {elapsed:.1f}s: it waited for acks"
