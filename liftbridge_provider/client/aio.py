@@ -74,16 +74,23 @@ class AsyncLiftbridgeClient:
         return await self._router.refresh(names, timeout)
 
     async def fetch_partition_metadata(
-        self, stream: str, partition: int = 0, *, timeout: float | None = None, settle: bool = True
+        self,
+        stream: str,
+        partition: int = 0,
+        *,
+        timeout: float | None = None,
+        settle: bool = True,
+        agreed: bool = False,
     ) -> PartitionInfo:
         """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader;
-        a paused partition answers too, resumed only when unsettled (as for the sync client)."""
+        a paused partition answers too, resumed only when unsettled; ``agreed`` as for the sync client."""
         check_timeout("timeout", timeout)
         build.partition_metadata_request(stream, partition, settle=settle)
         deadline = self._router.deadline(timeout)
+        vote = plans.KeptVote() if agreed else None
         return await self._router.run(
             partition_plans.partition_metadata(
-                self.config, self._router.snapshot, deadline, stream, partition, settle=settle
+                self.config, self._router.snapshot, deadline, stream, partition, settle=settle, agreed=vote
             )
         )
 

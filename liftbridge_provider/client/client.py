@@ -80,7 +80,13 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         return self._router.snapshot_with(checks.check_stream_name(stream)).stream(stream)
 
     def fetch_partition_metadata(
-        self, stream: str, partition: int = 0, *, timeout: float | None = None, settle: bool = True
+        self,
+        stream: str,
+        partition: int = 0,
+        *,
+        timeout: float | None = None,
+        settle: bool = True,
+        agreed: bool = False,
     ) -> PartitionInfo:
         """Authoritative partition metadata (high watermark, newest offset, ISR), from the leader.
 
@@ -90,10 +96,13 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         while its leader held offsets above the high watermark (right after a
         failover) would hide them until it runs again, so it is resumed and the
         call waits up to 5 s, within ``timeout``, for the leader to commit them.
+        ``agreed``: ask the leader that more than half of the brokers name, not the one the client's
+        metadata names (one FetchMetadata per broker more): a leader frozen past a failover still answers
+        as leader with its old log, and so an old high watermark, for a moment after it thaws.
         """
         check_timeout("timeout", timeout)
         build.partition_metadata_request(stream, partition, settle=settle)
-        return self._router.partition_metadata(stream, partition, timeout=timeout, settle=settle)
+        return self._router.partition_metadata(stream, partition, timeout=timeout, settle=settle, agreed=agreed)
 
     # -- streams ---------------------------------------------------------------
 

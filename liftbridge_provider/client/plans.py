@@ -337,7 +337,7 @@ def agreed_leader(
     equal share of the time left. Failures that retrying does not heal (TLS,
     permissions) raise at once; other failures count as no answer.
     """
-    voters = {dial_address(config, b.host, b.port) for b in snapshot.brokers.values()}
+    voters = voters_of(config, snapshot)
     if len(voters) <= 1:
         return Vote((yield from _replica(config, snapshot, deadline, (stream, partition), False)), "one broker")
     info = _partition_or_none(snapshot, stream, partition)
@@ -376,6 +376,12 @@ def agreed_leader(
 
 
 MIN_VOTE = 1.0  # seconds: the least one broker's answer to a vote gets (while the call has that much left)
+
+
+def voters_of(config: ClientConfig, snapshot: Metadata) -> set[str]:
+    """The distinct addresses the client dials for the brokers ``snapshot`` knows: who votes in
+    :func:`agreed_leader` (one address, or a proxy in front of every broker: no vote to hold)."""
+    return {dial_address(config, b.host, b.port) for b in snapshot.brokers.values()}
 
 
 def _partition_or_none(view: Metadata, stream: str, partition: int) -> PartitionInfo | None:

@@ -147,12 +147,13 @@ class Router:
         )
 
     def partition_metadata(
-        self, stream: str, partition: int, *, timeout: float | None = None, settle: bool = True
+        self, stream: str, partition: int, *, timeout: float | None = None, settle: bool = True, agreed: bool = False
     ) -> PartitionInfo:
         deadline = self.deadline(timeout)
+        vote = plans.KeptVote() if agreed else None
         return self.run(
             partition_plans.partition_metadata(
-                self.config, self.metadata.snapshot, deadline, stream, partition, settle=settle
+                self.config, self.metadata.snapshot, deadline, stream, partition, settle=settle, agreed=vote
             )
         )
 

@@ -24,7 +24,7 @@ from enum import Enum
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.partition_plans import partition_metadata
-from liftbridge_provider.client.plans import Plan, Sleep
+from liftbridge_provider.client.plans import KeptVote, Plan, Sleep, voters_of
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.core.errors import LiftbridgeError
 
@@ -66,21 +66,30 @@ def high_watermark_reaching(
     """The leader's partition metadata, asked for again (jittered 10-500 ms backoff) while :func:`worth_waiting`
     says so and ``deadline`` has time left; the last answer.
 
-    The first question is always asked (within what is left of ``deadline``).
+    The first question is always asked (within what is left of ``deadline``). Before an answer makes a
+    ``held_only`` wait give up (the offset is not in that leader's log), the question goes once more to the
+    leader that more than half of the brokers name (:func:`~liftbridge_provider.client.plans.agreed_leader`),
+    and from then on: a leader frozen past a failover still answers as leader with its old log for a moment
+    after it thaws, and a client whose metadata names it would refuse a committed offset.
     An answer that fails once the deadline has passed gives way to the last one
     seen; a failure before any answer, or one while time is left, is raised (a
     missing stream, a paused partition, no leader at all).
     """
     seen: PartitionInfo | None = None
     attempt = 0
+    agreed: KeptVote | None = None  # set once a refusal is to be confirmed
+    may_confirm = held_only and len(voters_of(config, snapshot)) > 1  # one broker: nobody else to ask
     while seen is None or not deadline.expired:
         try:
-            info = yield from partition_metadata(config, snapshot, deadline, stream, partition)
+            info = yield from partition_metadata(config, snapshot, deadline, stream, partition, agreed=agreed)
         except LiftbridgeError:
             if seen is None or not deadline.expired:
                 raise
             return seen
         seen = info
+        if may_confirm and agreed is None and not deadline.expired and standing(info, offset) is Standing.ABSENT:
+            agreed = KeptVote()  # a refusal: confirm it with the leader that more than half of the brokers name
+            continue
         if deadline.expired or not worth_waiting(info, offset, held_only=held_only):
             return info
         yield Sleep(min(backoff_delay(attempt), deadline.remaining()))

@@ -211,7 +211,9 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
             cursors = {}
             if self.cursor_id:
                 cursors = {p: client.fetch_cursor(self.cursor_id, self.stream, p) for p in partitions}
-            infos = {p: client.fetch_partition_metadata(self.stream, p) for p in partitions}  # paused too
+            # Paused partitions answer too. The leader the brokers agree on: a leader thawed after a failover
+            # answers with its old high watermark for a moment, and two runs froze different ends that way.
+            infos = {p: client.fetch_partition_metadata(self.stream, p, agreed=True) for p in partitions}
             ranges = [
                 self._range(client, infos[p], cursor=cursors.get(p, -1), starts=starts, ends=ends, interval=interval)
                 for p in partitions

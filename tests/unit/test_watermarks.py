@@ -168,3 +168,63 @@ def test_a_first_question_that_fails_is_raised() -> None:
             ),
             answer,
         )
+
+
+def three_brokers() -> Metadata:
+    """Three brokers; the snapshot names ``a`` as the partition's leader (stale: ``b`` leads now)."""
+    brokers = MappingProxyType({n: BrokerInfo(n, f"{n}.example", 9292) for n in ("a", "b", "c")})
+    partition = PartitionInfo("s", 0, "a", ("a", "b", "c"), ("a", "b", "c"), -1, -1, False, False)
+    stream = StreamInfo("s", "s", MappingProxyType({0: partition}), 0)
+    return Metadata(brokers, MappingProxyType({"s": stream}), 0.0)
+
+
+class Brokers:
+    """Stubs of three brokers: ``a``, frozen past a failover and thawed, still answers as leader with its old
+    log (high watermark 0); ``b`` and ``c`` name ``b`` as the leader, whose high watermark is 50."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    def answer(self, action: plans.PlanAction) -> Any:
+        assert isinstance(action, plans.Attempt), action
+        return action.rpc(self.Stub(self, action.address.split(".")[0]), action.timeout)
+
+    class Stub:
+        def __init__(self, brokers: Brokers, name: str) -> None:
+            self.brokers, self.name = brokers, name
+
+        def FetchPartitionMetadata(self, request: Any, timeout: float) -> Any:
+            self.brokers.asked.append((self.name, "partition"))
+            high = 0 if self.name == "a" else 50
+            metadata = api.PartitionMetadata(id=0, leader=self.name, highWatermark=high, newestOffset=high)
+            return api.FetchPartitionMetadataResponse(metadata=metadata)
+
+        def FetchMetadata(self, request: Any, timeout: float) -> Any:
+            self.brokers.asked.append((self.name, "metadata"))
+            leader = "a" if self.name == "a" else "b"
+            brokers = [api.Broker(id=n, host=f"{n}.example", port=9292) for n in ("a", "b", "c")]
+            partition = api.PartitionMetadata(id=0, leader=leader, replicas=["a", "b", "c"], isr=["a", "b", "c"])
+            stream = api.StreamMetadata(name="s", subject="s", partitions={0: partition})
+            return api.FetchMetadataResponse(brokers=brokers, streamMetadata=[stream])
+
+
+def test_a_refusal_is_confirmed_with_the_leader_most_brokers_name() -> None:
+    """The leader the snapshot names does not hold offset 50 (it was frozen past a failover and still acts as
+    leader after its thaw): before refusing, the wait asks the leader that more than half of the brokers name,
+    and answers with its metadata (chaos seed 86). Before, the ex-leader's answer was final."""
+    config = ClientConfig(brokers=("a.example:9292",))
+    brokers = Brokers()
+    plan = high_watermark_reaching(config, three_brokers(), Deadline(10), "s", 0, offset=50, held_only=True)
+    result, _seen = drive(plan, brokers.answer)
+    assert result.high_watermark == 50
+    assert brokers.asked[0] == ("a", "partition"), "the snapshot's leader first"
+    assert brokers.asked[-1] == ("b", "partition"), "then the agreed leader"
+    assert sum(kind == "metadata" for _, kind in brokers.asked) >= 2, "a vote of the brokers in between"
+
+
+def test_with_one_broker_a_refusal_needs_no_vote() -> None:
+    """One broker: nobody else could name another leader, so the first answer stands (one question)."""
+    asked: list[str] = []
+    result, _seen = drive(reaching(50, Deadline(10), held_only=True), leader_answering(iter([info(9, 9)]), asked))
+    assert result.high_watermark == 9
+    assert len(asked) == 1
