@@ -73,7 +73,7 @@ def run_in_private_loop(
     When ``closed()`` turns true (checked every ``CLOSED_CHECK`` s) the coroutine is cancelled and
     ClientClosedError (``may_be_stored``: what was sent before may have been stored) is raised; when the wait
     is interrupted, the coroutine is cancelled and the interruption raised. Either way the caller waits up to
-    ``STOP_WAIT`` s for the coroutine to end, so nothing is sent after it returns.
+    ``STOP_WAIT`` s for the coroutine to end (a coroutine that ignores its cancellation longer is left running).
     """
     outcome: list[T] = []
     errors: list[BaseException] = []
