@@ -34,6 +34,26 @@ def broker_addresses(config: ClientConfig, snapshot: Metadata) -> list[str]:
     return HEALTH.suspects_last(addresses)  # stable: the selection's order otherwise
 
 
+class KnownAddresses:
+    """The addresses of every broker a snapshot knows and the seeds, sorted, without repeats: what a single
+    publish's :class:`~liftbridge_provider.client.plans.Dispatch` gets (it orders them itself). Kept for the
+    last snapshot asked about, since the snapshot changes only when the metadata is refreshed."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self._config = config
+        self._last: tuple[Metadata, tuple[str, ...]] | None = None
+
+    def of(self, snapshot: Metadata) -> tuple[str, ...]:
+        last = self._last
+        if last is not None and last[0] is snapshot:
+            return last[1]
+        config = self._config
+        known = (dial_address(config, b.host, b.port) for b in snapshot.brokers.values())
+        addresses = tuple(sorted({*known, *config.brokers}))
+        self._last = (snapshot, addresses)
+        return addresses
+
+
 def _connect_seconds(address: str) -> float:
     seconds = HEALTH.connect_seconds(address)
     return -1.0 if seconds is None else seconds

@@ -78,6 +78,8 @@ class BrokerHealth:
 
     def suspects(self) -> frozenset[str]:
         """Every address suspected now."""
+        if not self._suspect_until:  # the usual case, on every publish: no lock needed to see it
+            return _NOBODY
         now = self._clock()
         with self._lock:
             return frozenset(a for a, until in self._suspect_until.items() if until > now)
@@ -104,6 +106,8 @@ class BrokerHealth:
             self._suspect_until.clear()
             self._connect_seconds.clear()
 
+
+_NOBODY: frozenset[str] = frozenset()
 
 HEALTH = BrokerHealth()
 """The process's model: what every client of this process has seen of each broker."""

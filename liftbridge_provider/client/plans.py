@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
@@ -122,7 +122,7 @@ class Dispatch:
     the broker itself (a single publish on the shared PublishAsync streams). An awaitable of the result on the
     asyncio side, as for :data:`Rpc`."""
 
-    send: Callable[[list[str]], Any]
+    send: Callable[[Sequence[str]], Any]
 
 
 PlanAction = Attempt | Sleep | Refresh

@@ -22,7 +22,7 @@ import grpc.experimental
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client import partition_plans, plans, watermarks
-from liftbridge_provider.client.addresses import broker_addresses
+from liftbridge_provider.client.addresses import KnownAddresses, broker_addresses
 from liftbridge_provider.client.connections import ConnectionPool, aio_connect
 from liftbridge_provider.client.errors import ClientClosedError
 from liftbridge_provider.client.health import HEALTH
@@ -77,6 +77,7 @@ class Router:
         self.config = config
         self.pool = pool
         self.metadata = MetadataCache(self._fetch_metadata)
+        self._known = KnownAddresses(config)
 
     def deadline(self, timeout: float | None) -> Deadline:
         """One deadline for a call: ``timeout`` seconds, or the client's request_timeout."""
@@ -107,7 +108,7 @@ class Router:
             time.sleep(action.seconds)
             return None
         if isinstance(action, plans.Dispatch):
-            return action.send(self.broker_addresses())
+            return action.send(self._known.of(self.metadata.snapshot))
         return self.metadata.refresh(action.streams, timeout=action.timeout)
 
     # -- shortcuts for the client ------------------------------------------------------------------
@@ -208,6 +209,7 @@ class AsyncRouter:
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
         self.snapshot = EMPTY
+        self._known = KnownAddresses(config)
         self._credentials = config.tls.credentials() if config.tls is not None else None
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._closed = False
@@ -260,7 +262,7 @@ class AsyncRouter:
             await asyncio.sleep(action.seconds)
             return None
         if isinstance(action, plans.Dispatch):
-            return await action.send(broker_addresses(self.config, self.snapshot))
+            return await action.send(self._known.of(self.snapshot))
         return await self.refresh(action.streams, action.timeout)
 
     async def refresh(self, streams: Iterable[str], timeout: float | None) -> Metadata:

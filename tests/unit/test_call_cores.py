@@ -29,7 +29,7 @@ from liftbridge_provider.client import (
     partition_plans,
     plans,
 )
-from liftbridge_provider.client.addresses import broker_addresses, leader_first
+from liftbridge_provider.client.addresses import KnownAddresses, broker_addresses, leader_first
 from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
 from liftbridge_provider.client.options import ClientConfig
@@ -617,6 +617,22 @@ def test_brokers_are_tried_in_the_order_the_selection_picks(monkeypatch: pytest.
     assert broker_addresses(latency, snapshot)[-1] == "a.example:9292", "the unmeasured ones first"
     with pytest.raises(InvalidArgumentError, match="broker_selection must be one of random, workload, latency"):
         ClientConfig(brokers=("a",), broker_selection="closest")
+
+
+def test_a_dispatch_gets_every_known_broker_and_seed_sorted_and_once_and_anew_after_a_refresh() -> None:
+    """The addresses a single publish orders itself: no broker of the snapshot or the seeds left out, none twice,
+    and the brokers of a refreshed snapshot (a new object) rather than those remembered for the old one."""
+    brokers = {
+        "b": BrokerInfo("b", "b.example", 9292, partition_count=2, leader_count=1),
+        "a": BrokerInfo("a", "a.example", 9292, partition_count=9, leader_count=3),
+    }
+    first = Metadata(MappingProxyType(brokers), MappingProxyType({}), 0.0)
+    known = KnownAddresses(ClientConfig(brokers=("c.example:9292", "a.example:9292")))
+    assert known.of(first) == ("a.example:9292", "b.example:9292", "c.example:9292")
+    assert known.of(first) is known.of(first), "kept for the same snapshot"
+    grown = {**brokers, "d": BrokerInfo("d", "d.example", 9393, partition_count=0, leader_count=0)}
+    refreshed = Metadata(MappingProxyType(grown), MappingProxyType({}), 1.0)
+    assert known.of(refreshed) == ("a.example:9292", "b.example:9292", "c.example:9292", "d.example:9393")
 
 
 def test_a_broker_that_hung_an_attempt_goes_last_whatever_the_selection() -> None:

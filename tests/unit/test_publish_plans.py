@@ -4,7 +4,7 @@ Dispatch action both drivers of routing.py carry out."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import grpc
 import pytest
@@ -35,7 +35,7 @@ def no_suspected_brokers() -> Iterator[None]:
     HEALTH.clear()
 
 
-def never_called(addresses: list[str]) -> None:
+def never_called(addresses: Sequence[str]) -> None:
     raise AssertionError("the plan's Dispatch is carried out by the test")
 
 
@@ -119,15 +119,15 @@ def test_a_failure_after_sending_is_raised_as_it_is() -> None:
 
 
 def test_both_drivers_give_a_dispatch_the_brokers_known_when_it_runs() -> None:
-    seen: list[list[str]] = []
+    seen: list[Sequence[str]] = []
 
-    def send(addresses: list[str]) -> api.PublishResponse:
+    def send(addresses: Sequence[str]) -> api.PublishResponse:
         seen.append(addresses)
         if len(seen) == 1:
             raise NotSent(addresses[0])
         return ACKED
 
-    async def send_async(addresses: list[str]) -> api.PublishResponse:
+    async def send_async(addresses: Sequence[str]) -> api.PublishResponse:
         return send(addresses)
 
     router = Router(CONFIG, pool=None)  # type: ignore[arg-type]  # a Dispatch and a Sleep lease no channel

@@ -267,7 +267,7 @@ class PublishPaths:
         request.correlationId = self.shared_streams.next_correlation_id()
         deadline = self._router.deadline(timeout)
 
-        def send(addresses: list[str]) -> api.PublishResponse:
+        def send(addresses: Sequence[str]) -> api.PublishResponse:
             return self.shared_streams.publish(addresses, request, deadline.end)
 
         response: api.PublishResponse = self._router.run(

@@ -13,7 +13,7 @@ publish of a client shares (``publish_stream.py``). Both drivers of
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -98,7 +98,7 @@ def refused_until_the_deadline(
 
 
 def on_shared_streams(
-    send: Callable[[list[str]], Any], deadline: Deadline, *, stream: str, partition: int
+    send: Callable[[Sequence[str]], Any], deadline: Deadline, *, stream: str, partition: int
 ) -> AnyPlan[Any]:
     """A single publish on the shared PublishAsync streams: ``send(addresses)`` (a :class:`Dispatch`, with the
     brokers the client knows at that moment) tries them in the partition's order and raises NotSent when none

@@ -144,6 +144,8 @@ class PolledCall:
         self._keeper_turn = threading.Condition(self._lock)  # the keeper: an earlier alarm, the end, a stop
         self._polling = False
         self._writing = False
+        self._receiving = False  # a receive is started and not yet returned by a poll
+        self._messages_over = False  # the server sent its last message: no receive is started again
         self._stopping = False  # cancelled or half-closed: the keeper polls the call to its end
         self._status: Ended | None = None
         self._alarm = 0.0  # the deadline of the caller polling now, or of the last one
@@ -208,6 +210,8 @@ class PolledCall:
         """Take one event off the queue and handle it (called, and returns, holding the lock; the poll itself
         and the callbacks run without it). ``deadline``: when the keeper must wake this poll."""
         self._polling = True
+        if not self._receiving and not self._messages_over and self._status is None:
+            self._receive_next()  # here rather than right after a response: off the path of the ack's caller
         if deadline is not None:
             self._alarm = deadline
             if deadline < self._keeper_wakes_at:  # the keeper sleeps past it (rarely: deadlines mostly grow)
@@ -240,15 +244,17 @@ class PolledCall:
         if tag == _SEND:
             self._writing = False
         elif tag == _RECEIVE:
+            self._receiving = False  # the next poll starts the next one
             data = event.batch_operations[0].message() if event.success else None
-            if data is not None:
+            if data is None:
+                self._messages_over = True
+            else:
                 try:
                     response = api.PublishResponse.FromString(data)
                 except Exception:  # as grpc does for a response that does not parse: the call ends
+                    self._messages_over = True
                     self._core.cancel(cygrpc.StatusCode.internal, "a PublishAsync response did not parse")
                     return None, None
-                if self._status is None:
-                    self._receive_next()
                 return response, None
         elif tag == _STATUS:
             operation = event.batch_operations[0]
@@ -257,7 +263,12 @@ class PolledCall:
         return None, None
 
     def _receive_next(self) -> None:
-        if not self._operate((cygrpc.ReceiveMessageOperation(0),), _RECEIVE) and self._due:
+        """Start a receive (under the lock). Each poll starts one when none is out, so a response that comes
+        while nobody polls waits in grpc's buffer (its flow control holds the server back) until a poll."""
+        if self._operate((cygrpc.ReceiveMessageOperation(0),), _RECEIVE):
+            self._receiving = True
+        elif self._due:
+            self._messages_over = True
             self._core.cancel(cygrpc.StatusCode.cancelled, "could not ask for the next response")
 
     def _operate(self, operations: tuple[Any, ...], tag: str) -> bool:

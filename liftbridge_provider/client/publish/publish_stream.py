@@ -31,6 +31,7 @@ Guarantees, as for a unary publish:
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -67,12 +68,18 @@ class StreamClosed(Exception):
 def sticky_order(addresses: Sequence[str], stream: str, partition: int, suspects: AbstractSet[str]) -> list[str]:
     """Brokers in the order a partition's publishes try them: the same first broker every time (a hash of
     stream and partition, as go-liftbridge's ring), brokers suspected of being frozen last."""
-    ordered = sorted(addresses)
+    return list(_sticky_order(tuple(sorted(set(addresses))), stream, partition, frozenset(suspects)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _sticky_order(ordered: tuple[str, ...], stream: str, partition: int, suspects: frozenset[str]) -> tuple[str, ...]:
+    """:func:`sticky_order` of sorted addresses, remembered: a publish asks it for the same few partitions over
+    and over."""
     if not ordered:
-        return []
+        return ()
     start = zlib.crc32(f"{stream}:{partition}".encode()) % len(ordered)
     rotated = ordered[start:] + ordered[:start]
-    return [a for a in rotated if a not in suspects] + [a for a in rotated if a in suspects]
+    return tuple(a for a in rotated if a not in suspects) + tuple(a for a in rotated if a in suspects)
 
 
 class Answer:
@@ -303,9 +310,10 @@ class PublishStreams:
         return f"p{next(self._ids)}"
 
     def publish(self, addresses: Sequence[str], request: api.PublishRequest, deadline: float) -> api.PublishResponse:
-        """Send ``request`` on the first broker's stream that connects and wait (until ``deadline``,
-        ``time.monotonic()``) for its response; errors name whether the message may be stored."""
-        order = sticky_order(addresses, request.stream, request.partition, HEALTH.suspects())
+        """Send ``request`` on the first broker's stream that connects (``addresses``: sorted, no repeats) and
+        wait (until ``deadline``, ``time.monotonic()``) for its response; errors name whether the message may be
+        stored."""
+        order = _sticky_order(tuple(addresses), request.stream, request.partition, HEALTH.suspects())
         last: NotSent | None = None
         for address in order:
             try:
