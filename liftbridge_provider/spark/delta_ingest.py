@@ -38,7 +38,8 @@ from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.core.table_plan import Interval, TablePlan
 from liftbridge_provider.delta_table import PARTITION_COLUMN, holdings, table_path
 from liftbridge_provider.spark.reader import arrow_schema
-from liftbridge_provider.spark.table_ingest import CommitConflict, Written, footer_stats, micros_timestamps
+from liftbridge_provider.spark.session_settings import micros_timestamps, unsorted_partitioned_writes
+from liftbridge_provider.spark.table_ingest import CommitConflict, Written, footer_stats
 
 log = logging.getLogger("liftbridge.ingest.delta")
 
@@ -137,7 +138,7 @@ def _commit(table: DeltaTable, actions: list[AddAction], versions: Mapping[str, 
 
 def _write_files(spark: SparkSession, frame: DataFrame, folder: Path) -> None:
     """Parquet files for Delta (microsecond timestamps), one folder per partition."""
-    with micros_timestamps(spark):
+    with micros_timestamps(spark), unsorted_partitioned_writes(spark):
         frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(folder.as_uri())
 
 
@@ -161,7 +162,8 @@ class DeltaFormat:
 
     def write(self, spark: SparkSession, frame: DataFrame, name: str) -> Written:
         folder = Path(self.path) / name
-        frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(folder.as_uri())
+        with unsorted_partitioned_writes(spark):
+            frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(folder.as_uri())
         actions = add_actions(self.path, folder)
         files = [
             footer_stats(a.path, str(Path(self.path) / a.path), int(str(a.partition_values[PARTITION_COLUMN])))

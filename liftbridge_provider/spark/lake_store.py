@@ -21,6 +21,7 @@ import os
 import uuid
 from typing import Any, NamedTuple
 
+import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from liftbridge_provider.core.lake import LakeError
@@ -125,10 +126,13 @@ class HadoopStore:
 
     def parquet_stats(self, folder: str, column: str) -> PieceStats:
         """Rows and the smallest and largest ``column`` value of the Parquet files in ``folder``, from their
-        footers (Parquet's own reader in the JVM, on any filesystem Spark writes): no Spark job.
+        footers (Parquet's own reader in the JVM, on any filesystem Spark writes; pyarrow's on ``file:`` paths):
+        no Spark job.
 
         Raises LakeError when a row group with rows has no statistics for ``column``.
         """
+        if self.local:
+            return _local_parquet_stats(self.local_path(folder), column)
         jvm = self._jvm
         rows, low, high = 0, None, None
         for status in self._fs.listStatus(self._path(folder)):
@@ -157,6 +161,31 @@ class HadoopStore:
     def delete(self, path: str) -> None:
         """Delete a file or a folder with its contents (nothing when it does not exist)."""
         self._fs.delete(self._path(path), True)
+
+
+def _local_parquet_stats(folder: str, column: str) -> PieceStats:
+    """:meth:`HadoopStore.parquet_stats` of a local folder, the footers read by pyarrow: the same answer
+    without a JVM call per file, row group and column."""
+    rows, low, high = 0, None, None
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".parquet") or name.startswith(("_", ".")):
+            continue
+        path = os.path.join(folder, name)
+        metadata = pq.read_metadata(path)
+        for index in range(metadata.num_row_groups):
+            block = metadata.row_group(index)
+            count = block.num_rows
+            if not count:
+                continue
+            rows += count
+            chunk = next((c for c in map(block.column, range(block.num_columns)) if c.path_in_schema == column), None)
+            stats = chunk.statistics if chunk is not None else None
+            if stats is None or not stats.has_min_max:
+                raise LakeError(f"file:{path} keeps no {column} statistics for {count} rows")
+            block_low, block_high = int(stats.min), int(stats.max)
+            low = block_low if low is None else min(low, block_low)
+            high = block_high if high is None else max(high, block_high)
+    return PieceStats(rows, low, high)
 
 
 def _java_class(exc: Exception) -> str:

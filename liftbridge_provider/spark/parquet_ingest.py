@@ -37,6 +37,7 @@ from liftbridge_provider.core.lake import Claim, Commit, LakeError, Ledger, Outc
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark.lake_store import HadoopStore, PieceStats
 from liftbridge_provider.spark.pieces import read_pieces
+from liftbridge_provider.spark.session_settings import unsorted_partitioned_writes
 
 log = logging.getLogger("liftbridge.ingest")
 
@@ -124,7 +125,8 @@ def stage_all(spark: SparkSession, job: Job, claims: Sequence[Claim]) -> dict[Cl
     frame = read_pieces(spark, job.stream, pieces, job.options, tags=tags, tag_column=CLAIM_TAG)
     frame = frame.withColumn(PARTITION_TAG, F.col("partition"))  # the rows keep their own partition column
     root = f"{job.stream_folder}/{job.staging_root}"
-    frame.write.partitionBy(PARTITION_TAG, CLAIM_TAG).mode("errorifexists").parquet(root)
+    with unsorted_partitioned_writes(spark):  # a task's rows are one piece's: nothing to sort
+        frame.write.partitionBy(PARTITION_TAG, CLAIM_TAG).mode("errorifexists").parquet(root)
     stats = {}
     for claim in claims:
         staged = f"{job.stream_folder}/{job.staged(claim)}"

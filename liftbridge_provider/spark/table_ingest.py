@@ -23,9 +23,7 @@ A run killed between 3 and 5 leaves files no reader of the table sees.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
@@ -38,6 +36,7 @@ from liftbridge_provider.core.lake import LakeError, Outcome, problems
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.core.table_plan import Interval, TablePlan, plan_table
 from liftbridge_provider.spark.pieces import read_pieces
+from liftbridge_provider.spark.session_settings import micros_timestamps
 
 log = logging.getLogger("liftbridge.ingest.table")
 
@@ -88,40 +87,6 @@ class TableFormat(Protocol):
 
     def describe(self) -> str:
         """The table and its version, for logs and the outcome."""
-
-
-class _MicrosTimestamps:
-    """Spark writes INT96 timestamps by default; Delta's and Iceberg's timestamp is microseconds. Sets the
-    session's output type while any table write of this process runs (writes may overlap: the first sets
-    it, the last restores it)."""
-
-    KEY = "spark.sql.parquet.outputTimestampType"
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._writes = 0
-        self._before: str | None = None
-
-    @contextmanager
-    def __call__(self, spark: SparkSession) -> Iterator[None]:
-        with self._lock:
-            if self._writes == 0:
-                self._before = spark.conf.get(self.KEY, None)
-                spark.conf.set(self.KEY, "TIMESTAMP_MICROS")
-            self._writes += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._writes -= 1
-                if self._writes == 0:
-                    if self._before is None:
-                        spark.conf.unset(self.KEY)
-                    else:
-                        spark.conf.set(self.KEY, self._before)
-
-
-micros_timestamps = _MicrosTimestamps()
 
 
 def footer_stats(path: str, source: str | IO[bytes], partition: int | None = None) -> FileStats:

@@ -80,3 +80,36 @@ def test_every_piece_of_a_run_is_read_in_one_spark_job_with_a_task_per_core_at_l
         offsets = DeltaTable(str(output)).to_pyarrow_table(columns=["partition", "offset"]).to_pylist()
     seen = sorted((row["partition"], row["offset"]) for row in offsets)
     assert seen == [(p, o) for p in range(PARTITIONS) for o in range(300)]
+
+
+def write_plans(spark: SparkSession, since: int) -> list[str]:
+    """The physical plans of the file writes Spark ran after its first ``since`` SQL executions."""
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    plans = [executions.apply(i).physicalPlanDescription() for i in range(since, executions.size())]
+    return [plan for plan in plans if "InsertIntoHadoopFsRelationCommand" in plan]
+
+
+def executions_so_far(spark: SparkSession) -> int:
+    return int(spark._jsparkSession.sharedState().statusStore().executionsList().size())
+
+
+@pytest.mark.parametrize("lake_format", ["parquet", "delta"])
+def test_a_run_writes_its_rows_unsorted_and_leaves_the_sessions_settings_as_they_were(
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path, lake_format: str
+) -> None:
+    """Every task of a run reads one piece, so its rows already share their partition folder: the write must
+    not sort them first (a copy of every row, the job's largest cost above a plain read and write). The
+    settings that turn the sort off hold only while the run writes: the session's own values come back."""
+    brokers = ",".join(liftbridge_server.brokers)
+    document = RangesDocument(stream, tuple(OffsetRange(p, 0, 300) for p in range(PARTITIONS)))
+    argv = ["--brokers", brokers, "--ranges", document.dumps(), "--output", str(tmp_path / "lake")]
+    writers = "spark.sql.maxConcurrentOutputFileWriters"
+    assert spark.conf.get(writers, None) is None, "the session's own value: not set"
+    since = executions_so_far(spark)
+    outcome = ingest.run(spark, ingest.parse_args([*argv, "--format", lake_format]))
+    assert outcome.problems == []
+    plans = write_plans(spark, since)
+    assert plans, "the run wrote no files"
+    for plan in plans:
+        assert "Sort" not in plan, f"the write sorted its rows:\n{plan}"
+    assert spark.conf.get(writers, None) is None, "the session's own value came back"

@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import BeyondHighWatermarkError, LiftbridgeClient
-from liftbridge_provider.core.lake import Ledger, check_ledger, holdings
+from liftbridge_provider.core.lake import LakeError, Ledger, check_ledger, holdings
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.spark import ingest
@@ -277,3 +277,29 @@ def test_a_stream_name_with_uri_characters_keeps_its_ledger_in_its_own_folder(
     assert sorted(p.name for p in output.iterdir()) == [f"stream={name}"], "nothing outside the stream's folder"
     assert list((output / f"stream={name}" / "_ledger").rglob("claim-*")), "the claim is in the stream's ledger"
     assert lake_offsets(spark, output, name) == list(range(50))
+
+
+def test_a_pieces_rows_and_offset_bounds_read_from_its_footers_agree_on_both_paths(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A committed piece's rows and offsets come from its files' footers: pyarrow's reader on local folders,
+    Parquet's JVM reader elsewhere. Both must give the same numbers (several files, several row groups, an
+    empty file) and refuse a file whose row groups keep no offset statistics, since its rows could not be
+    checked against the claim."""
+    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    folder = tmp_path / "piece"
+    spark.range(40, 1040).withColumnRenamed("id", "offset").repartition(3).write.parquet(str(folder))
+    pq.write_table(pa.table({"offset": pa.array([7, 3, 2000], pa.int64())}), folder / "extra.parquet", row_group_size=2)
+    pq.write_table(pa.table({"offset": pa.array([], pa.int64())}), folder / "empty.parquet")
+    local, hadoop = HadoopStore(spark, str(tmp_path)), HadoopStore(spark, str(tmp_path), atomic_local=False)
+    assert local.local
+    assert not hadoop.local
+    expected = (1003, 3, 2000)
+    assert tuple(local.parquet_stats(str(folder), "offset")) == expected
+    assert tuple(hadoop.parquet_stats(str(folder), "offset")) == expected
+    pq.write_table(pa.table({"offset": pa.array([5], pa.int64())}), folder / "bare.parquet", write_statistics=False)
+    for store in (local, hadoop):
+        with pytest.raises(LakeError, match="keeps no offset statistics for 1 rows"):
+            store.parquet_stats(str(folder), "offset")
