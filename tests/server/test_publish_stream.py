@@ -317,6 +317,28 @@ def test_a_publish_no_broker_accepts_is_reported_as_not_stored() -> None:
         assert time.monotonic() - started < 6
 
 
+def test_a_publish_after_its_broker_was_killed_and_restarted_between_publishes_is_sent_and_acked() -> None:
+    """The shared stream's broker is SIGKILLed and restarted between two publishes, and its channel is connected
+    again by another call before the second one. Nobody polled the stream meanwhile, so its end is still
+    queued, unseen; the second publish must go on a new stream and be acked, not be written to the dead
+    call and fail as "may or may not have been stored" (chaos seed 180: "Stream removed (Socket closed)"
+    on a healthy cluster, 14 s after the restart)."""
+    with start_single() as server, LiftbridgeClient(server.brokers) as client:
+        name = new_stream(client)
+        assert client.publish(name, b"first") is not None
+        channels = [c for group in client._pool._channels.values() for c in group]
+        node = server.nodes[0].server_id
+        server.kill(node)
+        wait_until(lambda: not any(c.ready() for c in channels), 10, "gRPC to read the killed node's reset")
+        server.restart(node)
+        for channel in channels:  # as another call would: the channel is connected again
+            channel.connect(10)
+        assert all(c.ready() for c in channels)
+        ack = client.publish(name, b"second", timeout=10)
+        assert ack is not None
+        assert ack.offset == 1, "stored once, after the first message"
+
+
 @pytest.mark.parametrize(
     ("size", "options"),
     [

@@ -17,6 +17,13 @@ after ``idle_close`` seconds with nothing to do, and once the call is cancelled
 or closed it polls it to its end, so that the call's resources are released and
 ``on_end`` runs.
 
+Nobody polls a call between publishes, so its end (a broker killed meanwhile)
+waits unseen on the queue, and a broker restarted on the same address makes
+the channel look connected again. A send on a call no poll took an event from
+for :data:`PROBE_AFTER` seconds therefore first posts an empty batch and polls
+until it returns: an end that came meanwhile shows first, and the message goes
+on a new call instead of being written to the dead one.
+
 These are grpc's private parts (``grpc.Channel._channel``, cygrpc's
 operations): :func:`open_polled_call` returns None when they are not there, and
 the owner uses grpc's iterator API instead. ``tests/server/test_publish_stream.py``
@@ -45,7 +52,10 @@ log = logging.getLogger(__name__)
 PUBLISH_ASYNC = b"/proto.API/PublishAsync"
 CLOSE_WAIT = 5.0  # seconds a half-closed call waits for the server's end of it; then it is cancelled
 FOLLOW_SLICE = 0.05  # seconds a caller waits between looks at its answer while another caller polls
-_START, _SEND, _RECEIVE, _STATUS, _CLOSE, _WAKE = "start", "send", "receive", "status", "close", "wake"
+PROBE_AFTER = 0.25
+"""Seconds without an event after which a send first probes the call: its end may have come meanwhile,
+unseen, since nobody polled (its broker was killed and its channel connected again to a new process)."""
+_START, _SEND, _RECEIVE, _STATUS, _CLOSE, _WAKE, _PROBE = "start", "send", "receive", "status", "close", "wake", "probe"
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _OPERATIONS = (
     "SendInitialMetadataOperation",
@@ -145,6 +155,8 @@ class PolledCall:
         self._polling = False
         self._writing = False
         self._receiving = False  # a receive is started and not yet returned by a poll
+        self._probing = False  # a probe is started and not yet returned by a poll
+        self._last_event = time.monotonic()  # when a poll last returned an event
         self._messages_over = False  # the server sent its last message: no receive is started again
         self._stopping = False  # cancelled or half-closed: the keeper polls the call to its end
         self._status: Ended | None = None
@@ -164,8 +176,11 @@ class PolledCall:
             while True:
                 if self._status is not None or self._stopping:
                     raise CallEnded()
-                if not self._writing:
-                    break
+                if not self._writing and not self._probing:  # a probe by another sender: wait for what it finds
+                    if self._polling or time.monotonic() - self._last_event < PROBE_AFTER:
+                        break
+                    self._probe(deadline)
+                    continue  # the call's state, as the probe found it
                 left = deadline - time.monotonic()
                 if self._polling:
                     if left <= 0:
@@ -206,6 +221,15 @@ class PolledCall:
             self._keeper_turn.notify()
             self._turn.notify_all()
 
+    def _probe(self, deadline: float) -> None:
+        """Post an empty batch and poll until it returns (under the lock, nobody polling): an end of the call
+        that came while nobody polled is taken off the queue first. CallEnded when grpc refuses the batch."""
+        if not self._operate((), _PROBE):
+            raise CallEnded()
+        self._probing = True
+        while self._probing and self._status is None:
+            self._poll(deadline)  # an empty batch completes at once
+
     def _poll(self, deadline: float | None) -> None:
         """Take one event off the queue and handle it (called, and returns, holding the lock; the poll itself
         and the callbacks run without it). ``deadline``: when the keeper must wake this poll."""
@@ -240,8 +264,11 @@ class PolledCall:
     def _account(self, event: Any) -> tuple[api.PublishResponse | None, Ended | None]:
         """The call's state after ``event`` (under the lock): the response it carries, or the call's end."""
         self._due -= 1
+        self._last_event = time.monotonic()
         tag = event.tag
-        if tag == _SEND:
+        if tag == _PROBE:
+            self._probing = False
+        elif tag == _SEND:
             self._writing = False
         elif tag == _RECEIVE:
             self._receiving = False  # the next poll starts the next one
