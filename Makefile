@@ -19,7 +19,7 @@ SPARK_BENCH_ARGS ?=
 CONSTRAINTS ?= constraints/newest.txt
 COMPAT_TARGETS ?= airflow-3.1 airflow-3.2 pyspark-4.0 pyspark-4.2
 
-.PHONY: setup venv tools golbbench browser proto native lint test test-fast test-tier chaos bench demo dist wheel compat fuzz clean
+.PHONY: setup venv tools golbbench browser proto native spark-classes lint test test-fast test-tier chaos bench demo dist wheel compat fuzz clean
 
 setup: venv tools proto native
 
@@ -76,6 +76,12 @@ fuzz: setup
 proto: $(VENV)/.installed
 	@$(PY) tools/gen_proto.py --check >/dev/null 2>&1 || $(PY) tools/gen_proto.py
 
+# The archive of Spark's classes the tests' Spark drivers map instead of loading each class again
+# (tests/spark_classes.py): made once per environment by a small Spark job, about half a minute.
+spark-classes: $(VENV)/spark-classes.jsa
+$(VENV)/spark-classes.jsa: $(VENV)/.installed tests/spark_classes.py
+	$(PY) -m tests.spark_classes
+
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -86,7 +92,7 @@ lint: setup
 # subprocesses, so four workers keep two CPUs busy (docs/benchmarks.md, "The test suite's time"; three left
 # them idle 13% of the run). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 4
-test: setup browser lint
+test: setup browser spark-classes lint
 	$(VENV)/bin/pytest -rs -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The unit tier alone (tests/unit: pure logic, no servers, no subprocesses): seconds. Each tier has its folder
@@ -95,7 +101,7 @@ test-fast: venv proto native
 	$(VENV)/bin/pytest -q -m unit tests/unit $(PYTEST_ARGS)
 
 TIER ?= server
-test-tier: setup browser
+test-tier: setup browser spark-classes
 	$(VENV)/bin/pytest -rs -m $(TIER) tests/$(TIER) $(PYTEST_ARGS)
 
 # The randomized fault harness (tests/chaos, docs/reliability.md). `make test` runs its bounded CI part

@@ -30,6 +30,7 @@ import pytest
 from liftbridge_provider.client import LiftbridgeClient, NoSuchStreamError
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.devserver import DevServer
+from tests.spark_classes import jvm_options
 
 # Under pytest-xdist (`make test` runs the tiers on parallel workers) each worker inherits the home its
 # controller made, so a worker makes its own: two processes migrating one SQLite DB would lock each other.
@@ -44,13 +45,10 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-# The tests' JVMs (the shared session, each spark-submit and what Airflow's spark-submit starts, a standalone
-# master and worker) compile with C1 only and collect with one thread: each lives seconds to minutes over
-# thousands of rows, too short for C2's optimised code to pay for its compiling, and the machine is CPU-bound
-# (docs/benchmarks.md, "The test suite's time"). Same Spark, same code paths; users' JVMs keep the defaults.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
-os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", TEST_JVM_OPTIONS)
+# The tests' JVMs run with C1 only, one GC thread and an archive of Spark's classes made by
+# `make test` (tests/spark_classes.py). Same Spark, same code paths; users' JVMs keep the defaults.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm_options())
+os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", jvm_options())
 
 pytest_plugins = ["liftbridge_provider.devserver.pytest_plugin", "tests.spark_session", "tests.file_costs"]
 # Helper modules that test modules share: their asserts report as the tests' own do.

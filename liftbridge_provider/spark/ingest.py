@@ -414,6 +414,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     spark = SparkSession.builder.appName("liftbridge-ingest").getOrCreate()
     try:
+        return run_reported(spark, args)
+    finally:
+        _stop(spark)
+
+
+def run_reported(spark: SparkSession, args: argparse.Namespace) -> int:
+    """:func:`run` on ``spark`` as the job runs it after its input checks: the executors checked first, what
+    happened logged, and the job's exit status returned (0 done; 1 a failed run, a piece that failed its checks
+    or, unless ``--on-data-loss skip``, a lake that misses offsets; 2 bad input). ``spark`` is left running."""
+    try:
         check_executors(spark)
         outcome = run(spark, args)
     except (InvalidArgumentError, LakeError) as exc:
@@ -422,8 +432,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a failed Spark job, a Liftbridge or Delta error: a failed run, with its cause
         log.error("the ingest failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
         return 1
-    finally:
-        _stop(spark)
     for problem in outcome.problems:
         log.error("%s", problem)
     rows = sum(e["rows"] for e in outcome.entries)

@@ -50,6 +50,7 @@ PRELOAD = [
     "liftbridge_provider.sensors.message",
     "liftbridge_provider.sensors.offset",
     "tests.airflow.warm_cli",
+    "tests.airflow.warm_execution_api",  # last: builds the execution API app with the modules above loaded
 ]
 _CONFIG_PREFIXES = ("AIRFLOW", "LIFTBRIDGE_")
 _RUNTIME_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_")

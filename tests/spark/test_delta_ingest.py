@@ -376,33 +376,27 @@ def test_a_range_that_commits_after_a_later_range_of_its_partition_still_lands(
 
 
 def test_a_gap_below_a_range_is_logged_and_fails_the_job_unless_data_loss_is_skipped(
-    liftbridge_server: DevServer, stream: str, tmp_path: Path
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """[0, 50) landed, then a run of [100, 150): offsets 50-99 are in no run's range. The run commits its own
     range (a rerun would find it held) but logs the gap and exits 1, so no one takes the lake for whole; with
-    --on-data-loss skip it exits 0. (Before, the gap went into the result only, and the job exited 0.)"""
+    --on-data-loss skip it exits 0. (Before, the gap went into the result only, and the job exited 0.) The job
+    runs here as spark-submit runs it after its input checks (``ingest.run_reported``)."""
     table = tmp_path / "gappy"
     brokers = ",".join(liftbridge_server.brokers)
 
-    def submit(ranges: RangesDocument, *extra: str) -> subprocess.CompletedProcess[str]:
-        command = [
-            SPARK_SUBMIT, "--master", "local[2]", "--conf", f"spark.pyspark.python={sys.executable}",
-            "--conf", "spark.ui.enabled=false", str(INGEST), "--brokers", brokers, "--ranges", ranges.dumps(),
-            "--output", str(table), "--format", "delta", *extra,
-        ]  # fmt: skip
-        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-        return subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600)
+    def status(ranges: RangesDocument, *extra: str) -> int:
+        argv = ["--brokers", brokers, "--ranges", ranges.dumps(), "--output", str(table), "--format", "delta"]
+        return ingest.run_reported(spark, ingest.parse_args([*argv, *extra]))
 
-    first = submit(document(stream, (0, 0, 50)))
-    assert first.returncode == 0, first.stderr[-3000:]
-    gap = submit(document(stream, (0, 100, 150)))
-    assert gap.returncode == 1, gap.stdout[-3000:]
-    # spark-submit sends the Python driver's stderr (its log) to its own stdout
-    assert "partition 0: the lake misses offsets [50, 100)" in gap.stdout
+    assert status(document(stream, (0, 0, 50))) == 0, caplog.text
+    caplog.clear()
+    assert status(document(stream, (0, 100, 150))) == 1, caplog.text
+    assert "partition 0: the lake misses offsets [50, 100)" in caplog.text
     assert table_rows(table) == expected((0, 0, 50), (0, 100, 150)), "the run's own range is committed"
-    skipped = submit(document(stream, (0, 100, 150)), "--on-data-loss", "skip")
-    assert skipped.returncode == 0, skipped.stderr[-3000:]
-    assert "partition 0: the lake misses offsets [50, 100)" in skipped.stdout, "still logged"
+    caplog.clear()
+    assert status(document(stream, (0, 100, 150)), "--on-data-loss", "skip") == 0, caplog.text
+    assert "partition 0: the lake misses offsets [50, 100)" in caplog.text, "still logged"
 
 
 def test_a_stream_writer_skips_a_batch_0_that_another_writer_committed_meanwhile(

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pyspark
 import pytest
@@ -32,6 +33,7 @@ from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.core.spark_planning import Slice
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.config import free_port
+from liftbridge_provider.spark import ingest
 from liftbridge_provider.spark.options import ReadOptions, parse_options
 from liftbridge_provider.spark.reader import arrow_schema, check_range, read_slice
 
@@ -285,6 +287,16 @@ def run_ingest(
     )
 
 
+def ingest_here(
+    spark: SparkSession, brokers: list[str] | None, ranges: RangesDocument, output: Path | str, *extra: str
+) -> int:
+    """The ingest job on the test's Spark session, as spark-submit runs it after its input checks (executors
+    checked, outcome logged to the ``liftbridge.ingest`` logger); returns the job's exit status. The tests
+    below that need the job's own process (its exit, its driver, another Python) run :func:`run_ingest`."""
+    argv = [*(["--brokers", ",".join(brokers)] if brokers is not None else []), "--ranges", ranges.dumps()]
+    return ingest.run_reported(spark, ingest.parse_args([*argv, "--output", str(output), *extra]))
+
+
 def parquet_rows(spark: SparkSession, folder: Path) -> list[tuple[Any, ...]]:
     return sorted(
         tuple(r) for r in spark.read.parquet(str(folder)).select("partition", "offset", "key", "value").collect()
@@ -294,11 +306,12 @@ def parquet_rows(spark: SparkSession, folder: Path) -> list[tuple[Any, ...]]:
 def test_ingest_job_writes_each_range_once_and_reruns_identically(
     spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str, tmp_path: Path
 ) -> None:
+    """One folder per range and one manifest; a rerun of the same ranges replaces them, adding no row and no
+    manifest; the job never moves the cursor."""
     hw = high_watermarks(client, three)
     document = RangesDocument(three, tuple(OffsetRange(p, 0, hw[p] + 1) for p in range(3)), cursor_id="ingest")
     output = tmp_path / "lake"
-    first = run_ingest(liftbridge_server.brokers, document, output)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert ingest_here(spark, liftbridge_server.brokers, document, output) == 0
     folders = sorted(p.relative_to(output) for p in output.glob("stream=*/partition=*/range=*"))
     assert [str(f) for f in folders] == [f"stream={three}/partition={p}/range=0-{hw[p] + 1}" for p in range(3)]
     before = parquet_rows(spark, output / f"stream={three}")
@@ -309,16 +322,21 @@ def test_ingest_job_writes_each_range_once_and_reruns_identically(
     assert manifest["total_rows"] == 3000
     assert [w["rows"] for w in manifest["written"]] == [hw[p] + 1 for p in range(3)]
 
-    second = run_ingest(liftbridge_server.brokers, document, output)
-    assert second.returncode == 0, second.stderr[-3000:]
+    assert ingest_here(spark, liftbridge_server.brokers, document, output) == 0
     assert parquet_rows(spark, output / f"stream={three}") == before, "a rerun replaces, never duplicates"
     assert len(list((output / f"stream={three}" / "_manifests").glob("*.json"))) == 1
     assert all(client.fetch_cursor("ingest", three, p) == -1 for p in range(3)), "the job never moves the cursor"
 
 
 def test_ingest_job_exits_nonzero_on_shortfall(
-    liftbridge_server: DevServer, client: LiftbridgeClient, tmp_path: Path
+    spark: SparkSession,
+    liftbridge_server: DevServer,
+    client: LiftbridgeClient,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """A compacted stream read without --compacted holds fewer rows than offsets: the job fails and says so;
+    with --compacted the same range is whole."""
     compacted = f"spark-cmp-{uuid.uuid4().hex[:6]}"
     client.create_stream(compacted, compacted, compact_enabled=True, segment_max_bytes=256, cleaner_interval=0.2)
     client.publish_batch(
@@ -326,12 +344,12 @@ def test_ingest_job_exits_nonzero_on_shortfall(
     )
     time.sleep(2)
     document = RangesDocument(compacted, (OffsetRange(0, 0, 40),))
-    strict = run_ingest(liftbridge_server.brokers, document, tmp_path / "strict")
-    assert strict.returncode != 0, strict.stderr[-2000:]
-    printed = strict.stdout + strict.stderr
+    assert ingest_here(spark, liftbridge_server.brokers, document, tmp_path / "strict") != 0
+    printed = caplog.text
     assert "rows for 40 offsets [0, 40)" in printed or "were removed by retention (failOnDataLoss=true" in printed
-    lenient = run_ingest(liftbridge_server.brokers, document, tmp_path / "lenient", "--compacted")
-    assert lenient.returncode == 0, lenient.stderr[-2000:]
+    caplog.clear()
+    lenient = ingest_here(spark, liftbridge_server.brokers, document, tmp_path / "lenient", "--compacted")
+    assert lenient == 0, caplog.text
 
 
 @contextlib.contextmanager
@@ -572,7 +590,11 @@ def test_manifest_lands_beside_the_data_for_a_uri_output(
 
 
 def test_ingest_job_takes_the_whole_connection_from_json(
-    spark: SparkSession, liftbridge_server: DevServer, client: LiftbridgeClient, three: str, tmp_path: Path
+    spark: SparkSession,
+    liftbridge_server: DevServer,
+    client: LiftbridgeClient,
+    three: str,
+    tmp_path: Path,
 ) -> None:
     """The job got only --brokers (the DAG passed the connection's host, dropping its port
     and TLS fields). With LIFTBRIDGE_CONN_JSON (Airflow's JSON form, port in its own field, extra as a
@@ -582,8 +604,8 @@ def test_ingest_job_takes_the_whole_connection_from_json(
     hw = high_watermarks(client, three)
     document = RangesDocument(three, (OffsetRange(1, 0, hw[1] + 1),))
     output = tmp_path / "lake"
-    result = run_ingest(None, document, output, env={"LIFTBRIDGE_CONN_JSON": json.dumps(conn)})
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    with mock.patch.dict(os.environ, {"LIFTBRIDGE_CONN_JSON": json.dumps(conn)}):
+        assert ingest_here(spark, None, document, output) == 0
     assert len(parquet_rows(spark, output / f"stream={three}")) == hw[1] + 1
 
 
