@@ -47,6 +47,9 @@ class PooledChannel:
     stub: Any  # api_grpc.APIStub (the generated stub module is untyped)
     in_use: int = 0
     last_used: float = field(default_factory=time.monotonic)
+    # Grows each time the channel is seen not connected: a call opened at another value may have been on a
+    # connection that broke since, even if the channel is connected again (to a broker restarted meanwhile).
+    breaks: int = 0
 
     def subscribe_raw(self, request: api.SubscribeRequest, *, timeout: float) -> Any:
         """A Subscribe call whose responses stay serialized (bytes): for readers that decode many at once."""
@@ -55,11 +58,14 @@ class PooledChannel:
 
     def ready(self) -> bool:
         """Whether the channel is connected right now (its live state: a broker that died since the last
-        call shows at once, as gRPC reads the connection's reset)."""
+        call shows at once, as gRPC reads the connection's reset); a no counts in :attr:`breaks`."""
         try:
-            return bool(self.channel._channel.check_connectivity_state(False) == _CORE_READY)  # type: ignore[attr-defined]
+            ready = bool(self.channel._channel.check_connectivity_state(False) == _CORE_READY)  # type: ignore[attr-defined]
         except ValueError:  # closed
-            return False
+            ready = False
+        if not ready:
+            self.breaks += 1
+        return ready
 
     def connect(self, timeout: float) -> Connection:
         """Wait at most ``timeout`` s for the channel to connect; how the wait ended.

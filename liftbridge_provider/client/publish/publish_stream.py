@@ -138,6 +138,7 @@ class BrokerStream:
         self._closing = False
         self._last_sent = time.monotonic()
         pooled = self._pooled = lease.__enter__()
+        self._breaks = pooled.breaks  # the channel was connected when this stream opened
         handlers: dict[str, Any] = {
             "name": f"liftbridge-publish-{address}",
             "idle_close": idle_close,
@@ -150,9 +151,11 @@ class BrokerStream:
 
     @property
     def usable(self) -> bool:
-        """Takes requests: not closing, and its channel is connected right now (a broker that died since the
-        last publish shows in the channel's live state before this stream's own end is handled)."""
-        return not self._closing and self._pooled.ready()
+        """Takes requests: not closing, its channel connected right now and never seen otherwise since this stream
+        opened. A broker that died since the last publish shows in the channel's state before this stream's own
+        end is handled; one restarted since shows only in the channel's count of breaks, as the call's end may
+        come after the probe of :class:`PolledCall` on a loaded machine."""
+        return not self._closing and self._pooled.ready() and self._pooled.breaks == self._breaks
 
     @property
     def polled(self) -> bool:
