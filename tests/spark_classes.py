@@ -1,10 +1,10 @@
 """The JVM options of the tests' Spark drivers, with a class-data-sharing archive of Spark's classes.
 
-The suite starts about fifty Spark driver JVMs (the shared sessions, each ``spark-submit``, the ones Airflow's
-operator and the demo start). Each one spent about half of its CPU loading and verifying the same
-thousands of classes from Spark's jars. ``make test`` runs ``python -m tests.spark_classes`` first: one
-small Spark job under ``-XX:ArchiveClassesAtExit`` writes the classes it loaded to
-``<venv>/spark-classes.jsa`` (HotSpot's dynamic CDS archive, JDK 13+), and :func:`jvm_options` adds
+The suite starts many Spark driver JVMs (the shared sessions, each ``spark-submit``, the ones Airflow's
+operator and the demo start), and each one loaded and verified the same thousands of classes from Spark's
+jars (docs/benchmarks.md, "The test suite's time", has the measurement). ``make test`` runs
+``python -m tests.spark_classes`` first: one small Spark job under ``-XX:ArchiveClassesAtExit`` writes the
+classes it loaded to ``<venv>/spark-classes.jsa`` (HotSpot's dynamic CDS archive, JDK 13+), and :func:`jvm_options` adds
 ``-XX:SharedArchiveFile`` for it, so every later driver maps those classes instead of loading them. Same
 Spark, same code paths: the archive changes how classes are loaded, not which ones.
 

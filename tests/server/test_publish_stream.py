@@ -334,6 +334,11 @@ def test_a_publish_after_its_broker_was_killed_and_restarted_between_publishes_i
         for channel in channels:  # as another call would: the channel is connected again
             channel.connect(10)
         assert all(c.ready() for c in channels)
+        opened = list(client._publishing.shared_streams._streams.values())
+        assert opened, "the first publish opened no shared stream"
+        # Before any probe: the stream's end may be queued only later on a loaded machine, so the stream
+        # must already read as not usable from its channel having been seen broken since it opened.
+        assert not any(stream.usable for stream in opened), "a stream opened before the restart is offered again"
         ack = client.publish(name, b"second", timeout=10)
         assert ack is not None
         assert ack.offset == 1, "stored once, after the first message"
