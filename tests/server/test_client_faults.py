@@ -241,11 +241,16 @@ def test_read_range_waits_while_the_leader_holds_the_range_uncommitted(liftbridg
     """A range the leader holds but has not committed yet (newest offset >= end - 1 > high watermark), the
     state a new leader is in while its high watermark lags after a failover: read_range (refuse mode) waits
     for the commit within its deadline and then reads the range whole, rather than refusing it. Here the
-    commit is held back by a frozen follower of a stream with min ISR 2, thawed while the read waits."""
+    commit is held back by one frozen follower, thawed while the read waits.
+
+    Three replicas, not two: a follower frozen longer than the max leader timeout (1 s here) may report the
+    leader when it thaws, and in an ISR of two that one report is enough for the controller to make it the
+    leader, with none of the leader-acked messages (seen in CI; about 1 thaw in 60 on this setup). In an
+    ISR of three a failover needs two reports, and the other follower keeps fetching."""
     with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as client:
         name = "held-uncommitted"
-        client.create_stream(name, name, replication_factor=2, min_isr=2)
-        wait_until(lambda: len(client.fetch_partition_metadata(name, 0).isr) == 2, 30, "an ISR of 2")
+        client.create_stream(name, name, replication_factor=3, min_isr=2)
+        wait_until(lambda: len(client.fetch_partition_metadata(name, 0).isr) == 3, 30, "an ISR of 3")
         info = client.fetch_partition_metadata(name, 0)
         follower = next(r for r in info.replicas if r != info.leader)
         liftbridge_cluster.freeze(follower)
