@@ -344,6 +344,30 @@ def test_a_publish_after_its_broker_was_killed_and_restarted_between_publishes_i
         assert ack.offset == 1, "stored once, after the first message"
 
 
+def test_a_stream_replaced_after_its_broker_restarted_ends_and_nothing_outlives_the_client() -> None:
+    """A shared stream whose broker was restarted is replaced by a new one at the next publish. The old one was
+    dropped without being ended: its thread and its channel lease lived on for the idle time (30 s), and on
+    past the client's close, which no longer knew it. With nobody waiting on it, the replaced stream must end
+    at once, and the client's close must end every stream it opened."""
+    with start_single() as server:
+        address = server.brokers[0]
+        mine = f"liftbridge-publish-{address}"
+
+        def streams_alive() -> int:
+            return sum(1 for t in threading.enumerate() if t.name == mine)
+
+        with LiftbridgeClient(server.brokers) as client:
+            name = new_stream(client)
+            assert client.publish(name, b"first") is not None
+            assert streams_alive() == 1
+            node = server.nodes[0].server_id
+            server.kill(node)
+            server.restart(node)
+            assert client.publish(name, b"second", timeout=10) is not None
+            wait_until(lambda: streams_alive() == 1, 5, "the replaced stream to end while the new one serves")
+        wait_until(lambda: streams_alive() == 0, 5, "every stream of the closed client to end")
+
+
 @pytest.mark.parametrize(
     ("size", "options"),
     [

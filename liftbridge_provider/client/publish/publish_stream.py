@@ -136,6 +136,7 @@ class BrokerStream:
         self._pending: dict[str, Answer] = {}
         self._lock = threading.Lock()
         self._closing = False
+        self._ended = False
         self._last_sent = time.monotonic()
         pooled = self._pooled = lease.__enter__()
         self._breaks = pooled.breaks  # the channel was connected when this stream opened
@@ -156,6 +157,11 @@ class BrokerStream:
         end is handled; one restarted since shows only in the channel's count of breaks, as the call's end may
         come after the probe of :class:`PolledCall` on a loaded machine."""
         return not self._closing and self._pooled.ready() and self._pooled.breaks == self._breaks
+
+    @property
+    def ended(self) -> bool:
+        """The call is over (its end handled, its channel lease given back)."""
+        return self._ended
 
     @property
     def polled(self) -> bool:
@@ -204,6 +210,16 @@ class BrokerStream:
         self._fail_pending(error)
         self._call.cancel()
 
+    def retire(self) -> None:
+        """Replaced by a new stream to the same broker: take no more requests, and cancel the call at once unless
+        a caller still waits on it for an ack (that caller polls the call on to its ack or its end, and the
+        keeper half-closes it once idle)."""
+        with self._lock:
+            self._closing = True
+            waited_on = bool(self._pending)
+        if not waited_on:
+            self._call.cancel()
+
     def close_if_idle(self) -> bool:
         """Nothing sent for ``idle_close`` s and no ack awaited: stop taking requests (True)."""
         with self._lock:
@@ -226,6 +242,7 @@ class BrokerStream:
         reason = "the server ended the stream" if code is grpc.StatusCode.OK else f"{code.name}: {call.details()}"
         with self._lock:
             self._closing = True
+            self._ended = True
         self._lease.__exit__(None, None, None)
         self._fail_pending(
             lambda: UnavailableError(
@@ -300,6 +317,7 @@ class PublishStreams:
         self._pool = pool
         self._idle_close = idle_close
         self._streams: dict[str, BrokerStream] = {}
+        self._retired: list[BrokerStream] = []  # replaced while a caller still waited on them, not yet ended
         self._lock = threading.Lock()
         self._closed = False
         self._ids = iter(range(1, 2**63))
@@ -331,7 +349,8 @@ class PublishStreams:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            streams, self._streams = list(self._streams.values()), {}
+            streams, self._streams = list(self._streams.values()) + self._retired, {}
+            self._retired = []
         for stream in streams:
             stream.close(_closed_while_waiting)
 
@@ -386,6 +405,7 @@ class PublishStreams:
             lease.__exit__(None, None, None)
             raise
         late: BrokerStream | None = None  # opened after close() took the streams it knew: nothing was sent on it
+        replaced: BrokerStream | None = None
         with self._lock:
             if self.closed:
                 late = opened
@@ -395,6 +415,11 @@ class PublishStreams:
                     opened.close(_closed_while_waiting)  # nothing was sent on it
                     return current
                 self._streams[address] = opened
+                if current is not None:  # not usable: it ends now, or once its callers have their answers
+                    replaced = current
+                    self._retired = [s for s in self._retired if not s.ended] + [current]
+        if replaced is not None:
+            replaced.retire()
         if late is not None:
             late.close(_closed_while_waiting)
             raise ClientClosedError("the Liftbridge client was closed; nothing was sent")
