@@ -317,7 +317,7 @@ class PublishStreams:
         self._pool = pool
         self._idle_close = idle_close
         self._streams: dict[str, BrokerStream] = {}
-        self._retired: list[BrokerStream] = []  # replaced while a caller still waited on them, not yet ended
+        self._retired: list[BrokerStream] = []  # replaced ones not yet seen ended: close() ends them too
         self._lock = threading.Lock()
         self._closed = False
         self._ids = iter(range(1, 2**63))
