@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -271,6 +272,12 @@ def run_cli(*args: str, state_file: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_start_status_brokers_stop(tmp_path: Path) -> None:
+    """The CLI starts a server that outlives it, refuses a second start on the same state file, reports it ready,
+    prints its brokers, and `stop` ends every process it started and removes its data.
+
+    After the stop, the test asks whether the recorded processes still run and whether a server that knows this
+    server's stream answers at its address. It does not require that nothing answers there: the other test
+    processes start servers on random ports all the time, and one may take the freed port at once."""
     state = tmp_path / "state.json"
     started = run_cli("start", state_file=state)
     assert started.returncode == 0, started.stderr
@@ -283,13 +290,29 @@ def test_cli_start_status_brokers_stop(tmp_path: Path) -> None:
         assert "ready" in status.stdout
         brokers = run_cli("brokers", state_file=state).stdout.strip()
         assert fetch_metadata(brokers).brokers[0].id == "n1"
+        create_stream(brokers, "cli-owned", partitions=1)
+        assert knows_stream(brokers, "cli-owned")
+        recorded = json.loads(state.read_text())
     finally:
         stopped = run_cli("stop", state_file=state)
     assert stopped.returncode == 0, stopped.stderr
     assert not state.exists()
     assert run_cli("status", state_file=state).returncode == 1
-    with pytest.raises(grpc.RpcError):
-        fetch_metadata(brokers)
+    processes = [*recorded["nodes"], *([recorded["nats"]] if recorded["nats"] else [])]
+    still_running = [p["pid"] for p in processes if pid_runs(p["pid"], Path(p["argv"][0]))]
+    assert not still_running, f"pids {still_running} outlived the CLI's stop"
+    assert recorded["owns_root"], "the CLI without --data-dir makes its own data folder"
+    assert not Path(recorded["root"]).exists(), "stop left the server's data behind"
+    assert not knows_stream(brokers, "cli-owned"), f"the stopped server still answers at {brokers}"
+
+
+def knows_stream(address: str, name: str) -> bool:
+    """Whether a server answers at ``address`` and has stream ``name`` (False when nothing answers)."""
+    try:
+        (stream,) = fetch_metadata(address, [name]).streamMetadata
+    except grpc.RpcError:
+        return False
+    return stream.error == api.StreamMetadata.Error.OK and bool(stream.partitions)
 
 
 def test_readiness_asks_no_node_for_brokers_before_every_node_serves(liftbridge_cluster: DevServer) -> None:
