@@ -8,11 +8,14 @@ Every address is 127.0.0.1: nothing here listens on other interfaces.
 from __future__ import annotations
 
 import json
+import os
 import random
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from liftbridge_provider.devserver.errors import DevServerError
 
 LOOPBACK = "127.0.0.1"
 
@@ -29,24 +32,62 @@ FAST_FAILOVER: dict[str, Any] = {
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")  # Linux: the source ports of outgoing connections
 LOWEST_PORT = 10_000  # ports below this are left to well-known and registered services
 PICKS = 100  # random ports tried before falling back to one the kernel chooses
+PORTS_VARIABLE = "LIFTBRIDGE_DEVSERVER_PORTS"  # "LOW-HIGH": the only ports free_port may pick (inclusive)
 
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (callers retry on a clash).
 
-    Chosen at random below the kernel's ephemeral range when that range is known (Linux): a port the kernel
-    hands out for ``bind(0)`` lies inside it, where any outgoing connection on the machine may take it as its
-    source port before the server that was meant to listen on it binds it. Below the range only listeners
-    take ports, and a random choice keeps concurrent callers apart. Elsewhere the kernel chooses.
+    Chosen at random in ``port_range()``: by default below the kernel's ephemeral range when that range is
+    known (Linux). A port the kernel hands out for ``bind(0)`` lies inside it, where any outgoing connection
+    on the machine may take it as its source port before the server that was meant to listen on it binds it.
+    Below the range only listeners take ports, and a random choice keeps concurrent callers apart. Without
+    a known range the kernel chooses. With ``LIFTBRIDGE_DEVSERVER_PORTS`` set, only ports in it are taken,
+    and DevServerError is raised when :data:`PICKS` random tries find none free.
     """
-    below = _ephemeral_low()
-    for _ in range(PICKS if below > LOWEST_PORT else 0):
-        port = random.randint(LOWEST_PORT, below - 1)
-        if _bindable(port):
-            return port
+    span = port_range()
+    if span is not None:
+        for _ in range(PICKS):
+            port = random.randint(*span)
+            if _bindable(port):
+                return port
+    if os.environ.get(PORTS_VARIABLE):
+        raise DevServerError(f"no free port found in {PORTS_VARIABLE}={os.environ[PORTS_VARIABLE]} after {PICKS} tries")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
+
+
+def port_range() -> tuple[int, int] | None:
+    """The ports ``free_port`` picks from, both ends included: ``LIFTBRIDGE_DEVSERVER_PORTS`` (``LOW-HIGH``)
+    when set, else from 10,000 up to just below the kernel's ephemeral range, or None when that is unknown.
+
+    Raises DevServerError naming the value when the variable is not ``LOW-HIGH`` with
+    1024 <= LOW <= HIGH <= 65535.
+    """
+    value = os.environ.get(PORTS_VARIABLE, "")
+    if not value:
+        below = _ephemeral_low()
+        return (LOWEST_PORT, below - 1) if below > LOWEST_PORT else None
+    low, dash, high = value.partition("-")
+    if dash and low.strip().isdigit() and high.strip().isdigit() and 1024 <= int(low) <= int(high) <= 65535:
+        return int(low), int(high)
+    raise DevServerError(
+        f"{PORTS_VARIABLE}={value!r} is not a port range: give LOW-HIGH with 1024 <= LOW <= HIGH <= 65535"
+    )
+
+
+def worker_slice(worker: int, workers: int) -> tuple[int, int] | None:
+    """Share ``worker`` (from 0) of ``workers`` equal shares of the default range, or None when that range
+    is unknown or the share would hold under 100 ports. Concurrent test processes given their own shares
+    never pick the same port: a server stopped or restarting leaves its port free for a while, and another
+    process could otherwise start a server on it meanwhile."""
+    below = _ephemeral_low()
+    size = (below - LOWEST_PORT) // workers if workers > 0 else 0
+    if not 0 <= worker < workers or size < 100:
+        return None
+    low = LOWEST_PORT + worker * size
+    return low, low + size - 1
 
 
 def _ephemeral_low() -> int:

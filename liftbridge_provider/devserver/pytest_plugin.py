@@ -5,15 +5,35 @@ Enable with ``pytest_plugins = ["liftbridge_provider.devserver.pytest_plugin"]``
 - ``liftbridge_server``: one node with embedded NATS, shared by the session.
 - ``liftbridge_cluster``: a fresh three-node cluster per test, for tests that
   kill or restart nodes.
+
+Under pytest-xdist each worker process takes its ports from its own share of
+the range (``LIFTBRIDGE_DEVSERVER_PORTS``, unless that is set already; see
+``config.worker_slice``), which the servers and subprocesses it starts inherit.
+Without that, a worker could start a server on the port of another worker's
+node while that node was down for a restart, and the node could not come back.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
+from liftbridge_provider.devserver import config
 from liftbridge_provider.devserver.cluster import DevServer, start_cluster, start_single
+
+PORTS = config.PORTS_VARIABLE
+
+
+def pytest_configure() -> None:
+    """In an xdist worker (``PYTEST_XDIST_WORKER`` is ``gw<N>``), keep its ports apart from the others'."""
+    worker, workers = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if os.environ.get(PORTS) or not (worker.startswith("gw") and worker[2:].isdigit() and workers.isdigit()):
+        return
+    share = config.worker_slice(int(worker[2:]), int(workers))
+    if share is not None:
+        os.environ[PORTS] = f"{share[0]}-{share[1]}"
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,38 @@ from liftbridge_provider.sensors.message import LiftbridgeMessageSensor
 """
 
 
+MARKED_SENSORS = '''
+"""Sensors that create the file ``marker`` names once their execute has ended: returned, failed or deferred."""
+from liftbridge_provider.sensors.message import LiftbridgeMessageSensor
+from liftbridge_provider.sensors.offset import LiftbridgePartitionOffsetSensor
+
+
+def _marked(sensor):
+    class Marked(sensor):  # a direct subclass: Airflow wraps each operator class's __init__
+        def __init__(self, *, marker, **kwargs):
+            super().__init__(**kwargs)
+            self.marker = marker
+
+        def execute(self, context):
+            try:
+                return super().execute(context)
+            finally:
+                open(self.marker, "w").close()
+
+    return Marked
+
+
+MarkedOffsetSensor = _marked(LiftbridgePartitionOffsetSensor)
+MarkedMessageSensor = _marked(LiftbridgeMessageSensor)
+'''
+
+
+def write_marked_sensors(home: Path) -> None:
+    """Put ``marked_sensors`` in the DAGs folder: a test publishes once the sensor looked and deferred (its marker
+    exists), so the publish is known to come after the sensor's first check, however slowly the run started."""
+    (home / "dags" / "marked_sensors.py").write_text(MARKED_SENSORS)
+
+
 def connection_env(server: DevServer, **extra: Any) -> dict[str, str]:
     connection = {"conn_type": "liftbridge", "host": ",".join(server.brokers), "extra": extra}
     return {"AIRFLOW_CONN_LIFTBRIDGE_DEFAULT": json.dumps(connection)}

@@ -22,7 +22,7 @@ import pytest
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage, partition_by_key
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook
-from tests.airflow.airflow_runs import AIRFLOW, connection_env, run_dag, stream_name
+from tests.airflow.airflow_runs import AIRFLOW, connection_env, run_dag, stream_name, write_marked_sensors
 from tests.tls_certs import write_ca, write_server_cert
 
 
@@ -80,30 +80,29 @@ def test_deferred_sensor_waits_for_messages_published_later(
 ) -> None:
     stream = stream_name()
     client.create_stream(stream, stream, partitions=2)
-    marker = tmp_path / "sensor-starts"
+    marker = tmp_path / "sensor-deferred"
+    write_marked_sensors(airflow_home)
 
-    def publish_after_the_sensor_started() -> None:
+    def publish_after_the_sensor_deferred() -> None:
         deadline = time.monotonic() + 120
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(3)  # the sensor's first check has found nothing by now
         client.publish_batch(stream, [PublishMessage(b"x", partition=p) for p in (0, 1) * 6])
 
-    publisher = threading.Thread(target=publish_after_the_sensor_started)
+    publisher = threading.Thread(target=publish_after_the_sensor_deferred)
     publisher.start()
     body = f"""
-        @task
-        def announce():
-            open({str(marker)!r}, "w").close()
+        from marked_sensors import MarkedOffsetSensor
 
-        wait = LiftbridgePartitionOffsetSensor(
-            task_id="wait", stream={stream!r}, target_offset=5, deferrable=True, poke_interval=1, timeout=120
+        wait = MarkedOffsetSensor(
+            task_id="wait", stream={stream!r}, target_offset=5, deferrable=True, poke_interval=1, timeout=120,
+            marker={str(marker)!r},
         )
         poke = LiftbridgePartitionOffsetSensor(
             task_id="poke", stream={stream!r}, target_offsets={{"1": 5}}, deferrable=False, poke_interval=1,
             timeout=60, mode="poke",
         )
-        announce() >> wait >> poke
+        wait >> poke
     """
     run = run_dag(airflow_home, body, connection_env(liftbridge_server))
     publisher.join()
@@ -470,7 +469,8 @@ def test_deferred_sensor_waits_on_an_auto_paused_partition(
     client.create_stream(stream, stream, auto_pause_time=1)
     client.publish_batch(stream, [b"m"] * 3, partitioner=None, ack_policy="all")
     wait_until_paused(client, stream, [0])
-    marker = tmp_path / "sensor-starts"
+    marker = tmp_path / "sensor-deferred"
+    write_marked_sensors(airflow_home)
 
     def publish_once_the_trigger_polled_the_paused_partition() -> None:
         deadline = time.monotonic() + 120
@@ -482,12 +482,11 @@ def test_deferred_sensor_waits_on_an_auto_paused_partition(
     publisher = threading.Thread(target=publish_once_the_trigger_polled_the_paused_partition)
     publisher.start()
     body = f"""
-        @task
-        def announce():
-            open({str(marker)!r}, "w").close()
+        from marked_sensors import MarkedOffsetSensor
 
-        announce() >> LiftbridgePartitionOffsetSensor(
-            task_id="wait", stream={stream!r}, target_offset=5, deferrable=True, poke_interval=1, timeout=60
+        MarkedOffsetSensor(
+            task_id="wait", stream={stream!r}, target_offset=5, deferrable=True, poke_interval=1, timeout=60,
+            marker={str(marker)!r},
         )
     """
     run = run_dag(airflow_home, body, connection_env(liftbridge_server, request_timeout=2))
@@ -530,13 +529,14 @@ def test_missing_streams_and_partitions_fail_without_retries(
     client.create_stream(stream, stream)
     client.create_stream(deleted, deleted)
     cursors_before = _cursor_writes(client)
-    marker = tmp_path / "sensor-starts"
+    marker = tmp_path / "sensor-deferred"
+    write_marked_sensors(airflow_home)
 
     def delete_once_the_sensor_deferred() -> None:
         deadline = time.monotonic() + 120
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(4)
+        time.sleep(4)  # the trigger polls the stream a few times first
         client.delete_stream(deleted)
 
     deleter = threading.Thread(target=delete_once_the_sensor_deferred)
@@ -545,11 +545,8 @@ def test_missing_streams_and_partitions_fail_without_retries(
     no_partition = {"stream": stream, "cursor_id": "c", "ranges": [{"partition": 3, "start": 0, "end": 5}]}
     body = f"""
         from datetime import timedelta
+        from marked_sensors import MarkedOffsetSensor
         retry = dict(retries=2, retry_delay=timedelta(0))
-
-        @task
-        def announce():
-            open({str(marker)!r}, "w").close()
 
         LiftbridgeOffsetRangesOperator(task_id="freeze", stream={missing!r}, cursor_id="c", **retry)
         LiftbridgeCommitCursorOperator(task_id="commit", ranges={ranges!r}, **retry)
@@ -564,14 +561,15 @@ def test_missing_streams_and_partitions_fail_without_retries(
             task_id="poke_partition", stream={stream!r}, target_offsets={{"4": 1}}, mode="poke", poke_interval=1,
             timeout=20, **retry
         )
-        announce() >> LiftbridgePartitionOffsetSensor(
+        MarkedOffsetSensor(
             task_id="deferred", stream={deleted!r}, target_offset=1, deferrable=True, poke_interval=1, timeout=60,
-            **retry
+            marker={str(marker)!r}, **retry
         )
     """
     run = run_dag(airflow_home, body, connection_env(liftbridge_server))
     deleter.join()
-    failed = {task: state for task, state in run.states.items() if task != "announce"}
+    failed = run.states
+    assert len(failed) == 9
     assert set(failed.values()) == {"failed"}, (failed, run.output[-4000:])
     assert {task: run.tries[task] for task in failed} == dict.fromkeys(failed, 1), run.tries
     assert f"no stream named '{missing}'" in run.output

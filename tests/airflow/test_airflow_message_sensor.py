@@ -18,7 +18,7 @@ import pytest
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.triggers.await_message import LiftbridgeAwaitMessageTrigger
-from tests.airflow.airflow_runs import connection_env, run_dag, stream_name
+from tests.airflow.airflow_runs import connection_env, run_dag, stream_name, write_marked_sensors
 
 FUNCTIONS = '''
 import json
@@ -46,31 +46,29 @@ def test_a_match_published_after_the_sensor_deferred_ends_it_with_the_functions_
     stream = stream_name()
     client.create_stream(stream, stream, partitions=2)
     client.publish_batch(stream, [PublishMessage(order(0, 500), partition=0)])  # before: 'latest' skips it
-    marker = tmp_path / "sensor-starts"
+    marker = tmp_path / "sensor-deferred"
+    write_marked_sensors(airflow_home)
 
     def publish_after_the_sensor_deferred() -> None:
         deadline = time.monotonic() + 120
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(4)  # the sensor has looked, found nothing, and deferred by now
         client.publish_batch(stream, [PublishMessage(order(n, 10 * n), partition=n % 2) for n in range(1, 8)])
 
     publisher = threading.Thread(target=publish_after_the_sensor_deferred)
     publisher.start()
     body = f"""
-        @task
-        def announce():
-            open({str(marker)!r}, "w").close()
+        from marked_sensors import MarkedMessageSensor
 
-        deferred = LiftbridgeMessageSensor(
+        deferred = MarkedMessageSensor(
             task_id="deferred", stream={stream!r}, apply_function="{functions}", apply_function_args=[45],
-            deferrable=True, timeout=120, cursor_id="orders", commit_cursor=True,
+            deferrable=True, timeout=120, cursor_id="orders", commit_cursor=True, marker={str(marker)!r},
         )
         poked = LiftbridgeMessageSensor(
             task_id="poked", stream={stream!r}, apply_function="{functions}", apply_function_kwargs={{"limit": 65}},
             start={{"0": 0, "1": 0}}, poke_interval=1, timeout=30, mode="poke",
         )
-        announce() >> deferred >> poked
+        deferred >> poked
     """
     run = run_dag(airflow_home, body, connection_env(liftbridge_server))
     publisher.join()

@@ -30,6 +30,7 @@ from liftbridge_provider.core.watching import CursorNames
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.process import stop_process
 from liftbridge_provider.triggers.message import LiftbridgeMessageTrigger
+from liftbridge_provider.triggers.watchers import SUBSCRIPTIONS_OPENED
 
 WAIT = 30.0  # seconds any wait below may take before the test fails
 
@@ -149,7 +150,8 @@ def test_start_from_latest_keeps_its_start_across_a_restart_before_the_first_mes
         async def scenario() -> list[int]:
             trigger = LiftbridgeMessageTrigger(stream=stream, start_from="latest", cursor_id="latest")
             first = Watcher(SharedStreamManager(), trigger, 1).start()
-            await asyncio.sleep(2)  # the watcher has started and chosen its start
+            # the watcher has chosen its start, stored it, and subscribed from it
+            await until(lambda: SUBSCRIPTIONS_OPENED[(stream, 0)] >= 1, "the first watcher to subscribe")
             await first.stop()
             await asyncio.to_thread(publish, client, stream, ["while down 0", "while down 1"])
             second = Watcher(SharedStreamManager(), trigger, 1).start()

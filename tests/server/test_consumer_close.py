@@ -6,6 +6,9 @@ stops reading, every reader waits for room in the queue. These tests guard that
 such a member still closes promptly (checkpoint stored, group left by the
 member itself rather than by timing out, no thread or task left behind) and
 that a rebalance still stops the readers of the partitions it takes away.
+Promptly is within 5 s: the readers look every 0.2 s whether they were stopped,
+and the defect these tests guard against took 15 s or never ended; the rest of
+the bound is room for the RPCs of close() on a loaded machine.
 
 One node with a 3 s consumer timeout: a member whose heartbeat stops is dropped
 quickly, which the activity stream reports as an expired leave.
@@ -67,9 +70,9 @@ def leaves_of(client: LiftbridgeClient, group: str, consumer_id: str) -> list[Ac
         time.sleep(0.2)
 
 
-def test_a_member_with_a_full_backlog_closes_within_2s_checkpoints_and_leaves_itself(client: LiftbridgeClient) -> None:
+def test_a_member_with_a_full_backlog_closes_within_5s_checkpoints_and_leaves_itself(client: LiftbridgeClient) -> None:
     """A member of a three-partition stream whose readers all wait for room in its full queue is closed
-    after one message was read: close() returns within 2 s, the group's cursor holds that message's
+    after one message was read: close() returns within 5 s, the group's cursor holds that message's
     offset, the member left the group itself (its leave is not an expiry: the heartbeat went on until it
     left), and none of its threads is still running."""
     stream, group = stream_with_backlog(client), f"g-{uuid.uuid4().hex[:6]}"
@@ -81,7 +84,7 @@ def test_a_member_with_a_full_backlog_closes_within_2s_checkpoints_and_leaves_it
     consumer.close()
     took = time.monotonic() - started
     left_running = member_threads(group)
-    assert took < 2, f"close() took {took:.1f}s"
+    assert took < 5, f"close() took {took:.1f}s"
     assert not left_running, f"threads still running after close(): {left_running}"
     assert client.fetch_cursor(group_cursor(group), stream, first.partition) == first.offset
     leaves = leaves_of(client, group, consumer.consumer_id)
@@ -92,7 +95,7 @@ def test_a_rebalance_of_a_member_with_a_full_backlog_stops_its_readers_at_once_a
     client: LiftbridgeClient,
 ) -> None:
     """A second member joins while the first member's readers all wait for room in its full queue. The new
-    epoch stops the first member's readers (subscriptions carry the epoch): they end within 2 s of its
+    epoch stops the first member's readers (subscriptions carry the epoch): they end within 5 s of its
     assignments changing, the two members settle at two partitions each, and the first member's heartbeat
     goes on meanwhile (the group never drops it for a missed heartbeat)."""
     stream, group = stream_with_backlog(client, partitions=4), f"g-{uuid.uuid4().hex[:6]}"
@@ -109,7 +112,7 @@ def test_a_rebalance_of_a_member_with_a_full_backlog_stops_its_readers_at_once_a
         changed_at = time.monotonic()
         wait_until(lambda: not any(t.is_alive() for t in readers), 10, "the first member's old readers to end")
         took = time.monotonic() - changed_at
-        assert took < 2, f"the old readers ended {took:.1f}s after the assignments changed"
+        assert took < 5, f"the old readers ended {took:.1f}s after the assignments changed"
         wait_until(lambda: len(first.assignments) == len(second.assignments) == 2, 20, "a 2 + 2 split")
     finally:
         first.close()
@@ -118,10 +121,10 @@ def test_a_rebalance_of_a_member_with_a_full_backlog_stops_its_readers_at_once_a
     assert not expired, f"the first member was dropped for a missed heartbeat: {expired}"
 
 
-def test_an_asyncio_member_with_a_full_backlog_closes_within_2s_checkpoints_and_leaves_itself(
+def test_an_asyncio_member_with_a_full_backlog_closes_within_5s_checkpoints_and_leaves_itself(
     node: DevServer, client: LiftbridgeClient
 ) -> None:
-    """The asyncio member in the same state as the sync one above: close() returns within 2 s, the
+    """The asyncio member in the same state as the sync one above: close() returns within 5 s, the
     group's cursor holds the offset of the message read, the member left the group itself, and none of
     its tasks is still running."""
     stream, group = stream_with_backlog(client), f"g-{uuid.uuid4().hex[:6]}"
@@ -145,7 +148,7 @@ def test_an_asyncio_member_with_a_full_backlog_closes_within_2s_checkpoints_and_
             return took, running, (first.partition, first.offset), consumer.consumer_id
 
     took, running, (partition, offset), consumer_id = asyncio.run(scenario())
-    assert took < 2, f"close() took {took:.1f}s"
+    assert took < 5, f"close() took {took:.1f}s"
     assert not running, f"tasks still running after close(): {running}"
     assert client.fetch_cursor(group_cursor(group), stream, partition) == offset
     leaves = leaves_of(client, group, consumer_id)

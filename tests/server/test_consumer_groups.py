@@ -23,6 +23,7 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import (
     AsyncConsumer,
     AsyncLiftbridgeClient,
+    Consumer,
     ConsumerError,
     InvalidArgumentError,
     LiftbridgeClient,
@@ -150,8 +151,7 @@ def test_a_group_resumes_from_its_checkpoint_and_latest_skips_the_past(client: L
     publish(client, stream, 10, partitions=1)
     with client.consumer(group) as consumer:  # auto_offset latest: the 10 before are not read
         consumer.subscribe([stream])
-        wait_until(lambda: consumer.assignments, 20, "the assignment")
-        time.sleep(1)  # the partition's reader is subscribed
+        wait_until(lambda: subscribed(consumer), 20, "the partition's reader to be subscribed")
         publish(client, stream, 5, partitions=1, first=10)
         got: list[Message] = []
         for message in consumer.messages(timeout=20):
@@ -164,6 +164,13 @@ def test_a_group_resumes_from_its_checkpoint_and_latest_skips_the_past(client: L
         again.subscribe([stream])
         rest = [m.offset for m in itertools_take(again.messages(timeout=20), 2)]
     assert rest == [13, 14]
+
+
+def subscribed(consumer: Consumer) -> bool:
+    """Whether the member reads every partition it was assigned, each subscription confirmed by its leader: from
+    then on, a publish comes after the "latest" start its reader was given."""
+    readers = list(consumer._readers.values())
+    return bool(readers) and all(r.subscription is not None and r.subscription.established for r in readers)
 
 
 def itertools_take(messages: Iterator[Message], count: int) -> list[Message]:

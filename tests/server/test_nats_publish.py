@@ -308,7 +308,8 @@ def test_a_flush_nats_never_answers_gets_exactly_what_is_left_of_the_batch_deadl
             result = client.publish_batch(name, [b"a", b"b"], timeout=timeout, raise_on_error=False)
             elapsed = time.monotonic() - started
             assert client.fetch_partition_metadata(name, 0).high_watermark == -1
-    assert elapsed < timeout + 0.5, f"a {timeout:g} s batch took {elapsed:.2f} s"
+    # 0.6 s of room for the end of the batch on a loaded machine; under the whole second the defect waited
+    assert elapsed < timeout + 0.6, f"a {timeout:g} s batch took {elapsed:.2f} s"
     assert [(f.index, type(f.error), f.may_be_stored) for f in result.failures] == [
         (0, AckTimeoutError, False),
         (1, AckTimeoutError, False),

@@ -201,7 +201,7 @@ def test_a_message_that_cannot_be_written_by_its_deadline_is_not_sent_later(lift
             time.sleep(0.5)
             started = time.monotonic()
             publish(b"behind---", 1)
-            assert time.monotonic() - started < 2.0
+            assert time.monotonic() - started < 3.0, "a 1 s publish waited for the writes ahead of it"
             for writer in writers:
                 writer.join(timeout=15)
             assert not any(writer.is_alive() for writer in writers)

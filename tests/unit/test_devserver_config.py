@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
 
 import pytest
 
-from liftbridge_provider.devserver import binaries, config
+from liftbridge_provider.devserver import DevServerError, binaries, config, pytest_plugin
 
 
 @pytest.mark.parametrize(
@@ -95,3 +96,65 @@ def test_free_port_skips_a_port_that_is_taken(monkeypatch: pytest.MonkeyPatch) -
         assert config.free_port() != taken_port
         assert picked[0] == taken_port, picked
         assert len(picked) >= 2, picked
+
+
+def test_free_port_takes_only_ports_of_the_range_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LIFTBRIDGE_DEVSERVER_PORTS confines the picks (a firewall's open range, or one test process's share)."""
+    monkeypatch.setenv(config.PORTS_VARIABLE, "20000-20019")
+    ports = {config.free_port() for _ in range(40)}
+    assert ports <= set(range(20000, 20020)), sorted(ports)
+    assert len(ports) > 5, "still chosen at random inside the range"
+
+
+def test_a_range_with_no_free_port_is_an_error_not_a_port_outside_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as taken:
+        taken.bind((config.LOOPBACK, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv(config.PORTS_VARIABLE, f"{port}-{port}")
+        with pytest.raises(DevServerError, match=rf"no free port found in {config.PORTS_VARIABLE}={port}-{port}"):
+            config.free_port()
+
+
+@pytest.mark.parametrize(
+    "value", ["abc", "20000", "20000-", "-20000", "30000-20000", "80-90", "60000-70000", "1e4-2e4"]
+)
+def test_a_bad_port_range_is_refused_naming_the_value_and_the_form(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(config.PORTS_VARIABLE, value)
+    with pytest.raises(DevServerError) as raised:
+        config.free_port()
+    assert f"{config.PORTS_VARIABLE}={value!r} is not a port range" in str(raised.value)
+    assert "LOW-HIGH with 1024 <= LOW <= HIGH <= 65535" in str(raised.value)
+
+
+def test_worker_shares_are_disjoint_and_lie_below_the_ephemeral_range() -> None:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    spans = []
+    for worker in range(4):
+        share = config.worker_slice(worker, 4)
+        assert share is not None, worker
+        spans.append(range(share[0], share[1] + 1))
+    assert all(span.start >= config.LOWEST_PORT and span.stop <= low for span in spans), spans
+    assert sum(len(span) for span in spans) == len(set().union(*spans)), "no port in two shares"
+    assert min(len(span) for span in spans) >= (low - config.LOWEST_PORT) // 4
+    assert config.worker_slice(4, 4) is None
+    assert config.worker_slice(0, 10_000) is None, "a share under 100 ports is no share"
+
+
+def test_the_pytest_plugin_gives_each_xdist_worker_its_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another worker could take the port of a node that is down for a restart, and the node could not come
+    back; each worker (and what it starts) keeps to its own share, unless the user chose a range."""
+    monkeypatch.delenv(config.PORTS_VARIABLE, raising=False)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw2")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    pytest_plugin.pytest_configure()
+    share = config.worker_slice(2, 4)
+    assert share is not None
+    assert config.port_range() == share
+    monkeypatch.setenv(config.PORTS_VARIABLE, "40000-40100")
+    pytest_plugin.pytest_configure()
+    assert config.port_range() == (40000, 40100), "a range the user set is kept"
+    monkeypatch.delenv(config.PORTS_VARIABLE)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    pytest_plugin.pytest_configure()
+    assert config.PORTS_VARIABLE not in os.environ, "outside xdist nothing is set"
