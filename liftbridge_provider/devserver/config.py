@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,7 +32,8 @@ FAST_FAILOVER: dict[str, Any] = {
 
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")  # Linux: the source ports of outgoing connections
 LOWEST_PORT = 10_000  # ports below this are left to well-known and registered services
-PICKS = 100  # random ports tried before falling back to one the kernel chooses
+PICKS = 100  # random ports tried, then the kernel chooses one (with PORTS_VARIABLE set: DevServerError)
+MIN_SHARE = 100  # the fewest ports a share of a range may hold (share_of)
 PORTS_VARIABLE = "LIFTBRIDGE_DEVSERVER_PORTS"  # "LOW-HIGH": the only ports free_port may pick (inclusive)
 
 
@@ -69,24 +71,23 @@ def port_range() -> tuple[int, int] | None:
     if not value:
         below = _ephemeral_low()
         return (LOWEST_PORT, below - 1) if below > LOWEST_PORT else None
-    low, dash, high = value.partition("-")
-    if dash and low.strip().isdigit() and high.strip().isdigit() and 1024 <= int(low) <= int(high) <= 65535:
-        return int(low), int(high)
+    bounds = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", value, re.ASCII)
+    if bounds and 1024 <= int(bounds[1]) <= int(bounds[2]) <= 65535:
+        return int(bounds[1]), int(bounds[2])
     raise DevServerError(
         f"{PORTS_VARIABLE}={value!r} is not a port range: give LOW-HIGH with 1024 <= LOW <= HIGH <= 65535"
     )
 
 
-def worker_slice(worker: int, workers: int) -> tuple[int, int] | None:
-    """Share ``worker`` (from 0) of ``workers`` equal shares of the default range, or None when that range
-    is unknown or the share would hold under 100 ports. Concurrent test processes given their own shares
-    never pick the same port: a server stopped or restarting leaves its port free for a while, and another
-    process could otherwise start a server on it meanwhile."""
-    below = _ephemeral_low()
-    size = (below - LOWEST_PORT) // workers if workers > 0 else 0
-    if not 0 <= worker < workers or size < 100:
+def share_of(span: tuple[int, int], worker: int, workers: int) -> tuple[int, int] | None:
+    """Share ``worker`` (from 0) of ``workers`` equal shares of the ports ``span`` (both ends included), or
+    None when a share would hold fewer than :data:`MIN_SHARE` ports. Concurrent test processes given their
+    own shares never pick the same port: a server stopped or restarting leaves its port free for a while,
+    and another process could otherwise start a server on it meanwhile."""
+    size = (span[1] - span[0] + 1) // workers if workers > 0 else 0
+    if not 0 <= worker < workers or size < MIN_SHARE:
         return None
-    low = LOWEST_PORT + worker * size
+    low = span[0] + worker * size
     return low, low + size - 1
 
 

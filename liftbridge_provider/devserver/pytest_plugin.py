@@ -7,8 +7,8 @@ Enable with ``pytest_plugins = ["liftbridge_provider.devserver.pytest_plugin"]``
   kill or restart nodes.
 
 Under pytest-xdist each worker process takes its ports from its own share of
-the range (``LIFTBRIDGE_DEVSERVER_PORTS``, unless that is set already; see
-``config.worker_slice``), which the servers and subprocesses it starts inherit.
+the range (the default one or ``LIFTBRIDGE_DEVSERVER_PORTS``; see
+``config.share_of``), which the servers and subprocesses it starts inherit.
 Without that, a worker could start a server on the port of another worker's
 node while that node was down for a restart, and the node could not come back.
 """
@@ -27,11 +27,13 @@ PORTS = config.PORTS_VARIABLE
 
 
 def pytest_configure() -> None:
-    """In an xdist worker (``PYTEST_XDIST_WORKER`` is ``gw<N>``), keep its ports apart from the others'."""
+    """In an xdist worker (``PYTEST_XDIST_WORKER`` is ``gw<N>``), keep its ports apart from the others': it
+    takes share N (modulo the worker count: a worker that replaces a crashed one counts on) of the range."""
     worker, workers = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
-    if os.environ.get(PORTS) or not (worker.startswith("gw") and worker[2:].isdigit() and workers.isdigit()):
+    if not (worker.startswith("gw") and worker[2:].isdigit() and workers.isdigit() and int(workers) > 0):
         return
-    share = config.worker_slice(int(worker[2:]), int(workers))
+    span = config.port_range()
+    share = None if span is None else config.share_of(span, int(worker[2:]) % int(workers), int(workers))
     if share is not None:
         os.environ[PORTS] = f"{share[0]}-{share[1]}"
 

@@ -38,7 +38,7 @@ from liftbridge_provider.sensors.message import LiftbridgeMessageSensor
 
 
 MARKED_SENSORS = '''
-"""Sensors that create the file ``marker`` names once their execute has ended: returned, failed or deferred."""
+"""Sensors that create the file ``marker`` names when they defer: their own check found nothing yet."""
 from liftbridge_provider.sensors.message import LiftbridgeMessageSensor
 from liftbridge_provider.sensors.offset import LiftbridgePartitionOffsetSensor
 
@@ -49,11 +49,9 @@ def _marked(sensor):
             super().__init__(**kwargs)
             self.marker = marker
 
-        def execute(self, context):
-            try:
-                return super().execute(context)
-            finally:
-                open(self.marker, "w").close()
+        def defer(self, *args, **kwargs):
+            open(self.marker, "w").close()
+            super().defer(*args, **kwargs)
 
     return Marked
 
@@ -64,8 +62,8 @@ MarkedMessageSensor = _marked(LiftbridgeMessageSensor)
 
 
 def write_marked_sensors(home: Path) -> None:
-    """Put ``marked_sensors`` in the DAGs folder: a test publishes once the sensor looked and deferred (its marker
-    exists), so the publish is known to come after the sensor's first check, however slowly the run started."""
+    """Put ``marked_sensors`` in the DAGs folder. A test that publishes once the marker exists publishes after
+    the sensor checked and deferred, however slowly the run started; a sensor that never defers writes none."""
     (home / "dags" / "marked_sensors.py").write_text(MARKED_SENSORS)
 
 

@@ -569,11 +569,13 @@ def test_missing_streams_and_partitions_fail_without_retries(
     run = run_dag(airflow_home, body, connection_env(liftbridge_server))
     deleter.join()
     failed = run.states
-    assert len(failed) == 9
+    assert len(failed) == 9, failed
     assert set(failed.values()) == {"failed"}, (failed, run.output[-4000:])
     assert {task: run.tries[task] for task in failed} == dict.fromkeys(failed, 1), run.tries
     assert f"no stream named '{missing}'" in run.output
     assert f"no partition 3: stream '{stream}' has partitions 0-0" in run.output
+    # the deferred sensor failed on the deletion, reported by its trigger
+    assert f"deferred: waiting for {deleted} failed: {{'status': 'error', 'error': 'NoSuchPartitionError'" in run.output
     assert _cursor_writes(client) == cursors_before, "a cursor was stored for a missing stream or partition"
     client.create_stream(missing, missing)
     assert client.fetch_cursor("c", missing, 0) == -1

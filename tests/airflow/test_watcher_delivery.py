@@ -150,7 +150,7 @@ def test_start_from_latest_keeps_its_start_across_a_restart_before_the_first_mes
         async def scenario() -> list[int]:
             trigger = LiftbridgeMessageTrigger(stream=stream, start_from="latest", cursor_id="latest")
             first = Watcher(SharedStreamManager(), trigger, 1).start()
-            # the watcher has chosen its start, stored it, and subscribed from it
+            # the watcher has chosen its start and stored it (its reader starts after that)
             await until(lambda: SUBSCRIPTIONS_OPENED[(stream, 0)] >= 1, "the first watcher to subscribe")
             await first.stop()
             await asyncio.to_thread(publish, client, stream, ["while down 0", "while down 1"])

@@ -117,7 +117,7 @@ def test_a_range_with_no_free_port_is_an_error_not_a_port_outside_it(monkeypatch
 
 
 @pytest.mark.parametrize(
-    "value", ["abc", "20000", "20000-", "-20000", "30000-20000", "80-90", "60000-70000", "1e4-2e4"]
+    "value", ["abc", "20000", "20000-", "-20000", "30000-20000", "80-90", "60000-70000", "1e4-2e4", "2²000-30000"]
 )
 def test_a_bad_port_range_is_refused_naming_the_value_and_the_form(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv(config.PORTS_VARIABLE, value)
@@ -127,33 +127,40 @@ def test_a_bad_port_range_is_refused_naming_the_value_and_the_form(monkeypatch: 
     assert "LOW-HIGH with 1024 <= LOW <= HIGH <= 65535" in str(raised.value)
 
 
-def test_worker_shares_are_disjoint_and_lie_below_the_ephemeral_range() -> None:
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+def test_shares_are_disjoint_equal_and_inside_the_span() -> None:
     spans = []
     for worker in range(4):
-        share = config.worker_slice(worker, 4)
+        share = config.share_of((10_000, 32_767), worker, 4)
         assert share is not None, worker
         spans.append(range(share[0], share[1] + 1))
-    assert all(span.start >= config.LOWEST_PORT and span.stop <= low for span in spans), spans
+    assert all(span.start >= 10_000 and span.stop <= 32_768 for span in spans), spans
     assert sum(len(span) for span in spans) == len(set().union(*spans)), "no port in two shares"
-    assert min(len(span) for span in spans) >= (low - config.LOWEST_PORT) // 4
-    assert config.worker_slice(4, 4) is None
-    assert config.worker_slice(0, 10_000) is None, "a share under 100 ports is no share"
+    assert {len(span) for span in spans} == {22_768 // 4}
+    assert config.share_of((10_000, 32_767), 4, 4) is None
+    assert config.share_of((40_000, 40_399), 3, 4) == (40_300, 40_399)
+    assert config.share_of((40_000, 40_398), 0, 4) is None, "a share under 100 ports is no share"
 
 
 def test_the_pytest_plugin_gives_each_xdist_worker_its_share(monkeypatch: pytest.MonkeyPatch) -> None:
     """Another worker could take the port of a node that is down for a restart, and the node could not come
-    back; each worker (and what it starts) keeps to its own share, unless the user chose a range."""
+    back; each worker (and what it starts) keeps to its own share of the default range or of the user's."""
     monkeypatch.delenv(config.PORTS_VARIABLE, raising=False)
+    default = config.port_range()
+    assert default is not None
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw2")
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
     pytest_plugin.pytest_configure()
-    share = config.worker_slice(2, 4)
-    assert share is not None
-    assert config.port_range() == share
-    monkeypatch.setenv(config.PORTS_VARIABLE, "40000-40100")
+    assert config.port_range() == config.share_of(default, 2, 4)
+    monkeypatch.setenv(config.PORTS_VARIABLE, "40000-40399")
     pytest_plugin.pytest_configure()
-    assert config.port_range() == (40000, 40100), "a range the user set is kept"
+    assert config.port_range() == (40200, 40299), "the user's range is shared out the same way"
+    monkeypatch.setenv(config.PORTS_VARIABLE, "40000-40099")
+    pytest_plugin.pytest_configure()
+    assert config.port_range() == (40000, 40099), "a range too small to share is kept whole"
+    monkeypatch.setenv(config.PORTS_VARIABLE, "40000-40399")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw5")  # xdist replaced two crashed workers
+    pytest_plugin.pytest_configure()
+    assert config.port_range() == (40100, 40199)
     monkeypatch.delenv(config.PORTS_VARIABLE)
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
     pytest_plugin.pytest_configure()
