@@ -40,6 +40,7 @@ PORT_ATTEMPTS = 5
 ADDRESS_IN_USE = "address already in use"
 METADATA_LEADER_LINE = "Server became metadata leader"
 STARTUP_TIMEOUT = 30.0  # seconds for one process to bind its ports (and, for the seed, lead)
+LEADERS_POLL = 0.1  # seconds between two rounds of partition_leaders over the nodes
 
 
 @dataclass
@@ -174,20 +175,31 @@ class DevServer:
         self.node(server_id).process.thaw()
 
     def partition_leaders(self, stream: str, timeout: float = 5.0) -> dict[int, str | None]:
-        """``{partition: leader server id}`` of ``stream`` (None: no leader), asked of a running, unfrozen node.
+        """``{partition: leader server id}`` of ``stream`` (None: no leader), from the first running, unfrozen
+        node that knows the stream, asked in turn (every 0.1 s) for up to ``timeout`` seconds.
 
-        Followers learn of a new leader a moment after the controller picks it.
+        A node learns of a new stream a moment after the metadata leader applied its creation, and followers
+        of a new leader a moment after the controller picks it. Raises DevServerError when no node knew the
+        stream or answered within ``timeout``.
         """
-        answering = [n for n in self.nodes if n.running and not n.frozen]
-        if not answering:
-            raise DevServerError("no running, unfrozen node to ask")
-        last: Exception | None = None
-        for node in answering:
-            try:
-                return partition_leaders(node.address, stream, self.credentials, timeout)
-            except grpc.RpcError as exc:
-                last = exc
-        raise DevServerError(f"no node answered FetchMetadata for {stream!r}: {last}")
+        deadline = time.monotonic() + timeout
+        while True:
+            answering = [n for n in self.nodes if n.running and not n.frozen]
+            if not answering:
+                raise DevServerError("no running, unfrozen node to ask")
+            last: Exception | None = None
+            for node in answering:
+                try:
+                    return partition_leaders(
+                        node.address, stream, self.credentials, max(deadline - time.monotonic(), LEADERS_POLL)
+                    )
+                except (grpc.RpcError, DevServerError) as exc:
+                    last = exc
+            if time.monotonic() + LEADERS_POLL > deadline:
+                if isinstance(last, DevServerError):
+                    raise last
+                raise DevServerError(f"no node answered FetchMetadata for {stream!r}: {last}")
+            time.sleep(LEADERS_POLL)
 
     def stop_node(self, server_id: str, timeout: float = 15.0) -> None:
         """Stop one node gracefully (SIGINT)."""

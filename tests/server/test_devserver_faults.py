@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -236,7 +237,7 @@ def test_partition_leaders_follow_a_killed_leader(liftbridge_cluster: DevServer)
         assert time.monotonic() < deadline, f"partition 0 still led by {now[0]} after its leader {old} was killed"
         time.sleep(0.3)
     with pytest.raises(DevServerError, match="knows no stream"):
-        cluster.partition_leaders("no-such-stream")
+        cluster.partition_leaders("no-such-stream", timeout=1)
     other = next(n.server_id for n in cluster.nodes if n.server_id != old)
     cluster.freeze(other)
     with pytest.raises(DevServerError, match="thaw them first"):
@@ -286,3 +287,21 @@ def _cursor_replicas(address: str) -> list[str]:
         request = api.FetchMetadataRequest(streams=["__cursors"])
         response = api_grpc.APIStub(channel).FetchMetadata(request, timeout=5)
     return list(response.streamMetadata[0].partitions[0].replicas)
+
+
+@pytest.mark.cluster
+def test_partition_leaders_waits_for_a_stream_the_nodes_have_not_learned_yet(liftbridge_cluster: DevServer) -> None:
+    """A node learns of a new stream a moment after the metadata leader applied its creation (later still on
+    a loaded machine): asked at once, it knows no stream yet. CI saw "knows no stream 'leaders'" right after
+    the stream was created. partition_leaders waits, up to its timeout, until a node knows the stream; here
+    the stream is created 1 s after the question."""
+    cluster = liftbridge_cluster
+    creator = threading.Timer(1.0, create_stream, args=(cluster.brokers[0], "late", 2, 3))
+    creator.start()
+    try:
+        started = time.monotonic()
+        leaders = cluster.partition_leaders("late", timeout=15)
+    finally:
+        creator.join()
+    assert set(leaders) == {0, 1}
+    assert time.monotonic() - started >= 0.9, "answered before the stream existed"
