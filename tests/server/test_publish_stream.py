@@ -25,8 +25,9 @@ from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.publish import publish_stream
 from liftbridge_provider.client.publish.polled_call import PolledCall, open_polled_call
 from liftbridge_provider.client.publish.publish_stream import sticky_order
-from liftbridge_provider.devserver import DevServer, start_single
+from liftbridge_provider.devserver import DevServer, DevServerError, start_single
 from liftbridge_provider.devserver.cluster import Node
+from liftbridge_provider.devserver.inspection import partition_leaders
 from tests.waiting import wait_until
 
 
@@ -41,12 +42,25 @@ def stream_whose_first_broker_is_not_its_leader(client: LiftbridgeClient, cluste
     leader, and that broker's node."""
     for _ in range(20):
         name = new_stream(client, replication_factor=3)
+        # a node learns of a new stream a moment after the metadata leader applied it; the first broker
+        # answers a publish for a stream it does not know yet with "no such stream" (CI saw it)
+        wait_until(lambda: known_everywhere(cluster, name), 15, f"every node to know {name}")  # noqa: B023
         assert client.publish(name, b"warm-up") is not None
         first = sticky_order(cluster.brokers, name, 0, set())[0]
         node = next(n for n in cluster.nodes if n.address == first)
         if cluster.partition_leaders(name)[0] != node.server_id:
             return name, node
     pytest.fail("20 streams all had their first broker as leader")
+
+
+def known_everywhere(cluster: DevServer, name: str) -> bool:
+    """Whether every node answers FetchMetadata with the stream ``name``."""
+    for node in cluster.nodes:
+        try:
+            partition_leaders(node.address, name)
+        except (DevServerError, grpc.RpcError):
+            return False
+    return True
 
 
 def publish_threads() -> list[threading.Thread]:
