@@ -32,6 +32,7 @@ from liftbridge_provider.client import (
     PublishMessage,
 )
 from liftbridge_provider.client.groups import group_cursor
+from liftbridge_provider.client.requests import CURSORS_STREAM
 from liftbridge_provider.devserver import DevServer, start_cluster
 from liftbridge_provider.devserver.binaries import find_binary
 from tests.chaos.batch import StateStore
@@ -460,6 +461,15 @@ def group_coordinator(client: LiftbridgeClient, group: str) -> str:
     return next((g.coordinator for g in response.groupMetadata if g.groupId == group), "")
 
 
+def out_of_cursors_isr(client: LiftbridgeClient, node: str) -> bool:
+    """Whether ``node`` has left the ISR of every ``__cursors`` partition, as the leader that a majority of
+    brokers name reports it."""
+    partitions = client.stream_info(CURSORS_STREAM).partitions
+    return all(
+        node not in client.fetch_partition_metadata(CURSORS_STREAM, p, timeout=2, agreed=True).isr for p in partitions
+    )
+
+
 def test_members_report_a_killed_coordinator_and_go_on_under_the_new_one() -> None:
     """An unresponsive coordinator, as go-liftbridge reports it: the group's coordinator node is
     SIGKILLed; its members find it silent for the coordinator timeout (3 s), report it, the metadata
@@ -486,10 +496,18 @@ def test_members_report_a_killed_coordinator_and_go_on_under_the_new_one() -> No
             # (NOT_FOUND right after joining a cluster) rejoined, was told it was a member already, and then
             # stayed out of the group for good (no coordinator: every later fetch failed an assertion).
             wait_until(lambda: all(len(m.partitions()) == 2 for m in members), 30, "both members back at 2 each")
-            # The kill may take the __cursors leader along; the checkpoint each member makes on close needs its
-            # new leader, and on a busy machine that failover outlasted close's 10 s.
+            # The checkpoint each member makes on close writes and reads __cursors. After the kill its high
+            # watermark stands still until its leader has dropped the dead node from the ISR (max lag 3 s, then
+            # the metadata leader applies it), and a read waits for it; on a busy machine that outlasted close's
+            # 10 s although a cursor had been read since the kill. So wait for that: the dead node out of every
+            # __cursors partition's ISR, and each of the 4 cursors read.
             cursor = group_cursor(group)
-            wait_until_answered(lambda: client.fetch_cursor(cursor, stream, 0, timeout=2) >= -1, 60, "a cursors leader")
+            wait_until_answered(lambda: out_of_cursors_isr(client, coordinator), 60, f"{coordinator} out of the ISR")
+            wait_until_answered(
+                lambda: all(client.fetch_cursor(cursor, stream, p, timeout=2) >= -1 for p in range(4)),
+                60,
+                "each of the 4 partitions' cursors read",
+            )
         finally:
             for member in members:
                 member.close()
