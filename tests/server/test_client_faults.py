@@ -355,28 +355,49 @@ def test_acks_an_auto_pause_dropped_are_reported_as_may_be_stored(liftbridge_clu
     assert batch == values[: len(batch)], "each at most once, in order"
 
 
-def paused_with_uncommitted_offsets(cluster: DevServer, client: LiftbridgeClient, name: str) -> tuple[str, int]:
-    """A paused partition whose leader holds offsets above its high watermark: (leader, newest offset).
-
-    RF 2 and min ISR 2; its follower is frozen while 35 messages are published
-    (ack LEADER), so nothing can commit, and thawed once the partition paused.
-    Chaos seeds 29 and 35 reached the same state by a failover.
-    """
+def pair_replicated_stream(client: LiftbridgeClient, name: str) -> tuple[str, str]:
+    """A new stream of RF 2 and min ISR 2 that auto-pauses after 5 s idle, once both replicas are in its
+    ISR: partition 0's (leader, follower)."""
     client.create_stream(name, name, replication_factor=2, min_isr=2, auto_pause_time=5)
     wait_until(lambda: len(client.fetch_partition_metadata(name, 0).isr) == 2, 30, "an ISR of 2")
     info = client.fetch_partition_metadata(name, 0)
     assert info.leader is not None
-    follower = next(r for r in info.replicas if r != info.leader)
-    leader_address = cluster.node(info.leader).address
+    return info.leader, next(r for r in info.replicas if r != info.leader)
+
+
+def paused_with_uncommitted_offsets(cluster: DevServer, client: LiftbridgeClient, prefix: str) -> tuple[str, int]:
+    """A paused partition whose leader holds offsets above its high watermark: (stream, newest offset).
+
+    RF 2 and min ISR 2; its follower is frozen while 35 messages are published
+    (ack LEADER), so nothing can commit, and thawed once the partition paused.
+    Chaos seeds 29 and 35 reached the same state by a failover.
+
+    The follower must not be the metadata leader, and it must be out of the ISR before it thaws: a follower
+    frozen past the max leader timeout reports the leader when it thaws, and in an ISR of two that one
+    report makes it the leader, with none of the leader-acked messages. Freezing the metadata leader left
+    the ISR unshrunk (no metadata leader to apply it) and did just that on a loaded machine.
+    """
+    chief = metadata_leader(cluster)
+    for attempt in range(10):
+        name = f"{prefix}-{attempt}"
+        leader, follower = pair_replicated_stream(client, name)
+        if follower != chief:
+            break
+    else:
+        pytest.fail(f"ten streams, each with the metadata leader {chief} as the follower")
+    leader_address = cluster.node(leader).address
     with frozen(cluster, follower):
         result = client.publish_batch(name, [f"m{i}".encode() for i in range(35)], ack_policy="leader")
         result.raise_for_failures()
         wait_until(lambda: leader_refuses(leader_address, name), 30, "the partition to pause")
+        wait_until(
+            lambda: follower not in raw_partition_view(leader_address, name).isr, 30, f"{follower} out of the ISR"
+        )
     time.sleep(1.0)  # the thawed follower finds the partition paused: nothing replicates, nothing commits
     assert leader_refuses(leader_address, name)
     view = raw_partition_view(leader_address, name)
-    assert (view.paused, view.highWatermark, view.newestOffset) == (True, -1, 34), view
-    return info.leader, view.newestOffset
+    assert (view.leader, view.paused, view.highWatermark, view.newestOffset) == (leader, True, -1, 34), view
+    return name, view.newestOffset
 
 
 def leader_refuses(address: str, name: str) -> bool:
@@ -419,8 +440,7 @@ def test_paused_partition_commits_what_its_new_leader_holds(liftbridge_cluster: 
     saw nothing until someone published again. Partition metadata must settle such a partition (paused,
     newest offset above the high watermark): resume it so its leader commits what it holds, in the deadline."""
     with LiftbridgeClient(liftbridge_cluster.brokers, request_timeout=10) as client:
-        name = f"paused-unsettled-{front_end}"
-        _leader, last = paused_with_uncommitted_offsets(liftbridge_cluster, client, name)
+        name, last = paused_with_uncommitted_offsets(liftbridge_cluster, client, f"paused-unsettled-{front_end}")
         # Each call settles for at most 5 s; when the follower first has to rejoin the ISR (up to the max lag
         # time) a loaded machine may need a second call. Without settling the offsets stay hidden for good.
         started, calls, info = time.monotonic(), 0, None
