@@ -17,6 +17,7 @@ import pytest
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
 from tests.server.leaders import metadata_leader
+from tests.waiting import wait_until_answered
 
 pytestmark = pytest.mark.cluster
 
@@ -32,6 +33,13 @@ def _new_leader(cluster: DevServer, stream: str, old: str) -> str:
             return leader
         assert time.monotonic() < deadline, f"{stream}/0 still led by {leader} 20 s after {old} froze"
         time.sleep(0.3)
+
+
+def _settled_without(client: LiftbridgeClient, stream: str, node: str) -> bool:
+    """Partition 0 of ``stream`` has a leader other than ``node`` and ``node`` is out of its ISR, as the leader
+    more than half of the brokers name reports it."""
+    info = client.fetch_partition_metadata(stream, 0, agreed=True, timeout=3)
+    return info.leader not in (None, node) and node not in info.isr
 
 
 def _led_by_the_metadata_leader(cluster: DevServer, cached: LiftbridgeClient, prefix: str) -> tuple[str, str]:
@@ -56,7 +64,14 @@ def _thawed_ex_leader(cluster: DevServer, cached: LiftbridgeClient, prefix: str)
         _new_leader(cluster, stream, old)
         running = [n.address for n in cluster.nodes if n.server_id != old]
         with LiftbridgeClient(running, request_timeout=5.0) as other:
-            result = other.publish_batch(stream, [b"while frozen"] * TAKEN_WHILE_FROZEN, timeout=30)
+            # Publish once the failover has settled: the frozen node out of the ISR of the leader the brokers
+            # agree on. Before that a report retried against the new metadata leader could move the partition
+            # again, and messages acked by the leader alone were gone (a loaded machine saw a high watermark of
+            # 0 for 50 acked messages); ack ALL then says they are committed.
+            wait_until_answered(lambda: _settled_without(other, stream, old), 30, f"{stream}/0 settled without {old}")
+            result = other.publish_batch(
+                stream, [b"while frozen"] * TAKEN_WHILE_FROZEN, ack_policy="all", ack_wait=20, timeout=30
+            )
             assert result.ok
             committed = other.wait_for_commit(stream, 0, TAKEN_WHILE_FROZEN, timeout=30)  # a new leader lags a moment
             assert committed.high_watermark == TAKEN_WHILE_FROZEN, committed
