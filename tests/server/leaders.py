@@ -30,3 +30,12 @@ def partition_led_away_from(client: LiftbridgeClient, server_id: str, prefix: st
         if away:
             return name, away[0]
     raise AssertionError(f"18 partitions all led by {server_id}")
+
+
+def settled_without(client: LiftbridgeClient, stream: str, node: str, partition: int = 0) -> bool:
+    """The failover away from ``node`` has settled on ``stream``'s partition: the leader more than half of the
+    brokers name is another node, and ``node`` is out of its ISR. Until then the leader cannot commit (a dead
+    replica in the ISR holds the high watermark), and a report resent to a new metadata leader may move the
+    partition again."""
+    info = client.fetch_partition_metadata(stream, partition, agreed=True, timeout=3)
+    return info.leader not in (None, node) and node not in info.isr

@@ -19,6 +19,7 @@ from liftbridge_provider.client import (
     UnavailableError,
 )
 from liftbridge_provider.devserver import DevServer
+from tests.server.leaders import settled_without
 from tests.waiting import wait_until_answered as wait_until
 
 pytestmark = pytest.mark.cluster
@@ -122,6 +123,8 @@ def test_subscriptions_survive_leader_change(liftbridge_cluster: DevServer) -> N
 
         liftbridge_cluster.kill(leader)
         new_leader(client, "subs", leader)
+        # Ack ALL needs the dead leader out of the ISR first (max lag 3 s, then the metadata leader applies it).
+        wait_until(lambda: settled_without(client, "subs", leader), 60, "subs/0 settled without the killed leader")
         result = client.publish_batch("subs", [f"{i}".encode() for i in range(100, 200)], ack_policy="all")
         assert result.ok
 

@@ -36,6 +36,7 @@ from liftbridge_provider.client.requests import CURSORS_STREAM
 from liftbridge_provider.devserver import DevServer, start_cluster
 from liftbridge_provider.devserver.binaries import find_binary
 from tests.chaos.batch import StateStore
+from tests.server.leaders import settled_without
 from tests.waiting import wait_until, wait_until_answered
 
 
@@ -462,12 +463,8 @@ def group_coordinator(client: LiftbridgeClient, group: str) -> str:
 
 
 def out_of_cursors_isr(client: LiftbridgeClient, node: str) -> bool:
-    """Whether ``node`` has left the ISR of every ``__cursors`` partition, as the leader that a majority of
-    brokers name reports it."""
-    partitions = client.stream_info(CURSORS_STREAM).partitions
-    return all(
-        node not in client.fetch_partition_metadata(CURSORS_STREAM, p, timeout=2, agreed=True).isr for p in partitions
-    )
+    """Whether every ``__cursors`` partition has settled without ``node`` (see ``settled_without``)."""
+    return all(settled_without(client, CURSORS_STREAM, node, p) for p in client.stream_info(CURSORS_STREAM).partitions)
 
 
 def test_members_report_a_killed_coordinator_and_go_on_under_the_new_one() -> None:
@@ -490,6 +487,12 @@ def test_members_report_a_killed_coordinator_and_go_on_under_the_new_one() -> No
             killed_at = time.monotonic()
             wait_until(lambda: group_coordinator(client, group) not in ("", coordinator), 60, "a new coordinator")
             took = time.monotonic() - killed_at
+            # The next 200 go out with ack ALL: each partition's leader must first drop the dead node from its ISR.
+            wait_until_answered(
+                lambda: all(settled_without(client, stream, coordinator, p) for p in range(4)),
+                60,
+                f"{coordinator} out of every ISR of {stream}",
+            )
             publish(client, stream, 200, first=200)
             wait_until(lambda: len(covered(*members)) == 400, 60, "the next 200")
             # Defect guarded: a member whose assignment fetch came before the coordinator knew the new group

@@ -16,7 +16,7 @@ import pytest
 
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer
-from tests.server.leaders import metadata_leader
+from tests.server.leaders import metadata_leader, settled_without
 from tests.waiting import wait_until_answered
 
 pytestmark = pytest.mark.cluster
@@ -33,13 +33,6 @@ def _new_leader(cluster: DevServer, stream: str, old: str) -> str:
             return leader
         assert time.monotonic() < deadline, f"{stream}/0 still led by {leader} 20 s after {old} froze"
         time.sleep(0.3)
-
-
-def _settled_without(client: LiftbridgeClient, stream: str, node: str) -> bool:
-    """Partition 0 of ``stream`` has a leader other than ``node`` and ``node`` is out of its ISR, as the leader
-    more than half of the brokers name reports it."""
-    info = client.fetch_partition_metadata(stream, 0, agreed=True, timeout=3)
-    return info.leader not in (None, node) and node not in info.isr
 
 
 def _led_by_the_metadata_leader(cluster: DevServer, cached: LiftbridgeClient, prefix: str) -> tuple[str, str]:
@@ -68,7 +61,7 @@ def _thawed_ex_leader(cluster: DevServer, cached: LiftbridgeClient, prefix: str)
             # agree on. Before that a report retried against the new metadata leader could move the partition
             # again, and messages acked by the leader alone were gone (a loaded machine saw a high watermark of
             # 0 for 50 acked messages); ack ALL then says they are committed.
-            wait_until_answered(lambda: _settled_without(other, stream, old), 30, f"{stream}/0 settled without {old}")
+            wait_until_answered(lambda: settled_without(other, stream, old), 30, f"{stream}/0 settled without {old}")
             result = other.publish_batch(
                 stream, [b"while frozen"] * TAKEN_WHILE_FROZEN, ack_policy="all", ack_wait=20, timeout=30
             )
