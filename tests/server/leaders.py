@@ -39,3 +39,8 @@ def settled_without(client: LiftbridgeClient, stream: str, node: str, partition:
     partition again."""
     info = client.fetch_partition_metadata(stream, partition, agreed=True, timeout=3)
     return info.leader not in (None, node) and node not in info.isr
+
+
+def settled_on_every_partition(client: LiftbridgeClient, stream: str, node: str) -> bool:
+    """:func:`settled_without` for each partition of ``stream``."""
+    return all(settled_without(client, stream, node, p) for p in client.stream_info(stream).partitions)

@@ -56,9 +56,14 @@ def frozen(cluster: DevServer, *server_ids: str) -> Iterator[None]:
                     os.kill(pid, signal.SIGCONT)
 
 
-def replicated_stream(client: LiftbridgeClient, name: str, **options: Any) -> str:
-    client.create_stream(name, name, replication_factor=3, **options)
-    wait_until(lambda: len(client.fetch_partition_metadata(name, 0).isr) == 3, 30, "an ISR of 3")
+def replicated_stream(client: LiftbridgeClient, name: str, replication_factor: int = 3, **options: Any) -> str:
+    """A new stream, once every replica is in partition 0's ISR: that partition's leader."""
+    client.create_stream(name, name, replication_factor=replication_factor, **options)
+    wait_until(
+        lambda: len(client.fetch_partition_metadata(name, 0).isr) == replication_factor,
+        30,
+        f"an ISR of {replication_factor}",
+    )
     leader = client.fetch_partition_metadata(name, 0).leader
     assert leader is not None
     return leader
@@ -363,16 +368,6 @@ def test_acks_an_auto_pause_dropped_are_reported_as_may_be_stored(liftbridge_clu
     assert batch == values[: len(batch)], "each at most once, in order"
 
 
-def pair_replicated_stream(client: LiftbridgeClient, name: str) -> tuple[str, str]:
-    """A new stream of RF 2 and min ISR 2 that auto-pauses after 5 s idle, once both replicas are in its
-    ISR: partition 0's (leader, follower)."""
-    client.create_stream(name, name, replication_factor=2, min_isr=2, auto_pause_time=5)
-    wait_until(lambda: len(client.fetch_partition_metadata(name, 0).isr) == 2, 30, "an ISR of 2")
-    info = client.fetch_partition_metadata(name, 0)
-    assert info.leader is not None
-    return info.leader, next(r for r in info.replicas if r != info.leader)
-
-
 def paused_with_uncommitted_offsets(cluster: DevServer, client: LiftbridgeClient, prefix: str) -> tuple[str, int]:
     """A paused partition whose leader holds offsets above its high watermark: (stream, newest offset).
 
@@ -388,7 +383,8 @@ def paused_with_uncommitted_offsets(cluster: DevServer, client: LiftbridgeClient
     chief = metadata_leader(cluster)
     for attempt in range(10):
         name = f"{prefix}-{attempt}"
-        leader, follower = pair_replicated_stream(client, name)
+        leader = replicated_stream(client, name, replication_factor=2, min_isr=2, auto_pause_time=5)
+        follower = next(r for r in client.fetch_partition_metadata(name, 0).replicas if r != leader)
         if follower != chief:
             break
     else:

@@ -36,7 +36,7 @@ from liftbridge_provider.client.requests import CURSORS_STREAM
 from liftbridge_provider.devserver import DevServer, start_cluster
 from liftbridge_provider.devserver.binaries import find_binary
 from tests.chaos.batch import StateStore
-from tests.server.leaders import settled_without
+from tests.server.leaders import settled_on_every_partition
 from tests.waiting import wait_until, wait_until_answered
 
 
@@ -462,11 +462,6 @@ def group_coordinator(client: LiftbridgeClient, group: str) -> str:
     return next((g.coordinator for g in response.groupMetadata if g.groupId == group), "")
 
 
-def out_of_cursors_isr(client: LiftbridgeClient, node: str) -> bool:
-    """Whether every ``__cursors`` partition has settled without ``node`` (see ``settled_without``)."""
-    return all(settled_without(client, CURSORS_STREAM, node, p) for p in client.stream_info(CURSORS_STREAM).partitions)
-
-
 def test_members_report_a_killed_coordinator_and_go_on_under_the_new_one() -> None:
     """An unresponsive coordinator, as go-liftbridge reports it: the group's coordinator node is
     SIGKILLed; its members find it silent for the coordinator timeout (3 s), report it, the metadata
@@ -489,9 +484,7 @@ def test_members_report_a_killed_coordinator_and_go_on_under_the_new_one() -> No
             took = time.monotonic() - killed_at
             # The next 200 go out with ack ALL: each partition's leader must first drop the dead node from its ISR.
             wait_until_answered(
-                lambda: all(settled_without(client, stream, coordinator, p) for p in range(4)),
-                60,
-                f"{coordinator} out of every ISR of {stream}",
+                lambda: settled_on_every_partition(client, stream, coordinator), 60, f"{stream} settled without it"
             )
             publish(client, stream, 200, first=200)
             wait_until(lambda: len(covered(*members)) == 400, 60, "the next 200")
@@ -505,7 +498,9 @@ def test_members_report_a_killed_coordinator_and_go_on_under_the_new_one() -> No
             # 10 s although a cursor had been read since the kill. So wait for that: the dead node out of every
             # __cursors partition's ISR, and each of the 4 cursors read.
             cursor = group_cursor(group)
-            wait_until_answered(lambda: out_of_cursors_isr(client, coordinator), 60, f"{coordinator} out of the ISR")
+            wait_until_answered(
+                lambda: settled_on_every_partition(client, CURSORS_STREAM, coordinator), 60, "__cursors settled"
+            )
             wait_until_answered(
                 lambda: all(client.fetch_cursor(cursor, stream, p, timeout=2) >= -1 for p in range(4)),
                 60,
