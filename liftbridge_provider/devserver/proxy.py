@@ -9,6 +9,10 @@ broker's advertised address to the proxy) and then break the path on purpose:
   UNAVAILABLE. This is "a retry after partial success" made deterministic.
 - :meth:`FaultProxy.blackhole`: bytes stop flowing in both directions while the
   TCP connections stay open, like a host that vanished without a reset.
+- :meth:`FaultProxy.hold_responses`: the server's bytes stop reaching the
+  client while the client's still reach the server, so a request is applied
+  and its answer never comes (until released): a call interrupted on the
+  client's side after the server did its work.
 - :meth:`FaultProxy.blackhole_when_client_sends`: the same, from the moment a
   client's bytes contain a marker for the n-th time (that read is not
   forwarded), so a path goes silent at an exact step of a protocol, say the
@@ -43,11 +47,16 @@ class FaultProxy:
         self._http2 = http2
         self._silencing_marker: bytes | None = None
         self._marker_reads_left = 0
+        self._holding_marker: bytes | None = None  # a client read with it stops the server's bytes (forwarded)
+        self._server_marker: bytes | None = None  # a server read with it silences both ways (not forwarded)
         self._listener = socket.create_server((LOOPBACK, 0))
         self.port: int = self._listener.getsockname()[1]
         self._cut_armed = threading.Event()
         self._flowing = threading.Event()
         self._flowing.set()
+        self._answering = threading.Event()  # the server's bytes may reach the client
+        self._answering.set()
+        self.accepted = 0  # client connections accepted so far
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -69,15 +78,40 @@ class FaultProxy:
         else:
             self._flowing.set()
 
+    def hold_responses(self, on: bool = True) -> None:
+        """Stop (or resume) forwarding the server's bytes to the client; the client's still reach the server."""
+        if on:
+            self._answering.clear()
+        else:
+            self._answering.set()
+
+    def hold_responses_when_client_sends(self, marker: bytes) -> None:
+        """:meth:`hold_responses` from the first client read (on any connection) that contains ``marker``; that
+        read still reaches the server. Once."""
+        self._holding_marker = marker
+
+    def blackhole_when_server_sends(self, marker: bytes) -> None:
+        """:meth:`blackhole` right after the first server read (on any connection) that contains ``marker``: the
+        client gets that read, then nothing more. Once."""
+        self._server_marker = marker
+
     def blackhole_when_client_sends(self, marker: bytes, *, nth: int = 1) -> None:
         """:meth:`blackhole` from the ``nth`` client read (on any connection) that contains ``marker``, that read
         included; once."""
         self._marker_reads_left = nth
         self._silencing_marker = marker
 
+    def close_connections(self) -> None:
+        """Reset every connection open now (new ones are still accepted), as a dropped network path does."""
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            _reset(sock)
+
     def close(self) -> None:
         self._closed.set()
         self._flowing.set()
+        self._answering.set()
         with contextlib.suppress(OSError):
             self._listener.close()
         with self._lock:
@@ -105,6 +139,7 @@ class FaultProxy:
             server.settimeout(None)
             with self._lock:
                 self._sockets += [client, server]
+                self.accepted += 1
             threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
 
@@ -125,7 +160,15 @@ class FaultProxy:
                 marker = self._silencing_marker
                 if not from_server and marker is not None and marker in data:
                     self._marker_seen()
+                holding = self._holding_marker
+                if not from_server and holding is not None and holding in data:
+                    self._holding_marker = None
+                    self._answering.clear()
+                silencing = self._server_marker
+                silence_after = from_server and silencing is not None and silencing in data
                 self._flowing.wait()
+                if from_server:
+                    self._answering.wait()
                 if from_server and self._http2:
                     pending += data
                     frames, pending = _split_frames(pending)
@@ -136,6 +179,9 @@ class FaultProxy:
                     data = b"".join(frames)
                 if data:
                     sink.sendall(data)
+                if silence_after:
+                    self._server_marker = None
+                    self._flowing.clear()
         except OSError:
             pass
         _reset(source)

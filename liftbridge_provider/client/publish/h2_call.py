@@ -58,6 +58,8 @@ STREAM = 1  # the call's stream id (the first a client opens)
 DEFAULT_WINDOW = 65_535  # every flow-control window's size until a setting or update changes it (RFC 9113), bytes
 RECEIVE_WINDOW = 1 << 24  # bytes the server may send ahead of what we read, per stream and connection (16 MiB)
 USER_AGENT = "liftbridge-provider (h2)"
+KEEPALIVE_IDLE = 10.0  # seconds without a frame from the server before a PING asks whether it is alive
+KEEPALIVE_TIMEOUT = 10.0  # seconds a PING may wait for its acknowledgement before the call ends UNAVAILABLE
 GRPC_PREFIX = struct.Struct(">BI")  # a gRPC message's prefix: compressed flag, length
 
 
