@@ -84,13 +84,25 @@ class Router:
         return call_deadline(self.config, timeout)
 
     def run(self, plan: plans.AnyPlan[T]) -> T:
-        """Carry out ``plan`` until it returns (or raises)."""
+        """Carry out ``plan`` until it returns (or raises). A call that ``close()`` cut short (grpc cancels a
+        closed channel's calls) ends with ClientClosedError, keeping what the plan said of ``may_be_stored``."""
         steps = PlanRun(plan)
-        while (action := steps.next_action()) is not None:
-            try:
-                steps.answered(self._execute(action))
-            except PLAN_FAILURES as exc:
-                steps.failed(exc)
+        try:
+            while (action := steps.next_action()) is not None:
+                try:
+                    steps.answered(self._execute(action))
+                except PLAN_FAILURES as exc:
+                    steps.failed(exc)
+        except LiftbridgeError as exc:
+            if self.pool.closed and exc.code is grpc.StatusCode.CANCELLED and not isinstance(exc, ClientClosedError):
+                raise ClientClosedError(
+                    f"the Liftbridge client was closed during the call ({exc.message})",
+                    stream=exc.stream,
+                    partition=exc.partition,
+                    code=exc.code,
+                    may_be_stored=exc.may_be_stored,
+                ) from exc
+            raise
         return steps.result
 
     def _execute(self, action: plans.DriverAction) -> Any:

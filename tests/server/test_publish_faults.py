@@ -11,11 +11,12 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
 
-from liftbridge_provider.client import LiftbridgeClient, LiftbridgeError, PublishMessage
+from liftbridge_provider.client import LiftbridgeClient, LiftbridgeError
 from liftbridge_provider.client.errors import ClientClosedError, ReadonlyPartitionError
 from liftbridge_provider.client.publish.h2_call import KEEPALIVE_IDLE, KEEPALIVE_TIMEOUT
 from liftbridge_provider.client.publish.publisher import CONNECT_TIMEOUT
@@ -55,6 +56,11 @@ def stored_indices(client: LiftbridgeClient, stream: str) -> list[int]:
     """The message numbers the partition holds, in offset order (duplicates kept)."""
     high = client.fetch_partition_metadata(stream, 0).high_watermark
     return [int(m.value[5:11]) for m in client.read_range(stream, 0, 0, high + 1, timeout=60)]
+
+
+def holds(client: LiftbridgeClient, stream: str, offset: int) -> bool:
+    """Partition 0 of ``stream`` has committed ``offset``."""
+    return bool(client.fetch_partition_metadata(stream, 0).high_watermark >= offset)
 
 
 def run_bounded(call: Any, limit: float) -> Any:
@@ -199,7 +205,8 @@ def test_unary_publish_interrupted_by_close_may_be_stored(
     via.close()
     worker.join(20)
     assert not worker.is_alive(), "the publish did not end when the client closed"
-    assert len(errors) == 1 and isinstance(errors[0], LiftbridgeError), errors
+    assert len(errors) == 1, errors
+    assert isinstance(errors[0], LiftbridgeError), errors
     assert errors[0].may_be_stored, f"a stored message was reported as not stored: {errors[0]!r}"
 
 
@@ -225,11 +232,7 @@ def test_batch_closed_between_streams_may_be_stored(client: LiftbridgeClient, pr
 
             worker = threading.Thread(target=publish, daemon=True)
             worker.start()
-            wait_until(
-                lambda before=before: client.fetch_partition_metadata(stream, 0).high_watermark >= before + 5,
-                20,
-                "messages of the first stream stored",
-            )
+            wait_until(partial(holds, client, stream, before + 5), 20, "messages of the first stream stored")
             proxy.close_connections()  # the stream breaks: the batch backs off before the next
             time.sleep(0.01 * attempt)
             proxied.close()
@@ -259,5 +262,6 @@ def test_messages_that_expire_unwritten_are_not_reported_as_maybe_stored(
     # What the client may write is bounded by the broker's HTTP/2 stream window, 65,535 bytes until the broker
     # reads (grpc-go's initial window), and each message takes over 100 bytes of it.
     assert len(result.failures) == count
-    assert maybe and len(maybe) <= 65_535 // 100, f"{len(maybe)} of {count} reported as possibly stored"
+    assert maybe, "the messages written before the freeze may be stored"
+    assert len(maybe) <= 65_535 // 100, f"{len(maybe)} of {count} reported as possibly stored"
     assert maybe == list(range(len(maybe))), "only a prefix can have been written"

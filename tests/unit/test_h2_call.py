@@ -24,17 +24,32 @@ from h2.events import (
     WindowUpdated,
 )
 from h2.settings import SettingCodes
-from hyperframe.frame import ContinuationFrame, DataFrame, Frame, HeadersFrame, PushPromiseFrame
+from hyperframe.frame import ContinuationFrame, DataFrame, Frame, GoAwayFrame, HeadersFrame, PushPromiseFrame
 
-from liftbridge_provider.client.publish.h2_call import DEFAULT_WINDOW, RECEIVE_WINDOW, STREAM, CallState
+from liftbridge_provider.client.publish.h2_call import (
+    DEFAULT_WINDOW,
+    KEEPALIVE_IDLE,
+    KEEPALIVE_TIMEOUT,
+    PINGS_WITHOUT_DATA,
+    QUIET_PING_SPACING,
+    RECEIVE_WINDOW,
+    STREAM,
+    CallState,
+)
 from liftbridge_provider.client.publish.publish_window import PublishWindow
 
 MAX_FRAME = 16_384  # the largest frame until a peer's setting says otherwise
 
 
-def new_call(*, tls: bool = False, max_response_bytes: int = 1 << 20) -> CallState:
+def new_call(
+    *, tls: bool = False, max_response_bytes: int = 1 << 20, clock: Callable[[], float] | None = None
+) -> CallState:
     return CallState(
-        authority="127.0.0.1:9292", path="/proto.API/PublishAsync", tls=tls, max_response_bytes=max_response_bytes
+        authority="127.0.0.1:9292",
+        path="/proto.API/PublishAsync",
+        tls=tls,
+        max_response_bytes=max_response_bytes,
+        **({"clock": clock} if clock is not None else {}),
     )
 
 
@@ -265,7 +280,6 @@ def _push(peer: Peer) -> bytes:
         (_reset(ErrorCodes.CANCEL), grpc.StatusCode.CANCELLED),
         (_reset(ErrorCodes.FLOW_CONTROL_ERROR), grpc.StatusCode.INTERNAL),
         (_goaway(ErrorCodes.NO_ERROR, 0), grpc.StatusCode.UNAVAILABLE),
-        (_goaway(ErrorCodes.NO_ERROR, STREAM), grpc.StatusCode.UNAVAILABLE),  # h2 ends a connection at GOAWAY
         (_goaway(ErrorCodes.ENHANCE_YOUR_CALM, STREAM), grpc.StatusCode.RESOURCE_EXHAUSTED),
         (_data(b"", end=True), grpc.StatusCode.INTERNAL),  # ended without trailers
         (_data(struct.pack(">BI", 1, 1) + b"z"), grpc.StatusCode.INTERNAL),  # compressed, not asked for
@@ -365,3 +379,142 @@ def test_take_many_stops_at_the_window_and_before_a_refused_message() -> None:
     assert list(window.take_many(0.0, 10)) == [0]
     assert list(window.take_many(0.0, 10)) == [2, 3]  # the refused one is skipped; the window holds 3
     assert list(window.take_many(0.0, 10)) == []
+
+
+# -- GOAWAY, read by the call itself (h2 takes no frame after one) -------------------------------------
+
+
+def goaway_frame(code: int = 0, last: int = STREAM) -> bytes:
+    frame = GoAwayFrame(0)
+    frame.last_stream_id, frame.error_code = last, code
+    return frame.serialize()
+
+
+def answers(peer: Peer, *payloads: bytes) -> bytes:
+    for payload in payloads:
+        peer.conn.send_data(STREAM, grpc_message(payload))
+    return peer.write()
+
+
+def test_responses_around_a_graceful_goaway_in_one_read_are_all_taken() -> None:
+    """A read that held DATA, a graceful GOAWAY and more DATA made h2 raise, and every response in it was lost
+    (issue 47, item 6): acks the server had sent were reported as lost, possibly stored."""
+    call = new_call()
+    peer = Peer(call)
+    peer.open()
+    data = answers(peer, b"before") + goaway_frame() + answers(peer, b"after")
+    assert call.receive(data) == [b"before", b"after"]
+    assert call.ended is None
+    assert call.draining
+
+
+def test_a_graceful_goaway_lets_the_call_end_normally_and_writes_nothing_more() -> None:
+    call = new_call()
+    peer = Peer(call)
+    peer.open()
+    call.queue([b"written"])
+    peer.read()
+    assert call.written_messages == 1
+    call.receive(goaway_frame())
+    call.queue([b"never written"])
+    frames = parse(call.outgoing())
+    assert [f for f in frames if isinstance(f, DataFrame) and f.data] == []  # no request after the GOAWAY
+    assert any(isinstance(f, DataFrame) and "END_STREAM" in f.flags for f in frames)  # the sending side closed
+    assert call.written_messages == 1
+    assert call.receive(answers(peer, b"ack") + trailers(peer, 0)) == [b"ack"]
+    assert call.ended is not None
+    assert call.ended.code is grpc.StatusCode.OK
+
+
+@pytest.mark.parametrize(("code", "status"), [(2, grpc.StatusCode.INTERNAL), (11, grpc.StatusCode.RESOURCE_EXHAUSTED)])
+def test_a_goaway_with_an_error_ends_the_call_after_the_responses_before_it(code: int, status: grpc.StatusCode) -> None:
+    call = new_call()
+    peer = Peer(call)
+    peer.open()
+    assert call.receive(answers(peer, b"first") + goaway_frame(code)) == [b"first"]
+    assert call.ended is not None
+    assert call.ended.code is status
+
+
+def test_frames_cut_anywhere_read_the_same() -> None:
+    """The call walks frame headers to find GOAWAY: a header, a GOAWAY or a DATA frame cut between two reads at
+    any byte gives the same responses and the same end."""
+    peer_call = new_call()
+    peer = Peer(peer_call)
+    peer.open()
+    stream = answers(peer, b"a" * 40, b"b") + goaway_frame() + answers(peer, b"c" * 300) + trailers(peer, 0)
+    for cut in range(1, len(stream)):
+        for second in (cut, min(cut + 7, len(stream))):
+            call = new_call()
+            twin = Peer(call)
+            twin.open()  # the same settings and headers, so the server frames above decode the same
+            got = call.receive(stream[:cut]) + call.receive(stream[cut:second]) + call.receive(stream[second:])
+            assert got == [b"a" * 40, b"b", b"c" * 300], cut
+            assert call.ended is not None, cut
+            assert call.ended.code is grpc.StatusCode.OK, cut
+
+
+# -- keepalive --------------------------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pings(data: bytes) -> list[Frame]:
+    return [f for f in parse(data) if type(f).__name__ == "PingFrame" and "ACK" not in f.flags]
+
+
+def test_a_silent_server_is_pinged_and_a_frozen_one_ends_the_call() -> None:
+    """A batch to a frozen broker hung forever (issue 47, item 1): the call sent no PING. Now a server silent for
+    KEEPALIVE_IDLE s is pinged, and one that leaves the PING unanswered KEEPALIVE_TIMEOUT s ends the call."""
+    clock = Clock()
+    call = new_call(clock=clock)
+    peer = Peer(call)
+    peer.open()
+    assert call.keepalive() == pytest.approx(KEEPALIVE_IDLE)
+    clock.now += KEEPALIVE_IDLE - 0.5
+    assert pings(call.outgoing()) == []
+    assert call.keepalive() == pytest.approx(0.5)
+    clock.now += 0.5
+    assert call.keepalive() == pytest.approx(KEEPALIVE_TIMEOUT)
+    assert len(pings(call.outgoing())) == 1
+    clock.now += KEEPALIVE_TIMEOUT
+    assert call.keepalive() is None
+    assert call.ended is not None
+    assert call.ended.code is grpc.StatusCode.UNAVAILABLE
+    assert "keepalive" in call.ended.details
+
+
+def test_an_answered_ping_keeps_the_call_and_quiet_pings_space_out() -> None:
+    """grpc-go closes a connection at the third PING strike (a PING within 5 minutes of the last with no data
+    from the server between): after PINGS_WITHOUT_DATA PINGs the next ones wait QUIET_PING_SPACING s."""
+    clock = Clock()
+    call = new_call(clock=clock)
+    peer = Peer(call)
+    peer.open()
+    for _ in range(PINGS_WITHOUT_DATA):
+        clock.now += KEEPALIVE_IDLE
+        call.keepalive()
+        peer.read()  # h2's server side acknowledges the PING
+        clock.now += 0.1
+        call.receive(peer.write())
+        assert call.ended is None
+    assert call.keepalive() == pytest.approx(QUIET_PING_SPACING)
+    call.receive(answers(peer, b"ack"))  # data from the server: PINGs at the short spacing again
+    assert call.keepalive() == pytest.approx(KEEPALIVE_IDLE)
+
+
+def test_any_frame_from_the_server_postpones_the_ping() -> None:
+    clock = Clock()
+    call = new_call(clock=clock)
+    peer = Peer(call)
+    peer.open()
+    clock.now += KEEPALIVE_IDLE - 1
+    peer.conn.increment_flow_control_window(100)  # a WINDOW_UPDATE: the server is alive
+    call.receive(peer.write())
+    assert call.keepalive() == pytest.approx(KEEPALIVE_IDLE)

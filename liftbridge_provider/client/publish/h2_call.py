@@ -22,17 +22,33 @@ every ack that arrived is parsed in one pass.
 The call counts the requests written out in full (:attr:`written_messages`):
 a request never written in full cannot have been stored, so a publisher may
 send it over another call. Server push is turned off, compressed messages
-are not asked for, and the call is stream 1, the only one. A GOAWAY ends the
-call, a graceful one too (h2 takes no more frames of a connection once its
-peer said GOAWAY): what was written and not answered may have been stored.
+are not asked for, and the call is stream 1, the only one.
+
+A GOAWAY is read here, not by h2 (h2 takes no frame at all once its peer said
+GOAWAY, and a read that held one lost every response in it): a GOAWAY with an
+error ends the call after the frames before it; a graceful one (NO_ERROR,
+our stream included) lets the call run to its end: no request is written
+after it, the sending side is closed, and the answers still coming are read.
+
+Keepalive (:meth:`CallState.keepalive`): a server silent for
+:data:`KEEPALIVE_IDLE` seconds is sent a PING, and a PING unanswered for
+:data:`KEEPALIVE_TIMEOUT` seconds ends the call UNAVAILABLE, so a broker that
+froze (its kernel keeps the connection open and answers nothing) is given up
+within ``KEEPALIVE_IDLE + KEEPALIVE_TIMEOUT`` seconds of its last frame.
+grpc-go counts a PING as a strike unless the server sent data since the
+last one or 5 minutes passed, and closes the connection at the third strike:
+after :data:`PINGS_WITHOUT_DATA` PINGs without data the next ones are
+:data:`QUIET_PING_SPACING` seconds apart.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import struct
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import grpc
@@ -42,6 +58,7 @@ from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
     DataReceived,
+    PingAckReceived,
     PushedStreamReceived,
     RemoteSettingsChanged,
     ResponseReceived,
@@ -60,6 +77,11 @@ RECEIVE_WINDOW = 1 << 24  # bytes the server may send ahead of what we read, per
 USER_AGENT = "liftbridge-provider (h2)"
 KEEPALIVE_IDLE = 10.0  # seconds without a frame from the server before a PING asks whether it is alive
 KEEPALIVE_TIMEOUT = 10.0  # seconds a PING may wait for its acknowledgement before the call ends UNAVAILABLE
+PINGS_WITHOUT_DATA = 3  # PINGs in a row grpc-go takes without data of its own in between (2 strikes allowed)
+QUIET_PING_SPACING = 310.0  # seconds between later PINGs without data (grpc-go's minimum is 300)
+FRAME = struct.Struct(">I")  # a frame header's first 4 bytes: length (24 bits), then type (8 bits)
+FRAME_HEADER = 9  # bytes
+GOAWAY = 0x7  # the GOAWAY frame's type
 GRPC_PREFIX = struct.Struct(">BI")  # a gRPC message's prefix: compressed flag, length
 
 
@@ -93,10 +115,20 @@ class CallState:
     :param path: the method's path, e.g. ``/proto.API/PublishAsync``.
     :param tls: whether the connection is TLS (the ``:scheme``).
     :param max_response_bytes: largest response accepted; a larger one ends the call (RESOURCE_EXHAUSTED).
+    :param clock: seconds on a monotonic clock (default ``time.monotonic``), for the keepalive.
     """
 
-    def __init__(self, *, authority: str, path: str, tls: bool, max_response_bytes: int) -> None:
+    def __init__(
+        self,
+        *,
+        authority: str,
+        path: str,
+        tls: bool,
+        max_response_bytes: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._max_response = max_response_bytes
+        self._clock = clock
         conn = H2Connection(H2Configuration(client_side=True, header_encoding=None))
         conn.local_settings = Settings(
             client=True,
@@ -134,6 +166,14 @@ class CallState:
         self.peer_ready = False
         self._fields: dict[bytes, bytes] = {}  # the last header block of our stream
         self.ended: Ended | None = None
+        # Frames are walked here only to take GOAWAY out before h2 sees it (see the module docstring).
+        self._held = b""  # the start of a frame header, or of a GOAWAY frame, that the next read completes
+        self._skip = 0  # bytes of a frame already handed to h2 that the next reads still carry
+        self.draining = False  # the server said GOAWAY gracefully: nothing more is written, answers are read
+        # Keepalive: when the server was last heard, the PING awaiting its acknowledgement, PINGs since data.
+        self._heard_at = clock()
+        self._ping_sent_at: float | None = None
+        self._pings_without_data = 0
 
     # -- sending ---------------------------------------------------------------------------------------------
 
@@ -174,7 +214,7 @@ class CallState:
         if self.ended is not None:
             return conn.data_to_send()
         pending = self._pending
-        if pending and self.peer_ready:
+        if pending and self.peer_ready and not self.draining:
             allowed = min(len(pending), conn.local_flow_control_window(STREAM))
             if allowed > 0:
                 step = conn.max_outbound_frame_size
@@ -195,7 +235,7 @@ class CallState:
                     self._written_end = ends.popleft()
                     count += 1
                 self.written_messages += count
-        if self._closing and not pending and not self._closed_sending and self.peer_ready:
+        if ((self._closing and not pending) or self.draining) and not self._closed_sending and self.peer_ready:
             conn.end_stream(STREAM)
             self._closed_sending = True
         return conn.data_to_send()
@@ -206,17 +246,34 @@ class CallState:
         """Take bytes read from the connection; the complete responses they finish, in order."""
         if self.ended is not None:
             return []
+        self._heard_at = self._clock()
+        for part, goaway in self._split_at_goaway(data):
+            if part:
+                self._receive_frames(part)
+            if goaway is not None:
+                self._on_goaway(goaway)
+            if self.over:
+                break
+        return self._responses()
+
+    @property
+    def over(self) -> bool:
+        """The call has ended (:attr:`ended` says how)."""
+        return self.ended is not None
+
+    def _receive_frames(self, data: bytes) -> None:
         try:
             events = self._conn.receive_data(data)
-        except H2Error as exc:  # h2 has queued its GOAWAY; the events of this read are lost with it
+        except H2Error as exc:  # h2 has queued its GOAWAY; the events of this part are lost with it
             self._end(grpc.StatusCode.INTERNAL, f"HTTP/2 error from the server's side: {exc}")
-            return []
+            return
         read = 0
         for event in events:
             if isinstance(event, DataReceived):
                 read += event.flow_controlled_length or 0
                 if event.stream_id == STREAM and event.data:
                     self._messages += event.data
+                    self._pings_without_data = 0
             elif self.ended is None:
                 self._on_event(event)
         if read:
@@ -226,7 +283,80 @@ class CallState:
             if self._unacknowledged >= RECEIVE_WINDOW // 2 and self.ended is None:
                 self._conn.acknowledge_received_data(self._unacknowledged, STREAM)
                 self._unacknowledged = 0
-        return self._responses()
+
+    def _split_at_goaway(self, data: bytes) -> list[tuple[bytes, bytes | None]]:
+        """``data`` (after what an earlier read held back) as parts for h2, each followed by the GOAWAY frame
+        that ends it, if any. A frame header, or a GOAWAY frame, that is not complete yet is held back for the
+        next read; any other frame goes to h2 as it comes (h2 keeps its own partial frames)."""
+        if self._held:
+            data, self._held = self._held + data, b""
+        size, position = len(data), 0
+        if self._skip:
+            if self._skip >= size:
+                self._skip -= size
+                return [(data, None)]
+            position, self._skip = self._skip, 0
+        parts: list[tuple[bytes, bytes | None]] = []
+        start, unpack = 0, FRAME.unpack_from
+        while position + FRAME_HEADER <= size:
+            header = unpack(data, position)[0]
+            end = position + FRAME_HEADER + (header >> 8)
+            if header & 0xFF == GOAWAY:
+                if end > size:
+                    break
+                parts.append((data[start:position], data[position + FRAME_HEADER : end]))
+                start = position = end
+                continue
+            if end > size:
+                self._skip = end - size
+                position = size
+                break
+            position = end
+        if position < size:  # a header cut in two, or a GOAWAY still to come whole
+            self._held = data[position:]
+            parts.append((data[start:position], None))
+        elif start < size or not parts:
+            parts.append((data[start:], None))
+        return parts
+
+    def _on_goaway(self, payload: bytes) -> None:
+        """The server's GOAWAY (its payload: last stream id, error code, debug data)."""
+        if len(payload) < 8:
+            self._end(grpc.StatusCode.INTERNAL, "the server sent a GOAWAY frame too short to read")
+            return
+        last_stream, code = struct.unpack_from(">II", payload)
+        last_stream &= 0x7FFFFFFF
+        if code != ErrorCodes.NO_ERROR:
+            self._end(grpc_status.status_of_reset(code), f"the server closed the connection (HTTP/2 error {code})")
+        elif last_stream < STREAM:
+            self._end(grpc.StatusCode.UNAVAILABLE, "the server closed the connection before the call")
+        else:  # graceful: the call may finish; nothing more goes out on it
+            self.draining = True
+
+    def keepalive(self) -> float | None:
+        """Keep the keepalive rule (see the module docstring) now: a PING when the server has been silent
+        long enough, the call ended UNAVAILABLE when a PING went unanswered too long; then the seconds until
+        this should be called again (None once the call has ended). The owner writes :meth:`outgoing` after."""
+        if self.ended is not None:
+            return None
+        now = self._clock()
+        if self._ping_sent_at is not None:
+            left = self._ping_sent_at + KEEPALIVE_TIMEOUT - now
+            if left > 0:
+                return left
+            self._end(
+                grpc.StatusCode.UNAVAILABLE,
+                f"no answer to a keepalive PING within {KEEPALIVE_TIMEOUT:g}s: the broker is frozen or unreachable",
+            )
+            return None
+        quiet = self._pings_without_data >= PINGS_WITHOUT_DATA
+        left = self._heard_at + (QUIET_PING_SPACING if quiet else KEEPALIVE_IDLE) - now
+        if left > 0:
+            return left
+        self._conn.ping(os.urandom(8))
+        self._ping_sent_at = now
+        self._pings_without_data += 1
+        return KEEPALIVE_TIMEOUT
 
     def connection_lost(self, reason: str) -> None:
         """The connection closed (``reason``): a call not ended yet ends UNAVAILABLE."""
@@ -236,8 +366,11 @@ class CallState:
     def _on_event(self, event: object) -> None:
         if isinstance(event, RemoteSettingsChanged):
             self.peer_ready = True
+        elif isinstance(event, PingAckReceived):
+            self._ping_sent_at = None
         elif isinstance(event, (ResponseReceived, TrailersReceived)):
             if event.stream_id == STREAM:
+                self._pings_without_data = 0
                 self._on_headers(event.headers or [])
         elif isinstance(event, StreamEnded):
             if event.stream_id == STREAM:

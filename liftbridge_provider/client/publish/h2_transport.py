@@ -5,7 +5,11 @@ returned :class:`DirectStream` writes what the call state says and feeds it
 what is read. Each read hands the responses it completed to ``on_input`` in
 one call (also with none, when only flow-control credit or a setting came, so
 the owner can queue more); the owner queues requests with :meth:`send`.
-Everything runs on the event loop's thread.
+A timer keeps the call's keepalive rule (:meth:`CallState.keepalive`: PINGs to
+a silent server, the call ended when one goes unanswered), so a frozen
+broker ends the call within ``KEEPALIVE_IDLE + KEEPALIVE_TIMEOUT`` seconds of
+its last frame whatever the owner does. Everything runs on the event loop's
+thread.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class DirectStream(asyncio.Protocol):
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # the server's SETTINGS came
         self.paused = False  # the transport's write buffer is full: queue nothing more until it drains
+        self._keepalive_timer: asyncio.TimerHandle | None = None
 
     # -- the owner's side ------------------------------------------------------------------------------------
 
@@ -78,6 +83,7 @@ class DirectStream(asyncio.Protocol):
         self._check_end()
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
+        self._stop_keepalive()
 
     # -- asyncio's side --------------------------------------------------------------------------------------
 
@@ -87,6 +93,7 @@ class DirectStream(asyncio.Protocol):
         if raw is not None and raw.family in (socket.AF_INET, socket.AF_INET6):
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._flush()
+        self._keepalive()
 
     def data_received(self, data: bytes) -> None:
         responses = self.state.receive(data)
@@ -101,6 +108,7 @@ class DirectStream(asyncio.Protocol):
         reason = f"connection to {self._address} lost" + (f": {exc}" if exc is not None else "")
         self.state.connection_lost(reason)
         self._check_end()
+        self._stop_keepalive()
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -111,6 +119,20 @@ class DirectStream(asyncio.Protocol):
             self._on_input([])
 
     # -- inside ----------------------------------------------------------------------------------------------
+
+    def _keepalive(self) -> None:
+        """Keep the call's keepalive rule now, write its PING if it sent one, and look again when it says."""
+        self._keepalive_timer = None
+        delay = self.state.keepalive()
+        self._flush()
+        self._check_end()
+        if delay is not None and not self.ended.done():
+            self._keepalive_timer = asyncio.get_running_loop().call_later(delay, self._keepalive)
+
+    def _stop_keepalive(self) -> None:
+        if self._keepalive_timer is not None:
+            self._keepalive_timer.cancel()
+            self._keepalive_timer = None
 
     def _flush(self) -> None:
         out = self.state.outgoing()
@@ -126,6 +148,7 @@ class DirectStream(asyncio.Protocol):
         if ended is None or self.ended.done():
             return
         self._resolve(None if ended.code is grpc.StatusCode.OK else CallFailed(ended.code, ended.details))
+        self._stop_keepalive()
         if self._transport is not None:
             self._transport.close()
 

@@ -26,6 +26,7 @@ from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import CONNECT_TRY, AnyPlan, Attempt, Dispatch, NotSent, Plan, Rpc, Sleep
 from liftbridge_provider.client.retry import Deadline, RetryState, backoff_delay, leader_changing
 from liftbridge_provider.core.errors import LiftbridgeError
+from liftbridge_provider.core.publish_outcomes import may_be_stored_after
 
 SHORTEST_RESEND = 0.05
 """Seconds a refused publish must still have after its backoff to be sent again; with less, the refusal (nothing
@@ -140,7 +141,9 @@ def on_shared_streams(
 
 
 def after_send_error(exc: grpc.RpcError, stream: str | None, partition: int | None) -> LiftbridgeError:
-    """A publish failed after it was sent: never retried, since it may have been stored."""
+    """A publish failed after it was sent: never retried. ``may_be_stored`` unless the server's answer says it
+    refused the message before handing it on (:func:`~liftbridge_provider.core.publish_outcomes.may_be_stored_after`):
+    a call cancelled by ``close()``, or ended by an error of the server's own, may have stored it."""
     code = exc.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return AckTimeoutError(
@@ -158,4 +161,6 @@ def after_send_error(exc: grpc.RpcError, stream: str | None, partition: int | No
             code=code,
             may_be_stored=True,
         )
-    return error_from_rpc(exc, stream=stream, partition=partition)
+    error = error_from_rpc(exc, stream=stream, partition=partition)
+    error.may_be_stored = may_be_stored_after(code.name, exc.details() or "")
+    return error

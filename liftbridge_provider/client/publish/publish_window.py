@@ -20,12 +20,20 @@ Rules:
   before the messages not sent yet, unless a later message of its partition
   may be stored (sending it again would store the two out of order) or it was
   first sent ``ack_wait`` seconds ago or more; then it fails with its refusal;
-- with ack policy NONE a message is resolved when it is sent.
+- with ack policy NONE a message is resolved when it is sent, unless the
+  server refuses it (:meth:`PublishWindow.on_error` takes the refusal) or
+  its call breaks before the server confirmed the batch
+  (:meth:`PublishWindow.lose_sent`: it may be stored);
+- a message's ack_wait runs from when it was written: a driver that queues
+  messages before it can write them takes them ``written=False`` and says
+  when they went out (:meth:`PublishWindow.mark_written`), so one held back by
+  a full flow-control window never times out as "may be stored".
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +45,7 @@ from liftbridge_provider.client.errors import AckTimeoutError, UnavailableError
 from liftbridge_provider.client.messages import Ack
 from liftbridge_provider.core.errors import LiftbridgeError
 
+UNWRITTEN = math.inf  # the "time sent" of a message taken but not written yet: it never times out
 ErrorFor = Callable[[int], LiftbridgeError]
 """Builds the error of message ``index`` (the publisher knows its stream and partition)."""
 PartitionOf = Callable[[int], int]
@@ -177,7 +186,7 @@ class PublishWindow:
         self._ack_wait = ack_wait
         self._expects_ack = expects_ack
         self._next = 0
-        self._in_flight: dict[int, float] = {}  # index -> monotonic time sent, oldest first
+        self._in_flight: dict[int, float] = {}  # index -> monotonic time written (UNWRITTEN: not yet), oldest first
         self._acks: list[Ack | None] = [None] * size
         self._failures: dict[int, LiftbridgeError] = {}
         self._unsent_from = size  # from here on, messages never sent fail with _unsent_error (see fail_unsent)
@@ -222,9 +231,10 @@ class PublishWindow:
         return index in self._in_flight
 
     def next_expiry(self, now: float) -> float | None:
-        """Seconds until the oldest message awaiting its ack times out (0 if overdue); None if none waits."""
+        """Seconds until the oldest message awaiting its ack times out (0 if overdue); None if none waits, or the
+        oldest is not written yet."""
         for sent in self._in_flight.values():
-            return max(sent + self._ack_wait - now, 0.0)
+            return None if sent == UNWRITTEN else max(sent + self._ack_wait - now, 0.0)
         return None
 
     # -- events ------------------------------------------------------------------
@@ -241,10 +251,13 @@ class PublishWindow:
             self._in_flight[index] = now
         return index
 
-    def take_many(self, now: float, most: int) -> Sequence[int]:
+    def take_many(self, now: float, most: int, *, written: bool = True) -> Sequence[int]:
         """Up to ``most`` next messages to send, marked as sent at ``now``: :meth:`take` as often as the window
         allows, without refused messages (the range stops before the next refused one). Released messages
-        come first, on their own; none while a message is held."""
+        come first, on their own; none while a message is held. ``written=False``: they are only queued, and
+        their ack_wait starts at :meth:`mark_written`."""
+        if not written:
+            now = UNWRITTEN
         if self._held:
             return ()
         if self._resend:
@@ -277,6 +290,14 @@ class PublishWindow:
             self._in_flight.update(dict.fromkeys(taken, now))
         return taken
 
+    def mark_written(self, indices: Sequence[int], now: float) -> None:
+        """Messages taken ``written=False`` were written in full at ``now``: their ack_wait starts. Give them
+        in the order taken (the order they are written in)."""
+        in_flight = self._in_flight
+        for index in indices:
+            if in_flight.get(index) == UNWRITTEN:
+                in_flight[index] = now  # (keeps its place: the oldest stay first)
+
     def on_ack(self, index: int, ack: Ack) -> bool:
         """Message ``index`` was acked; False when the ack is not counted (unknown index, or after an error)."""
         if not 0 <= index < self._next:
@@ -294,12 +315,24 @@ class PublishWindow:
 
     def on_error(self, index: int, error: LiftbridgeError) -> bool:
         """The server refused message ``index`` (also after its ack timed out: the refusal is the
-        more precise answer); False for an unknown index or one acked or refused already."""
+        more precise answer; with ack policy NONE, any message sent and not failed yet); False for an
+        unknown index or one acked or refused already."""
         waiting = self._in_flight.pop(index, None) is not None
-        if not waiting and not isinstance(self._failures.get(index), AckTimeoutError):
+        sent_without_ack = not self._expects_ack and 0 <= index < self._next and index not in self._failures
+        if not waiting and not isinstance(self._failures.get(index), AckTimeoutError) and not sent_without_ack:
             return False
         self._failures[index] = error
         return True
+
+    def lose_sent(self, indices: Sequence[int], error_for: ErrorFor) -> int:
+        """Ack policy NONE: the call that carried ``indices`` broke (or ran out of time) before the server
+        confirmed it by ending it: each not refused already may be stored; how many."""
+        lost = 0
+        for index in indices:
+            if index not in self._failures and 0 <= index < self._next:
+                self._failures[index] = error_for(index)
+                lost += 1
+        return lost
 
     def hold(self, index: int, refusal: LiftbridgeError) -> bool:
         """The server refused message ``index`` without storing it, for a reason that passes (see the module

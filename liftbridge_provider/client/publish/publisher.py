@@ -30,6 +30,7 @@ from google.protobuf.message import DecodeError
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.addresses import leader_first, replica_address
 from liftbridge_provider.client.errors import (
+    ClientClosedError,
     EncryptionError,
     IncorrectOffsetError,
     MessageTooLargeError,
@@ -48,6 +49,7 @@ from liftbridge_provider.client.publish.publish_window import BatchErrors, Batch
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError, NoSuchPartitionError
+from liftbridge_provider.core.publish_outcomes import Unanswered, async_refusal, unanswered
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY = 10.0  # seconds between progress log lines
@@ -68,28 +70,31 @@ _STREAM_RETRY_CODES = frozenset(
     }
 )
 
-_ASYNC_ERRORS: dict[int, tuple[type[LiftbridgeError], bool]] = {
-    # code: (error type, may the message have been stored anyway?)
-    api.PublishAsyncError.NOT_FOUND: (NoSuchStreamError, False),
-    api.PublishAsyncError.BAD_REQUEST: (InvalidArgumentError, False),
-    api.PublishAsyncError.READONLY: (ReadonlyPartitionError, False),
-    api.PublishAsyncError.INCORRECT_OFFSET: (IncorrectOffsetError, False),
-    api.PublishAsyncError.ENCRYPTION_FAILED: (EncryptionError, False),
-    # The server publishes a denied message anyway (a server quirk), so it may be stored.
-    api.PublishAsyncError.PERMISSION_DENIED: (PermissionDeniedError, True),
+_ASYNC_ERRORS: dict[int, type[LiftbridgeError]] = {
+    api.PublishAsyncError.NOT_FOUND: NoSuchStreamError,
+    api.PublishAsyncError.BAD_REQUEST: InvalidArgumentError,
+    api.PublishAsyncError.READONLY: ReadonlyPartitionError,
+    api.PublishAsyncError.INCORRECT_OFFSET: IncorrectOffsetError,
+    api.PublishAsyncError.ENCRYPTION_FAILED: EncryptionError,
+    api.PublishAsyncError.PERMISSION_DENIED: PermissionDeniedError,
 }
 
 
 def async_error(response: api.PublishResponse, stream: str, partition: int) -> LiftbridgeError:
-    """The typed error of a PublishAsync error response."""
+    """The typed error of a PublishAsync error response; whether the message may be stored anyway is
+    :func:`~liftbridge_provider.core.publish_outcomes.async_refusal`'s to say."""
     pb = response.asyncError
-    kind, may_be_stored = _ASYNC_ERRORS.get(pb.code, (LiftbridgeError, False))
+    kind = _ASYNC_ERRORS.get(pb.code, LiftbridgeError)
+    _, may_be_stored = async_refusal(api.PublishAsyncError.Code.Name(pb.code) if pb.code in _CODE_NAMES else "")
     if pb.code == api.PublishAsyncError.NOT_FOUND and "partition" in pb.message:
         kind = NoSuchPartitionError
     if is_too_large(pb.message):
         kind = MessageTooLargeError
     message = pb.message or api.PublishAsyncError.Code.Name(pb.code)
     return kind(message, stream=stream, partition=partition, may_be_stored=may_be_stored)
+
+
+_CODE_NAMES = frozenset(api.PublishAsyncError.Code.values())
 
 
 class _StreamEnded(grpc.RpcError):
@@ -141,6 +146,8 @@ class BatchPublisher:
         self._last_progress = self._started = time.monotonic()
         self._call: DirectStream | None = None  # the stream being written to
         self._handed: list[int] = []  # indices handed to that stream, in order
+        self._marked = 0  # how many of them the window knows were written (their ack_wait runs)
+        self._wrote = False  # some message was written in full on some stream of the batch
         self._address = ""
         self._answered = False
         self._finished: asyncio.Event | None = None  # set when every message is resolved
@@ -161,6 +168,13 @@ class BatchPublisher:
             acked_before = self._window.acked
             try:
                 await self._stream_to(address)
+            except ClientClosedError as exc:  # close() came between two streams: what went before may be stored
+                raise ClientClosedError(
+                    "the Liftbridge client was closed while a batch was being published"
+                    + ("; messages sent before may have been stored" if self._wrote else "; nothing was sent"),
+                    stream=self._stream,
+                    may_be_stored=self._wrote,
+                ) from exc
             except grpc.RpcError as exc:
                 out_of_time = self._deadline_passed()  # a connection cut short by the deadline proves nothing
                 if exc.code() is grpc.StatusCode.UNAVAILABLE and not out_of_time:
@@ -190,6 +204,7 @@ class BatchPublisher:
         pool = self._router.pool
         async with pool.direct_call(address, PUBLISH_ASYNC, self._on_input, self._bounded(CONNECT_TIMEOUT)) as call:
             self._call, self._handed, self._address, self._answered = call, [], address, False
+            self._marked = 0
             try:
                 self._pump()
                 await self._supervise(call, address)
@@ -208,11 +223,15 @@ class BatchPublisher:
         """
         assert self._finished is not None
         window, finished = self._window, asyncio.ensure_future(self._finished.wait())
-        waits: set[asyncio.Future[Any]] = {call.ended, finished}
+        # With ack policy NONE the batch waits for the server to end the call, so its "finished" (every
+        # message sent) is no reason to wake: waiting on it once set turned each wait into a busy loop.
+        waits: set[asyncio.Future[Any]] = {call.ended, finished} if self._expects_ack else {call.ended}
         try:
             while True:
                 await asyncio.wait(waits, timeout=POLL, return_when=asyncio.FIRST_COMPLETED)
-                if window.expire(time.monotonic(), self._errors.ack_timeout(self._ack_wait)):
+                now = time.monotonic()
+                self._mark_written(now)
+                if window.expire(now, self._errors.ack_timeout(self._ack_wait)):
                     self._pump()
                 if window.holding and not window.in_flight:
                     self._release_held()
@@ -249,14 +268,15 @@ class BatchPublisher:
             if not self._answered:  # the broker answers: whatever the health model held against it is over
                 HEALTH.answered(self._address)
                 self._answered = True
+            self._mark_written(time.monotonic())  # (an answer may come before the next tick saw its write)
             parse, requests, window, size = api.PublishResponse.FromString, self._requests, self._window, len(self)
+            unreadable = 0
             for data in responses:
                 try:
                     response = parse(data)
-                except DecodeError:
-                    if self._call is not None:
-                        self._call.abort(grpc.StatusCode.INTERNAL, "a PublishAsync response did not parse")
-                    return
+                except DecodeError:  # its message is left unanswered; the others of this read still count
+                    unreadable += 1
+                    continue
                 ack = response.ack
                 correlation_id = ack.correlationId  # empty in an error response (its id is outside the ack)
                 if correlation_id.isdigit() and (index := int(correlation_id)) < size:
@@ -267,6 +287,9 @@ class BatchPublisher:
                     self._on_response(response)
             if window.done and self._finished is not None:
                 self._finished.set()
+            if unreadable and self._call is not None:  # a broken peer: what it left unanswered may be stored
+                self._call.abort(grpc.StatusCode.INTERNAL, f"{unreadable} PublishAsync responses did not parse")
+                return
         self._pump()
 
     def __len__(self) -> int:
@@ -280,13 +303,25 @@ class BatchPublisher:
             return
         requests, handed, now = self._requests, self._handed, time.monotonic()
         while not call.paused and call.state.queued_bytes < WRITE_BYTES:
-            taken = window.take_many(now, WRITE_MESSAGES)
+            taken = window.take_many(now, WRITE_MESSAGES, written=False)
             if not taken:  # the window is full, or every message is sent
                 break
-            call.send([requests[index].SerializeToString() for index in taken])
             handed.extend(taken)
+            call.send([requests[index].SerializeToString() for index in taken])
+        self._mark_written(now)
         if not self._expects_ack and window.all_sent:
             call.close_sending()  # the server then ends the stream (no acks to wait for)
+
+    def _mark_written(self, now: float) -> None:
+        """Tell the window which handed messages the call has written in full since the last look."""
+        call = self._call
+        if call is None:
+            return
+        written = call.state.written_messages
+        if written > self._marked:
+            self._window.mark_written(self._handed[self._marked : written], now)
+            self._marked = written
+            self._wrote = True
 
     def _return_unwritten(self) -> None:
         """Messages handed to the stream but never written in full cannot be stored: back to the window, to
@@ -326,11 +361,23 @@ class BatchPublisher:
             self._log_progress()
 
     def _fail_at_deadline(self) -> None:
-        self._window.end_at_deadline(self._errors, self._deadline.timeout if self._deadline is not None else 0.0)
+        timeout = self._deadline.timeout if self._deadline is not None else 0.0
+        if not self._expects_ack:  # written, and the server did not confirm the call before the deadline
+            self._window.lose_sent(self._handed, self._errors.deadline_in_flight(timeout))
+        self._window.end_at_deadline(self._errors, timeout)
 
     def _on_broken_stream(self, exc: grpc.RpcError) -> None:
-        """The stream died: report every message awaiting an ack as uncertain."""
-        self._window.lose_in_flight(self._errors.lost(f"{exc.code().name}: {exc.details()}", exc.code()))
+        """The stream died (or the server ended it with messages left): every message written on it and not
+        answered is uncertain (:func:`~liftbridge_provider.core.publish_outcomes.unanswered`)."""
+        lost = self._errors.lost(f"{exc.code().name}: {exc.details()}", exc.code())
+        ended_normally = isinstance(exc, _StreamEnded)
+        fate = unanswered(written=True, expects_ack=self._expects_ack, call_ended_normally=ended_normally)
+        if fate is Unanswered.MAY_BE_STORED:
+            if self._expects_ack:
+                self._window.lose_in_flight(lost)
+            else:
+                self._window.lose_sent(self._handed, lost)
+        self._handed = []
         log.warning("PublishAsync stream broke (%s); %d messages left to send", exc.code(), self._window.unsent)
 
     def _log_progress(self) -> None:
