@@ -39,8 +39,8 @@ from liftbridge_provider.client.messages import Ack, AckPolicy, Message, StartPo
 from liftbridge_provider.client.metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
 from liftbridge_provider.client.options import ClientConfig, NatsConfig, TLSConfig
 from liftbridge_provider.client.partitioners import Partitioner, partition_by_key, partition_by_round_robin
+from liftbridge_provider.client.publish.batch_result import BatchPublishError, BatchResult, PublishFailure
 from liftbridge_provider.client.publish.prepare import PublishMessage
-from liftbridge_provider.client.publish.publish_window import BatchPublishError, BatchResult, PublishFailure
 from liftbridge_provider.client.requests import ALL_BROKERS
 from liftbridge_provider.client.subscription import Subscription
 from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError, NoSuchPartitionError

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 
 from liftbridge_provider.client.messages import Ack, AckPolicy
 from liftbridge_provider.client.partitioners import Partitioner, PartitionerName
+from liftbridge_provider.client.publish.batch_result import BatchResult
 from liftbridge_provider.client.publish.paths import PublishPaths
 from liftbridge_provider.client.publish.prepare import PublishMessage
-from liftbridge_provider.client.publish.publish_window import BatchResult
 
 
 class PublishMethods:

@@ -37,7 +37,7 @@ from liftbridge_provider.client import (
     partition_by_round_robin,
 )
 from liftbridge_provider.client.partitioners import Partitioner
-from liftbridge_provider.client.publish.publish_window import BatchResult
+from liftbridge_provider.client.publish.batch_result import BatchResult
 from liftbridge_provider.spark.options import WriteOptions
 from liftbridge_provider.version_compat import DataSourceStreamArrowWriter
 

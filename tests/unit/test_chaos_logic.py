@@ -586,7 +586,7 @@ def test_acks_an_auto_pause_dropped_are_excused_only_on_a_stream_that_auto_pause
         LiftbridgeError,
         UnavailableError,
     )
-    from liftbridge_provider.client.publish.publish_window import BatchPublishError, Failures  # noqa: PLC0415
+    from liftbridge_provider.client.publish.batch_result import BatchPublishError, Failures  # noqa: PLC0415
     from tests.chaos.judging import StepReport, judge  # noqa: PLC0415
     from tests.chaos.timing import Outcome  # noqa: PLC0415
 

@@ -256,3 +256,45 @@ def test_a_bare_value_becomes_the_same_request_as_a_publish_message() -> None:
     ]
     with pytest.raises(InvalidArgumentError, match="message #1"):
         batch_requests(router, "s", [b"a", "text"], None, policy=AckPolicy.ALL, deadline=None)  # type: ignore[list-item]
+
+
+# -- issue 47: the ack_wait of a message starts when it is written; NONE takes refusals and loses broken calls --
+
+
+def test_a_message_taken_but_not_written_never_times_out_as_possibly_stored() -> None:
+    """Messages held back by a full flow-control window expired with may_be_stored=True (issue 47, item 6)."""
+    window = PublishWindow(4, window=4, ack_wait=1.0, expects_ack=True)
+    taken = list(window.take_many(0.0, 4, written=False))
+    window.mark_written(taken[:2], 0.5)
+    assert window.next_expiry(0.6) == pytest.approx(0.9)
+    assert window.expire(10.0, timeout_error) == 2  # only the written ones
+    assert window.in_flight == 2
+    assert window.next_expiry(10.0) is None  # the oldest left is unwritten: nothing can expire
+    window.mark_written(taken[2:], 10.0)
+    assert window.expire(10.5, timeout_error) == 0
+    assert window.expire(11.0, timeout_error) == 2
+
+
+def test_ack_policy_none_takes_the_servers_refusals_of_sent_messages() -> None:
+    """NONE messages are never in flight, so a refusal was dropped and the message reported sent (item 2)."""
+    window = PublishWindow(3, window=1, ack_wait=1.0, expects_ack=False)
+    assert list(window.take_many(0.0, 3)) == [0, 1, 2]
+    refused = ReadonlyPartitionError("readonly")
+    assert window.on_error(1, refused)
+    assert not window.on_error(1, refused)  # once
+    assert not window.on_error(7, refused)  # unknown
+    assert window.done
+    assert [(f.index, f.error) for f in window.result().failures] == [(1, refused)]
+
+
+def test_ack_policy_none_loses_what_a_broken_call_carried_as_possibly_stored() -> None:
+    window = PublishWindow(4, window=1, ack_wait=1.0, expects_ack=False)
+    window.take_many(0.0, 4)
+    window.on_error(0, ReadonlyPartitionError("readonly"))
+    lost = UnavailableError("lost", may_be_stored=True)
+    assert window.lose_sent([0, 1, 2], lambda index: lost) == 2  # the refusal keeps its own error
+    failures = {f.index: f.error for f in window.result().failures}
+    assert isinstance(failures[0], ReadonlyPartitionError)
+    assert failures[1] is lost
+    assert failures[2] is lost
+    assert 3 not in failures

@@ -48,10 +48,11 @@ from liftbridge_provider.client.errors import (
 )
 from liftbridge_provider.client.messages import Ack
 from liftbridge_provider.client.options import NatsConfig
+from liftbridge_provider.client.publish.batch_result import BatchResult
 from liftbridge_provider.client.publish.envelope import decode_ack, wrap_publish
 from liftbridge_provider.client.publish.nats_direct import deliver_directly
 from liftbridge_provider.client.publish.private_loop import run_in_private_loop
-from liftbridge_provider.client.publish.publish_window import BatchErrors, BatchResult, PublishWindow
+from liftbridge_provider.client.publish.publish_window import BatchErrors, PublishWindow
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.core.errors import LiftbridgeError
 

@@ -32,6 +32,7 @@ from liftbridge_provider.client.metadata import PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.partitioners import Partitioner, PartitionerName, resolve_partitioner
 from liftbridge_provider.client.publish import plans as publish_plans
+from liftbridge_provider.client.publish.batch_result import BatchResult, Failures
 from liftbridge_provider.client.publish.dropping import drop_in_background
 from liftbridge_provider.client.publish.nats_publisher import NatsBatchPublisher, partition_subject
 from liftbridge_provider.client.publish.prepare import (
@@ -43,7 +44,6 @@ from liftbridge_provider.client.publish.prepare import (
     to_partition,
 )
 from liftbridge_provider.client.publish.publish_stream import PublishStreams
-from liftbridge_provider.client.publish.publish_window import BatchResult, Failures
 from liftbridge_provider.client.publish.publisher import BatchPublisher, async_error
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import Router

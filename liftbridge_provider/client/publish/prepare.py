@@ -13,8 +13,8 @@ from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.errors import AckTimeoutError, MessageTooLargeError
 from liftbridge_provider.client.messages import AckPolicy
 from liftbridge_provider.client.partitioners import Partitioner
+from liftbridge_provider.client.publish.batch_result import BatchResult, Failures, PublishFailure
 from liftbridge_provider.client.publish.dropping import drop_in_background
-from liftbridge_provider.client.publish.publish_window import BatchResult, Failures, PublishFailure
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.core import checks
 from liftbridge_provider.core.errors import InvalidArgumentError, NoSuchPartitionError

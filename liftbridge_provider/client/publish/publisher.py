@@ -42,10 +42,11 @@ from liftbridge_provider.client.errors import (
 )
 from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.messages import Ack
+from liftbridge_provider.client.publish.batch_result import BatchResult
 from liftbridge_provider.client.publish.h2_transport import DirectStream, NotConnected
 from liftbridge_provider.client.publish.plans import refused_while_leader_changes
 from liftbridge_provider.client.publish.private_loop import run_in_private_loop
-from liftbridge_provider.client.publish.publish_window import BatchErrors, BatchResult, PublishWindow
+from liftbridge_provider.client.publish.publish_window import BatchErrors, PublishWindow
 from liftbridge_provider.client.retry import Deadline, backoff_delay
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError, NoSuchPartitionError
