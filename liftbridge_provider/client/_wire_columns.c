@@ -8,8 +8,8 @@
  * the field numbers of proto/liftbridge_api.proto (Message: offset 1, key 2, value 3, timestamp 4,
  * subject 7, headers 9 as map entries of key 1 / value 2). Where the format leaves room, it lands where
  * protobuf's own parser (upb, which the pure-Python twin runs) lands: tags of at most five bytes within
- * 32 bits, lengths below 2**31 - 1, unknown groups skipped up to 100 levels deep, strings checked as
- * UTF-8 each time they are sent, and a map entry with any other field left out of the map.
+ * 32 bits, lengths of at most five bytes below 2**31 - 1, unknown groups skipped up to 100 levels deep,
+ * strings checked as UTF-8 each time they are sent, and a map entry with any other field left out of it.
  *
  * The bytes come from the network: every read is checked against the end of its span, every size
  * against Arrow's int32 offsets before anything is written, and a batch's buffers are grown for a whole
@@ -138,10 +138,11 @@ static int read_tag(const uint8_t **p, const uint8_t *end, uint32_t *field, int 
     return 0;
 }
 
-/* The bytes of a length-delimited field, or -1 (protobuf refuses lengths of 2**31 - 1 and more). */
+/* A length-delimited field's bytes, or -1: protobuf refuses lengths of over five bytes or from 2**31 - 1. */
 static int read_span(const uint8_t **p, const uint8_t *end, Span *out) {
+    const uint8_t *start = *p;
     uint64_t n;
-    if (read_varint(p, end, &n) < 0 || n >= INT32_MAX || n > (uint64_t)(end - *p)) return -1;
+    if (read_varint(p, end, &n) < 0 || *p - start > 5 || n >= INT32_MAX || n > (uint64_t)(end - *p)) return -1;
     out->p = *p;
     out->n = (Py_ssize_t)n;
     *p += n;

@@ -180,6 +180,10 @@ class SubscriptionState:
         self._address: str | None = None
         self._served_by: str | None = None  # the broker of the last confirmed call
         self.ended = False
+        # The stop offset itself was delivered: the server ends the call right after it ("Stop offset reached"),
+        # so its end can be waited for (and taken, which releases the call). Past a stop offset compaction
+        # removed, the server goes on sending.
+        self.reached_stop = False
 
     @property
     def stream(self) -> str:
@@ -274,6 +278,7 @@ class SubscriptionState:
             self.ended = True
             if offset > stop:
                 return _END
+            self.reached_stop = True
         self.next_offset = offset + 1
         self.last_offset = offset
         self._delivered_in_call = True
@@ -300,7 +305,7 @@ class SubscriptionState:
         self._delivered_in_call = True
         self._last_progress = self._clock()
         if last:
-            self.ended = True
+            self.ended = self.reached_stop = True
 
     def passed_stop(self) -> None:
         """A message above :meth:`window`'s ``high`` arrived: the subscription is over."""

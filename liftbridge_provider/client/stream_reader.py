@@ -18,6 +18,9 @@ difference.
 These are grpc's private parts; :func:`fast_path_available` checks the call
 has them, and any other call is simply iterated. ``tests/server/test_client.py``
 checks that the fast path is the one taken with the pinned grpcio.
+
+:func:`take_end` reads a call the server is about to end to that end, through grpc's public iteration:
+grpc's core keeps a call and its completion queue until the call's status is taken.
 """
 
 from __future__ import annotations
@@ -160,3 +163,22 @@ def receive_into(call: Any, add: Callable[[bytes], int]) -> tuple[int, bytes] | 
                 if status >= STOP:
                     return status, response
                 break
+
+
+def take_end(call: Any) -> None:
+    """Read ``call`` to its end (its status), where the server ends it right after the last wanted message
+    (a subscription at its stop offset: RESOURCE_EXHAUSTED "Stop offset reached").
+
+    A single-threaded call (``SingleThreadedUnaryStream``) is only released by grpc's core once its status
+    event is taken, and nobody takes it after ``cancel()``: a call cancelled at its stop offset stayed in
+    memory for the life of the process, about 18 KB each (issue 47). Iterating takes the status; any
+    message still on the way is dropped. The wait is bounded by the call's own deadline (at most
+    ``liveness_interval``), and ``cancel()`` from another thread ends it at once.
+    """
+    if call.done():  # its end was taken already (or it was cancelled: then nothing takes it)
+        return
+    try:
+        for _ in call:
+            pass
+    except grpc.RpcError:
+        pass

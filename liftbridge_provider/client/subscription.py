@@ -24,7 +24,7 @@ from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message
 from liftbridge_provider.client.reading import NoLeaderYet, Open, SubscriptionState, Verdict, closed_while_reading
 from liftbridge_provider.client.routing import Router
-from liftbridge_provider.client.stream_reader import messages_of, receive_into
+from liftbridge_provider.client.stream_reader import messages_of, receive_into, take_end
 from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
@@ -85,9 +85,11 @@ class Subscription(Iterator[Message]):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.cancel()
+        # Close the generator first: a call that reached the stop offset is read to its end there (its
+        # release, see _opened), which cancelling it first would prevent.
         with contextlib.suppress(ValueError):  # "generator already executing": another thread iterates
             self._messages.close()  # release the channel now, not whenever the garbage collector runs
+        self.cancel()
 
     def column_batches(self, *, max_rows: int, max_bytes: int) -> Iterator[Columns]:
         """The same messages as column buffers (the Spark task's read), each batch within ``max_rows`` rows
@@ -199,26 +201,26 @@ class Subscription(Iterator[Message]):
         ended before confirming or the subscription was cancelled; cancelled on leaving. ``raw``: the
         responses stay serialized (bytes)."""
         state = self._state
-        try:
-            snapshot = (
-                self._router.metadata.snapshot
-                if state.established
-                else self._router.snapshot_with(self.stream, timeout=state.request_budget())
+        snapshot = (
+            self._router.metadata.snapshot
+            if state.established
+            else self._router.snapshot_with(self.stream, timeout=state.request_budget())
+        )
+        step: Open = state.open(snapshot)
+        if step.moved_from is not None:
+            log.info(
+                "subscription to %s/%d moves from %s to %s",
+                self.stream,
+                self.partition,
+                step.moved_from,
+                step.address,
             )
-            step: Open = state.open(snapshot)
-            if step.moved_from is not None:
-                log.info(
-                    "subscription to %s/%d moves from %s to %s",
-                    self.stream,
-                    self.partition,
-                    step.moved_from,
-                    step.address,
-                )
-            if step.confirm_running:
-                self._router.partition_running(self.stream, self.partition, timeout=state.request_budget())
-            if step.address is None:
-                raise NoLeaderYet()
-            with self._router.pool.lease(step.address) as pooled:
+        if step.confirm_running:
+            self._router.partition_running(self.stream, self.partition, timeout=state.request_budget())
+        if step.address is None:
+            raise NoLeaderYet()
+        with self._router.pool.lease(step.address) as pooled:
+            try:
                 with self._lock:
                     if self._cancelled.is_set():
                         yield None
@@ -233,8 +235,16 @@ class Subscription(Iterator[Message]):
                 state.confirmed()
                 HEALTH.answered(step.address)
                 yield self._call
-        finally:
-            with self._lock:
-                if self._call is not None:
-                    self._call.cancel()
-                self._call = None
+            finally:
+                self._end_call()  # within the lease: the pool does not close the channel under the call
+
+    def _end_call(self) -> None:
+        """Release the call: right after the stop offset the server ends it itself, and its end is taken
+        (grpc's core keeps a call until then); any other call is cancelled (an early exit: grpc's public API
+        cannot take the end of a cancelled single-threaded call, see :func:`stream_reader.take_end`)."""
+        if self._call is not None and self._state.reached_stop and not self._cancelled.is_set():
+            take_end(self._call)  # not under the lock: cancel() from another thread ends the wait
+        with self._lock:
+            if self._call is not None:
+                self._call.cancel()  # does nothing to a call that has ended
+            self._call = None

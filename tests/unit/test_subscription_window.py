@@ -82,8 +82,26 @@ def test_window_delivers_what_on_message_delivers(builder: type[columns.ColumnBu
     one, many = new_state(start, stop), new_state(start, stop)
     assert by_window(many, calls, builder) == per_message(one, calls)
     assert (many.next_offset, many.last_offset, many.ended) == (one.next_offset, one.last_offset, one.ended)
+    assert many.reached_stop == one.reached_stop
 
 
 def test_window_bounds_default_to_the_int64_limits() -> None:
     assert new_state(None, None).window() == (-(2**63), 2**63 - 1)
     assert new_state(7, 9).window() == (7, 9)
+
+
+def test_only_a_delivered_stop_offset_means_the_server_ends_the_call() -> None:
+    """The server ends a Subscribe call right after the stop offset itself, and goes on past a stop offset that
+    compaction removed: only in the first case does the reader wait for the call's end (to release the call,
+    tests/server/test_read_memory.py); in the second it would wait for the call's deadline."""
+    at_stop, past_stop = new_state(0, 3), new_state(0, 3)
+    assert [at_stop.on_message(offset) for offset in (2, 3)] == [Verdict.DELIVER, Verdict.DELIVER_LAST]
+    assert [past_stop.on_message(offset) for offset in (2, 5)] == [Verdict.DELIVER, Verdict.END]
+    assert (at_stop.ended, at_stop.reached_stop) == (True, True)
+    assert (past_stop.ended, past_stop.reached_stop) == (True, False)
+    taken, passed = new_state(0, 3), new_state(0, 3)
+    taken.took(3, last=True)  # a column builder's LAST: it took the stop offset
+    passed.took(2, last=False)
+    passed.passed_stop()  # its END: a message above the stop offset
+    assert (taken.ended, taken.reached_stop) == (True, True)
+    assert (passed.ended, passed.reached_stop) == (True, False)
