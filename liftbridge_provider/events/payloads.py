@@ -10,11 +10,15 @@ An event is a flat JSON object (``SCHEMA_VERSION`` 1)::
 
 DAG-run events have ``run_type``, ``logical_date`` and ``msg`` (Airflow's reason,
 e.g. ``task_failure``) instead of the task fields; failed task events add
-``error`` (at most :data:`ERROR_CHARS` characters). Times are ISO 8601 in UTC,
-null when Airflow has none. The objects are read by attribute only (Airflow
-hands in ORM rows in the scheduler and API server, runtime models in task
-processes), never through relationships, so building an event runs no query.
-No Airflow import here.
+``error``. Times are ISO 8601 in UTC, null when Airflow has none. The objects
+are read by attribute only (Airflow hands in ORM rows in the scheduler and API
+server, runtime models in task processes), never through relationships, so
+building an event runs no query.
+
+Before an event leaves the process it goes through :func:`masked`: every text
+value through Airflow's secrets masker (the listener hands in its ``redact``),
+so an event shows ``***`` wherever the task's log would, and then the error is
+cut to :data:`ERROR_CHARS` characters. No Airflow import here.
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
 SCHEMA_VERSION = 1
-ERROR_CHARS = 2000  # a failed task's error text is cut to this many characters
+ERROR_CHARS = 2000  # a failed task's error text is cut to this many characters (after masking)
 
 
 def event_key(dag_id: str, run_id: str) -> bytes:
@@ -52,7 +57,8 @@ def dag_run_event(kind: str, dag_run: Any, *, msg: str | None) -> dict[str, Any]
 
 def task_instance_event(kind: str, task_instance: Any, *, error: object = None) -> dict[str, Any]:
     """The event of a task instance's state change (``kind``: ``task_instance.running``, ``.success``,
-    ``.failed`` (its ``state`` says ``up_for_retry`` when a retry follows) or ``.skipped``)."""
+    ``.failed`` (its ``state`` says ``up_for_retry`` when a retry follows) or ``.skipped``). The error is
+    whole here: :func:`masked` cuts it once the masker has seen all of it."""
     event = {
         **_head(kind, _state(task_instance, kind)),
         "dag_id": task_instance.dag_id,
@@ -65,8 +71,20 @@ def task_instance_event(kind: str, task_instance: Any, *, error: object = None) 
         **_source(),
     }
     if error is not None:
-        event["error"] = str(error)[:ERROR_CHARS]
+        event["error"] = str(error)
     return event
+
+
+def masked(event: dict[str, Any], redact: Callable[[str], object]) -> dict[str, Any]:
+    """The event as it may leave the process: every text value passed through ``redact`` (Airflow's secrets
+    masker: the values it knows become ``***``), then ``error`` cut to :data:`ERROR_CHARS` characters.
+
+    Masking comes first: a cut through a secret would leave its start, which the masker (it looks for the
+    whole value) no longer finds."""
+    out = {name: str(redact(value)) if isinstance(value, str) else value for name, value in event.items()}
+    if isinstance(out.get("error"), str):
+        out["error"] = out["error"][:ERROR_CHARS]
+    return out
 
 
 def encode(event: dict[str, Any]) -> bytes:

@@ -138,12 +138,13 @@ def test_only_the_chosen_events_are_published(
     assert [e["event"] for e in events] == ["task_instance.success", "dag_run.success"]
 
 
-@pytest.mark.parametrize("missing", ["node", "stream"])
+@pytest.mark.parametrize("missing", ["node", "stream", "connection"])
 def test_without_liftbridge_or_the_stream_the_run_succeeds_and_the_drops_are_counted_and_logged(
     airflow_home: Path, liftbridge_server: DevServer, missing: str
 ) -> None:
-    """With the node stopped, or the stream missing, every task and the run still succeed; each event that
-    could not be published is counted in liftbridge.events.dropped (StatsD) and logged."""
+    """With the node stopped, the stream missing, or the connection missing (looked up in the task's own
+    hooks), every task and the run still succeed; each event that could not be published is counted in
+    liftbridge.events.dropped (StatsD) and logged."""
     node = start_single()
     brokers = node.brokers
     if missing == "node":
@@ -162,6 +163,8 @@ def test_without_liftbridge_or_the_stream_the_run_succeeds_and_the_drops_are_cou
     """
     try:
         options = {"retry_interval": "0", "publish_timeout": "1", "flush_timeout": "1"}
+        if missing == "connection":
+            options["conn_id"] = "no_such_connection"
         env = {**events_env(None, "no-such-stream", brokers=brokers, **options), **statsd.env}
         run = run_dag(airflow_home, body, env)
         assert run.ok(), run.output[-3000:]
@@ -178,6 +181,8 @@ def test_without_liftbridge_or_the_stream_the_run_succeeds_and_the_drops_are_cou
         assert set(by_reason) <= {"publish_failed", "stopping"}, statsd.lines
         assert sum(by_reason.values()) == 5, statsd.lines
         assert "Liftbridge event listener: dropped 1 event(s) for stream 'no-such-stream'" in run.output
+        if missing == "connection":
+            assert "LookupError: connection 'no_such_connection': AirflowNotFoundException" in run.output
     finally:
         statsd.close()
         node.stop(timeout=5)
@@ -235,3 +240,42 @@ def test_loading_the_listener_loads_neither_the_client_nor_grpc() -> None:
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_no_event_carries_a_value_airflow_masks_in_the_task_log(
+    airflow_home: Path, liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """A task reads a connection with a password, a Variable whose name Airflow deems sensitive and a value
+    it registers with mask_secret, then fails with all three in its error: the failed event on the stream
+    carries the masked form (***) where Airflow's task log does, never the values. (`airflow dags test` prints
+    the task's log to the console unmasked, so the expected text is spelled out here; under the scheduler,
+    tests/system/test_event_listener.py compares with the task's log file.)"""
+    stream = f"airflow-events-{uuid.uuid4().hex[:8]}"
+    client.create_stream(stream, stream)
+    secrets = {"password": "Pg-s3cret-8f2a1c", "variable": "Var-s3cret-77b1e0", "registered": "Reg-s3cret-19c4d2"}
+    body = f"""
+        @task
+        def leaky():
+            from airflow.sdk import BaseHook, Variable
+            from airflow.sdk.log import mask_secret
+
+            uri = BaseHook.get_connection("warehouse_db").get_uri()
+            variable = Variable.get("warehouse_password")
+            mask_secret({secrets["registered"]!r})
+            raise RuntimeError(f"login failed for {{uri}} (variable {{variable}}, token {secrets["registered"]})")
+
+        leaky()
+    """
+    env = {
+        **events_env(liftbridge_server, stream),
+        "AIRFLOW_CONN_WAREHOUSE_DB": f"postgresql://etl:{secrets['password']}@db.example:5432/etl",
+        "AIRFLOW_VAR_WAREHOUSE_PASSWORD": secrets["variable"],
+    }
+    run = run_dag(airflow_home, body, env)
+    assert run.states == {"leaky": "failed"}, run.output[-3000:]
+    _, events = run_events(client, stream, run, 1)
+    (failed,) = [e for e in events if e["event"] == "task_instance.failed"]
+    assert "login failed for postgres://etl:***@db.example:5432/etl (variable ***, token ***)" in failed["error"]
+    published = json.dumps(events)
+    for name, secret in secrets.items():
+        assert secret not in published, f"the {name} reached the stream: {failed['error']}"

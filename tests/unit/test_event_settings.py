@@ -8,7 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from liftbridge_provider.events.payloads import dag_run_event, encode, event_key, task_instance_event
+from liftbridge_provider.events.payloads import (
+    ERROR_CHARS,
+    dag_run_event,
+    encode,
+    event_key,
+    masked,
+    task_instance_event,
+)
 from liftbridge_provider.events.settings import DEFAULTS, EVENT_KINDS, OPTIONS, SECTION, EventSettings
 from liftbridge_provider.get_provider_info import get_provider_info
 
@@ -107,8 +114,22 @@ def test_a_failed_task_event_says_whether_a_retry_follows_and_carries_the_error(
     }
     assert event["start_date"] == "2026-11-26T10:00:01+00:00"
     assert event["end_date"] is None
-    assert event["error"] == "x" * 2000
+    assert masked(event, str)["error"] == "x" * 2000
     assert {"emitted_at", "host", "pid", "schema_version"} <= set(event)
+
+
+def test_every_text_value_is_masked_and_the_error_is_cut_only_after() -> None:
+    """A secret that the cut at ERROR_CHARS would split is masked whole first, so no start of it remains;
+    every other text value goes through the masker too, and values that are not text are left alone."""
+    secret = "Pg-s3cret-8f2a1c"
+    error = "x" * (ERROR_CHARS - 5) + secret + " y"
+    ti = SimpleNamespace(dag_id="d", run_id=f"r-{secret}", task_id="t", try_number=1)
+    event = task_instance_event("task_instance.failed", ti, error=RuntimeError(error))
+    out = masked(event, lambda text: text.replace(secret, "***"))
+    assert out["error"] == "x" * (ERROR_CHARS - 5) + "*** y"
+    assert out["run_id"] == "r-***"
+    assert (out["try_number"], out["map_index"]) == (1, -1)
+    assert secret[:5] not in encode(out).decode()
 
 
 def test_an_event_whose_object_holds_another_state_says_the_events_own() -> None:
