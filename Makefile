@@ -43,9 +43,14 @@ $(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS)
 	rm -rf airflow_provider_liftbridge.egg-info
 	touch $@
 
-# The pinned Liftbridge and NATS servers, built with `go install` into .tools/bin.
+# The pinned Liftbridge and NATS servers and the S3 gateway (versitygw), built with `go install` into .tools/bin,
+# and the jars Spark's S3A needs, fetched by Maven into .tools/jars/s3a (docs/spark.md, "Object storage").
+# Each step is a no-op when what it installs is there at the pinned version. Cold: the gateway about 3.5
+# minutes (Go caches empty), the jars about 20 s (Maven's local repository empty).
 tools:
 	@tools/install-servers.sh
+	@tools/install-s3-server.sh
+	@tools/install-s3a-jars.sh
 
 # The go-liftbridge reference program of `make bench` (tools/golbbench, pinned in its go.mod), built into
 # .tools/bin. Not part of setup: the consumer group interop tests build it themselves when they run.

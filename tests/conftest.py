@@ -50,7 +50,12 @@ os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.g
 os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm_options())
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", jvm_options())
 
-pytest_plugins = ["liftbridge_provider.devserver.pytest_plugin", "tests.spark_session", "tests.file_costs"]
+pytest_plugins = [
+    "liftbridge_provider.devserver.pytest_plugin",
+    "tests.spark_session",
+    "tests.object_store",
+    "tests.file_costs",
+]
 # Helper modules that test modules share: their asserts report as the tests' own do.
 pytest.register_assert_rewrite("tests.unit.column_builders", "tests.system.airflow_standalone")
 

@@ -8,24 +8,32 @@ cluster) run ``spark-submit`` instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
 
+from liftbridge_provider.devserver import DevServerError
+from liftbridge_provider.devserver.s3 import s3a_jars
+
 
 def local_spark(app_name: str) -> SparkSession:
-    """A ``local[2]`` session bound to 127.0.0.1 (or the one already running)."""
+    """A ``local[2]`` session bound to 127.0.0.1 (or the one already running), with the S3A jars when
+    ``make tools`` fetched them (tests/object_store.py: the ``s3a_spark`` fixture fails without them; jars
+    cannot be added to a running driver, and a second session per worker would cost a JVM)."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    return (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    with contextlib.suppress(DevServerError):
+        builder = builder.config("spark.jars", ",".join(str(jar) for jar in s3a_jars()))
+    return builder.getOrCreate()
 
 
 APP_NAME = "liftbridge-tests"

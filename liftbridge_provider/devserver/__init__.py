@@ -14,6 +14,9 @@ Python API::
         cluster.thaw("n3")                  # SIGCONT (stop() thaws every frozen node first)
         cluster.partition_leaders("orders") # {partition: server id of its leader}
 
+An S3-compatible server (Versity's gateway) for object-storage tests and demos:
+``liftbridge_provider.devserver.s3.start_s3()``.
+
 Command line: ``python -m liftbridge_provider.devserver start|status|stop``
 (``--help`` for options). pytest fixtures: ``liftbridge_provider.devserver.pytest_plugin``.
 

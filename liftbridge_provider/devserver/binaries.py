@@ -34,14 +34,15 @@ def _candidate_tool_dirs() -> list[Path]:
     return dirs
 
 
-def find_binary(name: str, env_var: str) -> Path:
-    """Return the path of server binary ``name``; raise DevServerError saying how to install it."""
+def find_binary(name: str, env_var: str, hint: str = INSTALL_HINT) -> Path:
+    """Return the path of server binary ``name``; raise DevServerError saying how to install it (``hint``,
+    with ``{env}`` for ``env_var``)."""
     explicit = os.environ.get(env_var)
     if explicit:
         path = Path(explicit)
         if path.is_file() and os.access(path, os.X_OK):
             return path
-        raise DevServerError(f"{env_var}={explicit!r} is not an executable file. " + INSTALL_HINT.format(env=env_var))
+        raise DevServerError(f"{env_var}={explicit!r} is not an executable file. " + hint.format(env=env_var))
     looked = _candidate_tool_dirs()
     for folder in looked:
         path = folder / name
@@ -52,7 +53,7 @@ def find_binary(name: str, env_var: str) -> Path:
         return Path(on_path)
     where = ", ".join(dict.fromkeys(str(d) for d in looked[:3]))
     raise DevServerError(
-        f"{name} binary not found (looked in {env_var}, {where}, ... and PATH). " + INSTALL_HINT.format(env=env_var)
+        f"{name} binary not found (looked in {env_var}, {where}, ... and PATH). " + hint.format(env=env_var)
     )
 
 

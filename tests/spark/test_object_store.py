@@ -1,0 +1,182 @@
+"""Spark's S3A on a real S3 server (Versity's gateway on 127.0.0.1), with the 35-jar set of make tools.
+
+What the lake formats build on: the gateway is up and signs like S3; S3A's conditional create
+(HADOOP-19256) refuses an existing key with a 412, through the JVM from PySpark and through the lake's
+own store; a DataFrame goes to ``s3a://`` and back; a multipart-sized copy works (the asynchronous HTTP
+client, netty-nio-client, is in the set); and pyarrow, delta-rs and pyiceberg reach the same bucket with
+settings made from the same :class:`S3Settings`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from liftbridge_provider.core.object_store import S3Settings
+from liftbridge_provider.devserver.s3 import S3Server
+from liftbridge_provider.spark.lake_store import CONDITIONAL_CREATE, HadoopStore
+
+MiB = 1 << 20
+
+
+def jvm_of(spark: SparkSession) -> Any:
+    """The session's JVM view (py4j), where Hadoop's FileSystem API is."""
+    return spark._jvm
+
+
+def hadoop_path(spark: SparkSession, path: str) -> Any:
+    return jvm_of(spark).org.apache.hadoop.fs.Path(path)
+
+
+def hadoop_fs(spark: SparkSession, uri: str, **settings: str) -> Any:
+    """A new (uncached) Hadoop filesystem for ``uri``, with ``settings`` over the session's configuration."""
+    jvm = jvm_of(spark)
+    conf = jvm.org.apache.hadoop.conf.Configuration(spark._jsc.hadoopConfiguration())
+    for key, value in settings.items():
+        conf.set(key, value)
+    return jvm.org.apache.hadoop.fs.FileSystem.newInstance(jvm.java.net.URI(uri), conf)
+
+
+def write(fs: Any, spark: SparkSession, path: str, data: bytes, *, conditional: bool) -> None:
+    """Write ``data`` to ``path``: with ``If-None-Match: *`` at close when ``conditional``."""
+    builder = fs.createFile(hadoop_path(spark, path)).overwrite(not conditional)
+    if conditional:
+        builder = builder.must(CONDITIONAL_CREATE, True)
+    stream = builder.build()
+    try:
+        stream.write(bytearray(data))
+    finally:
+        stream.close()
+
+
+def read(fs: Any, spark: SparkSession, path: str) -> bytes:
+    stream = fs.open(hadoop_path(spark, path))
+    try:
+        return bytes(stream.readAllBytes())
+    finally:
+        stream.close()
+
+
+def test_the_gateway_is_up_and_the_session_has_the_s3a_jars(s3_server: S3Server, s3a_spark: SparkSession) -> None:
+    assert s3_server.request("GET").status == 200
+    jvm = jvm_of(s3a_spark)
+    conf = s3a_spark._jsc.hadoopConfiguration()
+    loaded = jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass("s3a", conf)
+    assert str(loaded.getName()) == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    assert conf.get("fs.s3a.endpoint") == s3_server.endpoint
+    settings = "\n".join(f"{key}={value}" for key, value in s3a_spark.sparkContext.getConf().getAll())
+    assert s3_server.settings.secret_key not in settings  # the JVM's environment carries the keys
+
+
+def test_conditional_create_through_s3a_refuses_an_existing_key(s3a_spark: SparkSession, s3_bucket: str) -> None:
+    fs = hadoop_fs(s3a_spark, f"s3a://{s3_bucket}/")
+    path = f"s3a://{s3_bucket}/ledger/claim-0"
+    try:
+        assert fs.hasPathCapability(hadoop_path(s3a_spark, path), CONDITIONAL_CREATE)
+        write(fs, s3a_spark, path, b"first", conditional=True)
+        with pytest.raises(Exception, match=r"RemoteFileChangedException") as refused:  # py4j's Py4JJavaError
+            write(fs, s3a_spark, path, b"second", conditional=True)
+        java = getattr(refused.value, "java_exception")  # noqa: B009 - py4j's attribute, untyped
+        assert java.getClass().getName() == "org.apache.hadoop.fs.s3a.RemoteFileChangedException"
+        assert int(java.getCause().statusCode()) == 412
+        assert read(fs, s3a_spark, path) == b"first"
+    finally:
+        fs.close()
+
+
+def test_a_plain_create_without_overwrite_is_not_conditional_under_the_create_performance_flag(
+    s3a_spark: SparkSession, s3_bucket: str
+) -> None:
+    """Why the settings leave fs.s3a.performance.flags unset: with ``create`` in it, create(path, false)
+    skips its existence check and replaces the object (docs/spark.md, "Object storage")."""
+    fs = hadoop_fs(s3a_spark, f"s3a://{s3_bucket}/", **{"fs.s3a.performance.flags": "create"})
+    path = hadoop_path(s3a_spark, f"s3a://{s3_bucket}/plain")
+    try:
+        for data in (b"first", b"second"):
+            stream = fs.create(path, False)
+            stream.write(bytearray(data))
+            stream.close()
+        assert read(fs, s3a_spark, f"s3a://{s3_bucket}/plain") == b"second"
+    finally:
+        fs.close()
+
+
+def test_the_lake_store_creates_exclusively_on_s3a(s3a_spark: SparkSession, s3_bucket: str) -> None:
+    store = HadoopStore(s3a_spark, f"s3a://{s3_bucket}/lake")
+    assert store.conditional
+    store.check_create_exclusive()
+    assert store.create_exclusive(f"s3a://{s3_bucket}/lake/_ledger/0.json", b"claim one")
+    assert not store.create_exclusive(f"s3a://{s3_bucket}/lake/_ledger/0.json", b"claim two")
+    assert store.read(f"s3a://{s3_bucket}/lake/_ledger/0.json") == b"claim one"
+
+
+def test_a_dataframe_goes_to_s3a_and_back(s3a_spark: SparkSession, s3_bucket: str) -> None:
+    rows = [(p, o, f"v{p}-{o}".encode()) for p in range(3) for o in range(200)]
+    frame = s3a_spark.createDataFrame(rows, "partition int, offset long, value binary")
+    target = f"s3a://{s3_bucket}/lake/stream=s"
+    frame.write.partitionBy("partition").parquet(target)
+    back = s3a_spark.read.parquet(target)
+    assert sorted((r.partition, r.offset, bytes(r.value)) for r in back.collect()) == sorted(rows)
+    assert {r.partition for r in back.select("partition").distinct().collect()} == {0, 1, 2}
+
+
+def test_a_multipart_sized_object_is_uploaded_and_copied(s3a_spark: SparkSession, s3_bucket: str) -> None:
+    """Above the multipart threshold S3A uploads in parts and copies with its transfer manager, on the SDK's
+    asynchronous client: netty-nio-client must be in the jar set (and work on pyspark's netty)."""
+    fs = hadoop_fs(
+        s3a_spark, f"s3a://{s3_bucket}/", **{"fs.s3a.multipart.size": "5M", "fs.s3a.multipart.threshold": "5M"}
+    )
+    jvm = jvm_of(s3a_spark)
+    source, target = f"s3a://{s3_bucket}/big/source", f"s3a://{s3_bucket}/big/target"
+    data = bytes(range(256)) * (6 * MiB // 256)  # two parts of 5 MiB and 1 MiB
+    try:
+        write(fs, s3a_spark, source, data, conditional=False)
+        assert fs.rename(jvm.org.apache.hadoop.fs.Path(source), jvm.org.apache.hadoop.fs.Path(target))
+        assert int(fs.getFileStatus(jvm.org.apache.hadoop.fs.Path(target)).getLen()) == len(data)
+        assert read(fs, s3a_spark, target) == data
+    finally:
+        fs.close()
+
+
+def test_pyarrow_reaches_the_bucket_with_the_same_settings(s3_settings: S3Settings, s3_bucket: str) -> None:
+    import pyarrow.parquet as pq  # noqa: PLC0415
+    from pyarrow import fs as pafs  # noqa: PLC0415 - pyarrow's S3 part starts its AWS SDK on import
+
+    filesystem = pafs.S3FileSystem(**s3_settings.pyarrow_options())
+    table = pa.table({"offset": pa.array(range(10), pa.int64())})
+    pq.write_table(table, f"{s3_bucket}/arrow/part-0.parquet", filesystem=filesystem)
+    assert pq.read_table(f"{s3_bucket}/arrow/part-0.parquet", filesystem=filesystem).equals(table)
+
+
+def test_delta_rs_appends_to_the_bucket_with_the_same_settings(s3_settings: S3Settings, s3_bucket: str) -> None:
+    from deltalake import DeltaTable, write_deltalake  # noqa: PLC0415 - optional dependency
+
+    uri = f"s3://{s3_bucket}/delta/t"
+    options = s3_settings.delta_storage_options()
+    for first in (0, 10):
+        table = pa.table({"offset": pa.array(range(first, first + 10), pa.int64())})
+        write_deltalake(uri, table, mode="append", storage_options=options)
+    read_back = DeltaTable(uri, storage_options=options)
+    assert read_back.version() == 1
+    assert sorted(read_back.to_pyarrow_table().column("offset").to_pylist()) == list(range(20))
+
+
+def test_pyiceberg_writes_to_the_bucket_with_the_same_settings(
+    s3_settings: S3Settings, s3_bucket: str, tmp_path: Any
+) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415 - optional dependency
+
+    catalog = SqlCatalog(
+        "objects",
+        uri=f"sqlite:///{tmp_path}/catalog.db",
+        warehouse=f"s3://{s3_bucket}/iceberg",
+        **s3_settings.pyiceberg_properties(),
+    )
+    catalog.create_namespace("lake")
+    table = catalog.create_table("lake.t", schema=pa.schema([pa.field("offset", pa.int64())]))
+    table.append(pa.table({"offset": pa.array(range(5), pa.int64())}))
+    assert table.location().startswith(f"s3://{s3_bucket}/iceberg/")
+    assert sorted(catalog.load_table("lake.t").scan().to_arrow().column("offset").to_pylist()) == list(range(5))
