@@ -6,8 +6,11 @@ on exactly those ranges (into Parquet, Delta or Iceberg: ``lake_format``) -> com
 cursor to the ranges' ends.
 
 Connections: ``liftbridge_default`` (the brokers) and ``spark_default`` (a Spark
-master, e.g. ``local[*]``). Parameters: stream, partitions, batch_size (0
-publishes nothing), output_path, lake_format (parquet, delta or iceberg).
+master, e.g. ``local[*]``), and for a lake on S3 an ``aws`` connection (the
+Amazon provider's kind: keys as login and password, ``endpoint_url``,
+``region_name``). Parameters: stream, partitions, batch_size (0 publishes
+nothing), output_path (a folder, or ``s3a://bucket/prefix``), lake_format
+(parquet, delta or iceberg), aws_conn_id (empty: no object store).
 
 Exactly once: one run at a time (``max_active_runs=1``); a retry or clear of
 a run reuses the ranges it froze (task state store; before Airflow 3.3 the
@@ -15,7 +18,10 @@ stream's cursors) and rewrites the same folders; the commit moves the cursor
 only from where the freeze found it.
 The next run ingests only what arrived since. The Spark job gets the whole
 ``liftbridge_default`` connection (brokers, port, TLS, timeouts) as JSON in
-the environment variable ``LIFTBRIDGE_CONN_JSON``.
+the environment variable ``LIFTBRIDGE_CONN_JSON``, and the ``aws`` connection
+in ``LIFTBRIDGE_AWS_CONN_JSON``: the job gives S3A, delta-rs and pyiceberg the
+same endpoint and keys from it (docs/spark.md, "Object storage"). Both travel
+in the environment, masked, never on the command line.
 
 Lineage: publishing reports the stream as an output, freezing as an input,
 and the Spark step the stream in and the Parquet lake out (Airflow's hook
@@ -36,6 +42,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Param
 
 from liftbridge_provider.hooks.liftbridge import LiftbridgeHook, liftbridge_connection_json
+from liftbridge_provider.hooks.object_store import aws_connection_json
 from liftbridge_provider.operators.commit import LiftbridgeCommitCursorOperator
 from liftbridge_provider.operators.publish import LiftbridgePublishOperator
 from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator
@@ -85,7 +92,10 @@ with DAG(
     schedule=None,
     catchup=False,
     max_active_runs=1,  # two runs at once would freeze overlapping ranges from the same cursor
-    user_defined_macros={"liftbridge_connection_json": liftbridge_connection_json},
+    user_defined_macros={
+        "liftbridge_connection_json": liftbridge_connection_json,
+        "aws_connection_json": aws_connection_json,
+    },
     tags=["liftbridge", "example"],
     params={
         "stream": Param("demo-events", type="string"),
@@ -95,6 +105,8 @@ with DAG(
         # parquet: range folders and a claim ledger; delta: a Delta table at output_path; iceberg: an Iceberg
         # table in an embedded SQLite catalog at output_path (docs/spark.md, "Lake formats")
         "lake_format": Param("parquet", type="string", enum=["parquet", "delta", "iceberg"]),
+        # the aws connection of a lake on S3 (output_path s3a://...); empty: no object store
+        "aws_conn_id": Param("", type="string"),
     },
     doc_md=__doc__,
 ):
@@ -121,7 +133,10 @@ with DAG(
         ranges=freeze.output,
         application=str(PROJECT / "spark_jobs" / "ingest.py"),
         conf={"spark.pyspark.python": sys.executable, "spark.ui.enabled": "false"},
-        env_vars={"LIFTBRIDGE_CONN_JSON": "{{ liftbridge_connection_json('liftbridge_default') }}"},
+        env_vars={
+            "LIFTBRIDGE_CONN_JSON": "{{ liftbridge_connection_json('liftbridge_default') }}",
+            "LIFTBRIDGE_AWS_CONN_JSON": "{{ aws_connection_json(params.aws_conn_id) }}",
+        },
         application_args=[
             "--ranges",
             "{{ ti.xcom_pull(task_ids='freeze_ranges') | tojson }}",

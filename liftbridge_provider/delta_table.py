@@ -2,13 +2,17 @@
 
 Reads the table's log through delta-rs (the ``deltalake`` package of the
 ``spark`` extra, imported only when asked); the layout of the ledger and the
-decisions are in ``core/delta_plan.py``.
+decisions are in ``core/delta_plan.py``. A table is a local path or an S3
+location (``s3a://`` or ``s3://``, named ``s3://`` to delta-rs): every reader
+of an S3 table (the job, the freeze operator's ``start="delta"``) opens it
+with the same delta-rs ``storage_options``, made from one
+:class:`~liftbridge_provider.core.object_store.S3Settings`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -16,6 +20,7 @@ from urllib.parse import urlparse
 from liftbridge_provider.core.delta_plan import legacy_id, read_holdings
 from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.core.lake import LakeError
+from liftbridge_provider.core.s3_sources import library_uri, s3_location
 from liftbridge_provider.core.table_plan import Interval, LedgerError
 
 if TYPE_CHECKING:
@@ -25,10 +30,17 @@ PARTITION_COLUMN = "partition"  # ingested tables are partitioned by the Liftbri
 
 
 def table_path(output: str) -> str:
-    """The local folder of the Delta table ``output`` names (plain path or ``file:`` URI)."""
+    """Where the Delta table ``output`` names is, as delta-rs names it: the absolute local folder of a plain
+    path or a ``file:`` URI, ``s3://bucket/key`` of an ``s3a://``, ``s3://`` or ``s3n://`` URI
+    (InvalidArgumentError for any other scheme)."""
+    if s3_location(output) is not None:
+        return library_uri(output).rstrip("/")
     parsed = urlparse(output)
     if parsed.scheme not in ("", "file"):
-        raise InvalidArgumentError(f"a Delta table must be a local path (a plain path or a file: URI), got {output!r}")
+        raise InvalidArgumentError(
+            f"a Delta table must be a local path (a plain path or a file: URI) or on S3 (s3a://bucket/key), "
+            f"got {output!r}"
+        )
     return os.path.abspath(parsed.path if parsed.scheme else output)
 
 
@@ -79,15 +91,18 @@ def _lowest_offsets(table: DeltaTable) -> dict[int, int]:
     return lowest
 
 
-def table_offsets(table: str, stream: str, partitions: Iterable[int]) -> dict[int, int]:
+def table_offsets(
+    table: str, stream: str, partitions: Iterable[int], storage_options: Mapping[str, str] | None = None
+) -> dict[int, int]:
     """``{partition: next offset}``: the end of the highest interval the table holds of each partition of
-    ``stream`` (partitions never written are left out; no table yet: ``{}``)."""
+    ``stream`` (partitions never written are left out; no table yet: ``{}``). ``storage_options``: delta-rs's,
+    for a table on S3 (``S3Settings.delta_storage_options()``)."""
     require_deltalake()
     from deltalake import DeltaTable  # noqa: PLC0415 - optional dependency
     from deltalake.exceptions import TableNotFoundError  # noqa: PLC0415
 
     try:
-        delta = DeltaTable(table_path(table))
+        delta = DeltaTable(table_path(table), storage_options=dict(storage_options or {}) or None)
     except TableNotFoundError:
         return {}
     wanted = list(partitions)

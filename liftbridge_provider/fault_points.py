@@ -11,6 +11,10 @@ separated list of ``name=action`` where action is
   as after SIGKILL, but a status the test can tell from a real failure);
 - ``kill-group``: SIGKILL the process's whole process group (a triggerer and
   its supervised children die together);
+- ``kill-session``: SIGKILL the process group of the process's session leader
+  (a Spark Python worker, whose daemon made a group of its own, kills the
+  ``spark-submit`` a test started with ``start_new_session``, its JVM and its
+  Python driver: a driver killed in the middle of Spark's work);
 - ``raise``: raise :class:`FaultPointError` (an unexpected error at that step).
 
 One module for every fault point, so that the product's code paths hold no
@@ -51,6 +55,12 @@ def _kill_group(name: str) -> None:
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
+def _kill_session(name: str) -> None:
+    leader = os.getsid(0)
+    log.error("fault point %r: killing the process group of session leader %d (%s)", name, leader, ENV)
+    os.killpg(leader, signal.SIGKILL)
+
+
 class FaultPointError(RuntimeError):
     """Raised by a fault point armed with ``raise``."""
 
@@ -59,7 +69,12 @@ def _raise(name: str) -> None:
     raise FaultPointError(f"fault point {name!r} armed to raise ({ENV})")
 
 
-ACTIONS: dict[str, Callable[[str], object]] = {"exit": _exit, "kill-group": _kill_group, "raise": _raise}
+ACTIONS: dict[str, Callable[[str], object]] = {
+    "exit": _exit,
+    "kill-group": _kill_group,
+    "kill-session": _kill_session,
+    "raise": _raise,
+}
 
 
 def parse(spec: str) -> dict[str, str]:

@@ -29,6 +29,7 @@ from liftbridge_provider.core.ranges import (
 )
 from liftbridge_provider.cursor_state import CursorStateStore
 from liftbridge_provider.delta_table import table_offsets
+from liftbridge_provider.hooks.object_store import aws_s3_settings
 from liftbridge_provider.operators._base import LiftbridgeBaseOperator, failing_without_retries, run_state
 from liftbridge_provider.operators.commit import LiftbridgeCommitCursorOperator
 
@@ -92,8 +93,11 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
     :param on_data_loss: when retention already removed offsets at the start
         (streams that are not ``compacted``): ``"fail"`` (default, like Spark's
         failOnDataLoss) or ``"skip"`` (start at the oldest retained offset, with a warning).
-    :param delta_table: the Delta table (a local path) for ``start="delta"``; needs
-        the ``deltalake`` package on the worker.
+    :param delta_table: the Delta table for ``start="delta"``: a local path, or on S3
+        (``s3a://bucket/key``, with ``aws_conn_id``); needs the ``deltalake`` package on the worker.
+    :param aws_conn_id: the Amazon provider's ``aws`` connection of a ``delta_table`` on S3
+        (keys, ``endpoint_url``, ``region_name``): the one the Spark step gets too
+        (``hooks/object_store.py``), so both read the table with the same settings.
 
     Lineage: the stream is reported to Airflow's hook lineage as an input that
     carries the run's ranges (OpenLineage: the ``liftbridge_offsets`` dataset facet).
@@ -124,6 +128,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         compacted: bool = False,
         on_data_loss: Literal["fail", "skip"] = "fail",
         delta_table: str | None = None,
+        aws_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -160,6 +165,7 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         self.compacted = compacted
         self.on_data_loss = on_data_loss
         self.delta_table = delta_table
+        self.aws_conn_id = aws_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
         document = self._run_ranges(context)
@@ -293,7 +299,8 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         if self.start == "delta":
             assert self.delta_table is not None
             with failing_without_retries(self.task_id):
-                held = table_offsets(self.delta_table, self.stream, partitions)
+                options = aws_s3_settings(self.aws_conn_id).delta_storage_options() if self.aws_conn_id else None
+                held = table_offsets(self.delta_table, self.stream, partitions, options)
             self.log.info("Delta table %s holds next offsets %s", self.delta_table, held)
             return held
         return None if isinstance(self.start, str) else partition_offsets(self.start, "start")

@@ -12,20 +12,28 @@ no Delta reader sees (``DeltaTable.vacuum`` removes them). Delta jars for
 Spark 4.3 do not exist yet, so the commit is delta-rs's; any Delta reader
 (delta-rs, DuckDB, Polars, Spark with Delta) reads the table.
 
-The table is a local path (a plain path or a ``file:`` URI).
+The table is a local path (a plain path or a ``file:`` URI) or an S3 location (``s3a://bucket/key``): Spark
+writes the files through S3A, delta-rs reads and commits with ``storage_options`` and pyarrow lists the files
+and reads their footers, all three from one
+:class:`~liftbridge_provider.core.object_store.S3Settings` (``spark/s3_session.py``). On S3, delta-rs writes
+each commit ``_delta_log/<version>.json`` with a conditional PUT (``If-None-Match: *``,
+``AWS_CONDITIONAL_PUT=etag``), so of two commits of one version the store keeps the first and refuses the
+second (HTTP 412): the loser reads the new version and Delta's conflict check refuses it as above. No lock
+service (DynamoDB) is needed; the store must honour ``If-None-Match`` (AWS S3 does since 2024-08).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-import shutil
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
@@ -35,38 +43,47 @@ from pyspark.sql import DataFrame, SparkSession
 from liftbridge_provider import fault_points
 from liftbridge_provider.core.delta_plan import TXN_RETENTION_PROPERTY, plan_versions
 from liftbridge_provider.core.errors import InvalidArgumentError
+from liftbridge_provider.core.object_store import S3Settings
+from liftbridge_provider.core.s3_sources import s3_location, spark_uri
 from liftbridge_provider.core.table_plan import Interval, TablePlan
 from liftbridge_provider.delta_table import PARTITION_COLUMN, holdings, table_path
 from liftbridge_provider.spark.reader import arrow_schema
 from liftbridge_provider.spark.session_settings import micros_timestamps, unsorted_partitioned_writes
-from liftbridge_provider.spark.table_ingest import CommitConflict, Written, footer_stats
+from liftbridge_provider.spark.table_ingest import CommitConflict, FileStats, Written, footer_stats
 
 log = logging.getLogger("liftbridge.ingest.delta")
 
 STATS_COLUMNS = ("offset",)  # min/max kept in each file's Delta stats (for data skipping)
 
 
-def _open(table: str) -> DeltaTable:
+def _open(table: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable:
     """The table, created empty first when missing.
 
     Never created together with the first files: delta-rs lets two crossing creates both succeed (the
     second becomes version 1 with its files), which would double the rows;
     an append is checked against the snapshot it read (a crossing commit of the same app ids fails).
     """
+    options = dict(storage_options or {}) or None
     try:
-        DeltaTable.create(table, Schema.from_arrow(arrow_schema()), mode="ignore", partition_by=[PARTITION_COLUMN])
+        DeltaTable.create(
+            table,
+            Schema.from_arrow(arrow_schema()),
+            mode="ignore",
+            partition_by=[PARTITION_COLUMN],
+            storage_options=options,
+        )
     except DeltaError as exc:  # another run created it at this moment
         log.info("creating the Delta table %s: %s", table, exc)
-    delta = DeltaTable(table)
+    delta = DeltaTable(table, storage_options=options)
     _check_shape(delta, table)
     return delta
 
 
-def check_table(table: str) -> None:
+def check_table(table: str, storage_options: Mapping[str, str] | None = None) -> None:
     """InvalidArgumentError when the Delta table at ``table`` exists with other columns or partitioning than
     this job writes (a missing table is fine: it is created)."""
     try:
-        delta = DeltaTable(table)
+        delta = DeltaTable(table, storage_options=dict(storage_options or {}) or None)
     except TableNotFoundError:
         return
     _check_shape(delta, table)
@@ -95,10 +112,10 @@ def _columns(schema: Schema) -> str:
     return ", ".join(f"{f.name} {getattr(f.type, 'type', f.type)}" for f in schema.fields)
 
 
-def _stats(path: Path) -> str:
+def _stats(source: IO[bytes]) -> str:
     """Delta file stats from the Parquet footer: row count, min/max offset (left out unless every row group
     with rows has them: partial bounds would mislead data skipping and the piece checks)."""
-    metadata = pq.ParquetFile(path).metadata
+    metadata = pq.ParquetFile(source).metadata
     low: dict[str, Any] = {}
     high: dict[str, Any] = {}
     names = [metadata.schema.column(i).name for i in range(metadata.num_columns)]
@@ -111,16 +128,37 @@ def _stats(path: Path) -> str:
     return json.dumps({"numRecords": metadata.num_rows, "minValues": low, "maxValues": high})
 
 
-def add_actions(table: str, folder: Path) -> list[AddAction]:
-    """One Delta add action per Parquet file Spark wrote in ``folder``'s ``partition=N`` folders (paths
-    relative to the table)."""
-    actions = []
-    for path in sorted(folder.glob(f"{PARTITION_COLUMN}=*/*.parquet")):
-        info = path.stat()
-        relative = path.relative_to(table).as_posix()
-        partition = {PARTITION_COLUMN: path.parent.name.split("=", 1)[1]}
-        actions.append(AddAction(relative, info.st_size, partition, int(info.st_mtime * 1000), True, _stats(path)))
-    return actions
+def files_of(table: str, settings: S3Settings | None) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem that holds ``table`` (delta-rs's name of it) and the table's path on it: the
+    local filesystem and the folder, or S3 (``settings``) and ``bucket/key``."""
+    location = s3_location(table)
+    if location is None:
+        return pafs.LocalFileSystem(), table
+    if settings is None:
+        raise InvalidArgumentError(f"the Delta table {table} is on S3, and no S3 settings were given for it")
+    bucket, key = location
+    return pafs.S3FileSystem(**settings.pyarrow_options()), f"{bucket}/{key}".rstrip("/")
+
+
+def add_actions(fs: pafs.FileSystem, root: str, name: str) -> list[tuple[AddAction, FileStats]]:
+    """One Delta add action per Parquet file Spark wrote in folder ``name``'s ``partition=N`` folders of the
+    table at ``root`` on ``fs`` (paths relative to the table), with the file's rows and offset bounds; each
+    footer is read once."""
+    found = []
+    selector = pafs.FileSelector(f"{root}/{name}", allow_not_found=True, recursive=True)
+    for info in sorted(fs.get_file_info(selector), key=lambda i: i.path):
+        relative = info.path[len(root) + 1 :]
+        folder = relative.rsplit("/", 2)[-2] if relative.count("/") >= 2 else ""
+        if not info.is_file or not info.base_name.endswith(".parquet") or not folder.startswith(f"{PARTITION_COLUMN}="):
+            continue
+        partition = folder.split("=", 1)[1]
+        with fs.open_input_file(info.path) as source:
+            stats = _stats(source)
+            file_stats = footer_stats(relative, source, int(partition))
+        mtime = int(info.mtime.timestamp() * 1000) if info.mtime is not None else int(time.time() * 1000)
+        action = AddAction(relative, info.size or 0, {PARTITION_COLUMN: partition}, mtime, True, stats)
+        found.append((action, file_stats))
+    return found
 
 
 def _commit(table: DeltaTable, actions: list[AddAction], versions: Mapping[str, int], stream: str) -> None:
@@ -142,34 +180,55 @@ def _write_files(spark: SparkSession, frame: DataFrame, folder: Path) -> None:
         frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(folder.as_uri())
 
 
-class DeltaFormat:
-    """A Delta table at a local path, as ``table_ingest.ingest_table`` drives it."""
+def _writer_uri(table: str, name: str) -> str:
+    """The URI Spark writes folder ``name`` of ``table`` to (``s3a://`` for S3A, ``file:`` for a local table)."""
+    if s3_location(table) is not None:
+        return spark_uri(f"{table}/{name}")
+    return (Path(table) / name).as_uri()
 
-    def __init__(self, table: str) -> None:
+
+class DeltaFormat:
+    """A Delta table, local or on S3, as ``table_ingest.ingest_table`` drives it.
+
+    :param table: where the table is, as :func:`~liftbridge_provider.delta_table.table_path` names it.
+    :param settings: the S3 settings of a table on S3 (delta-rs's storage options and pyarrow's filesystem
+        come from them); None for a local table.
+    """
+
+    def __init__(self, table: str, settings: S3Settings | None = None) -> None:
         self.path = table
+        self.settings = settings
+        self.storage_options = settings.delta_storage_options() if settings is not None else None
         self._delta: DeltaTable | None = None
+        self._files: tuple[pafs.FileSystem, str] | None = None
+
+    @property
+    def files(self) -> tuple[pafs.FileSystem, str]:
+        """The filesystem Spark's files are listed and read on, and the table's path there."""
+        if self._files is None:
+            self._files = files_of(self.path, self.settings)
+        return self._files
 
     @property
     def delta(self) -> DeltaTable:
         assert self._delta is not None, "refresh() first"
         return self._delta
 
+    def check(self) -> None:
+        """Before anything is written: an existing table has the shape and settings this job needs."""
+        check_table(self.path, self.storage_options)
+
     def refresh(self) -> None:
-        self._delta = _open(self.path)
+        self._delta = _open(self.path, self.storage_options)
 
     def holdings(self, stream: str, partitions: Sequence[int]) -> dict[int, list[Interval]]:
         return holdings(self.delta, stream, partitions)
 
     def write(self, spark: SparkSession, frame: DataFrame, name: str) -> Written:
-        folder = Path(self.path) / name
         with unsorted_partitioned_writes(spark):
-            frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(folder.as_uri())
-        actions = add_actions(self.path, folder)
-        files = [
-            footer_stats(a.path, str(Path(self.path) / a.path), int(str(a.partition_values[PARTITION_COLUMN])))
-            for a in actions
-        ]
-        return Written(str(folder), files, actions)
+            frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(_writer_uri(self.path, name))
+        added = add_actions(*self.files, name)
+        return Written(f"{self.path}/{name}", [stats for _, stats in added], [action for action, _ in added])
 
     def commit(self, written: Written, plan: TablePlan, stream: str) -> None:
         try:
@@ -178,7 +237,11 @@ class DeltaFormat:
             raise CommitConflict(str(exc)) from exc
 
     def discard(self, written: Written) -> None:
-        shutil.rmtree(written.location, ignore_errors=True)
+        files, root = self.files
+        try:
+            files.delete_dir(f"{root}/{written.location.rsplit('/', 1)[-1]}")
+        except OSError as exc:  # files no Delta reader sees; DeltaTable.vacuum removes them later
+            log.warning("could not delete %s: %s", written.location, exc)
 
     def describe(self) -> str:
         return f"{self.path} (Delta version {self.delta.version()})" if self._delta else self.path
@@ -190,7 +253,8 @@ class DeltaBatchWriter:
     ``liftbridge-query:<query_name>``, as Delta's own ``txnAppId``/``txnVersion``) commit together, and a
     batch Spark replays after a crash (its id at or below the committed one) is skipped.
 
-    :param table: the Delta table, a local path (created when missing, partitioned by ``partition``).
+    :param table: the Delta table, a local path (created when missing, partitioned by ``partition``; on S3 not
+        yet: refused).
     :param query_name: names the query's progress in the table; one per checkpoint (a new checkpoint
         restarts batch ids at 0: give it a new name).
     """
@@ -198,6 +262,8 @@ class DeltaBatchWriter:
     def __init__(self, table: str, query_name: str) -> None:
         if not query_name or not isinstance(query_name, str):
             raise InvalidArgumentError(f"query_name must be a non-empty string, got {query_name!r}")
+        if s3_location(table) is not None:
+            raise InvalidArgumentError(f"DeltaBatchWriter writes local Delta tables only, got {table!r}")
         self.table = table_path(table)
         self.app_id = f"liftbridge-query:{query_name}"
 
@@ -213,13 +279,15 @@ class DeltaBatchWriter:
                 "micro-batch %d of %s is in %s already (up to %d): skipped", batch_id, self.app_id, self.table, done
             )
             return
-        folder = Path(self.table) / f"liftbridge-batch-{batch_id}-{uuid.uuid4().hex[:12]}"
-        _write_files(frame.sparkSession, frame, folder)
+        name = f"liftbridge-batch-{batch_id}-{uuid.uuid4().hex[:12]}"
+        _write_files(frame.sparkSession, frame, Path(self.table) / name)
         fault_points.reached("delta.batch_written")
+        files = pafs.LocalFileSystem()
         try:
-            _commit(delta, add_actions(self.table, folder), {self.app_id: batch_id}, self.app_id)
+            _commit(delta, [a for a, _ in add_actions(files, self.table, name)], {self.app_id: batch_id}, self.app_id)
         except CommitFailedError:
-            shutil.rmtree(folder, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                files.delete_dir(f"{self.table}/{name}")
             committed = self.committed_batch()
             if committed is None or committed < batch_id:
                 raise

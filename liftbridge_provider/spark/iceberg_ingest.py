@@ -14,18 +14,26 @@ reader sees.
 Catalogs are pyiceberg's, named and configured the way pyiceberg names them
 (``type``, ``uri``, ``warehouse``, credentials...; also from
 ``~/.pyiceberg.yaml`` and ``PYICEBERG_CATALOG__<NAME>__<KEY>``). With none
-given, the job uses an embedded SQL catalog on SQLite inside the output
-folder (``<output>/catalog.db``, data under ``<output>``), so nothing needs to
-run beside it. Spark and pyiceberg must reach the same data location (local
-and HDFS paths do; object stores need the same URI scheme on both sides).
+given and a local output, the job uses an embedded SQL catalog on SQLite inside
+the output folder (``<output>/catalog.db``, data under ``<output>``), so nothing
+needs to run beside it. An output on S3 (``s3a://bucket/prefix``) is the
+warehouse, and the catalog must be given: a SQLite file cannot live in a bucket
+(SQLite needs file locks), so either a REST catalog (``type=rest``, ``uri=...``)
+or a SQL catalog whose database is a local or shared file named explicitly
+(``type=sql``, ``uri=sqlite:////shared/catalog.db``); none is refused before
+Spark starts. pyiceberg's S3 FileIO settings (``s3.*``) come from the job's one
+source of S3 settings (``spark/s3_session.py``), never from catalog properties.
+Spark writes data files through S3A (``s3a://``); the table records them under
+its own location's scheme (``s3://`` from a REST catalog), the same objects.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
+from urllib.parse import urlparse
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError, TableAlreadyExistsError
@@ -41,6 +49,8 @@ from liftbridge_provider.core.iceberg_plan import (
     retry_problem,
 )
 from liftbridge_provider.core.lake import LakeError
+from liftbridge_provider.core.object_store import S3Settings
+from liftbridge_provider.core.s3_sources import library_uri, s3_location, spark_uri
 from liftbridge_provider.core.table_plan import Interval, LedgerError, TablePlan
 from liftbridge_provider.spark.lake_store import HadoopStore
 from liftbridge_provider.spark.reader import arrow_schema
@@ -53,13 +63,47 @@ DEFAULT_NAMESPACE = "liftbridge"
 PARTITION_COLUMN = "partition"
 
 
-def catalog_properties(output: str, given: Mapping[str, str]) -> dict[str, str]:
+CATALOG_ATTEMPTS = 5  # loads of a SQL catalog that lost the race to create its tables to another run
+
+
+def catalog_properties(
+    output: str,
+    given: Mapping[str, str],
+    settings: S3Settings | None = None,
+    configured: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """The catalog's properties: ``given`` (pyiceberg's names), else the embedded SQL catalog on SQLite in
-    ``output`` (a local folder)."""
-    if given:
-        return dict(given)
-    folder = os.path.abspath(output.removeprefix("file://"))
-    return {"type": "sql", "uri": f"sqlite:///{folder}/catalog.db", "warehouse": f"file://{folder}"}
+    ``output`` (a local folder: a plain path or a ``file:`` URI, either form naming the same folder).
+
+    An ``output`` on S3 is the warehouse (``warehouse`` defaults to it, as ``s3://``) and needs a catalog,
+    given or ``configured`` in pyiceberg's own configuration of the catalog's name (``~/.pyiceberg.yaml``,
+    ``PYICEBERG_CATALOG__*``); InvalidArgumentError without one, or for ``s3.*`` properties: those come from
+    ``settings``, the job's one source of S3 settings, added here.
+    """
+    if s3_location(output) is None:
+        if given:
+            return dict(given)
+        parsed = urlparse(output)
+        folder = os.path.abspath(parsed.path if parsed.scheme == "file" else output)
+        return {"type": "sql", "uri": f"sqlite:///{folder}/catalog.db", "warehouse": f"file://{folder}"}
+    named = {**(configured or {}), **given}
+    if "type" not in named and "uri" not in named:
+        raise InvalidArgumentError(
+            f"an Iceberg warehouse on object storage ({output}) needs a catalog, and a SQLite catalog cannot live "
+            "in a bucket: give a REST catalog (--iceberg-catalog-property type=rest --iceberg-catalog-property "
+            "uri=https://catalog:8181) or a SQL catalog on a local or shared file (--iceberg-catalog-property "
+            "type=sql --iceberg-catalog-property uri=sqlite:////shared/iceberg/catalog.db)"
+        )
+    s3_given = sorted(key for key in named if key.startswith("s3."))
+    if s3_given:
+        raise InvalidArgumentError(
+            f"catalog properties {s3_given}: the S3 settings come from one source (the aws connection, or Spark's "
+            "fs.s3a.* settings and the environment), so S3A, delta-rs and pyiceberg agree: drop them here"
+        )
+    properties = {"warehouse": library_uri(output), **given}
+    if settings is not None:
+        properties.update(settings.pyiceberg_properties())
+    return properties
 
 
 def table_identifier(stream: str, given: str | None) -> str:
@@ -91,7 +135,7 @@ class IcebergFormat:
             if self.properties.get("type") == "sql" and "uri" in self.properties:
                 folder = self.properties["uri"].removeprefix("sqlite:///")
                 os.makedirs(os.path.dirname(folder) or ".", exist_ok=True)
-            self._catalog = load_catalog(self.catalog_name, **self.properties)
+            self._catalog = _load_catalog(self.catalog_name, self.properties)
         return self._catalog
 
     def check(self) -> None:
@@ -108,9 +152,19 @@ class IcebergFormat:
         check_shape(self._table, self.identifier)
 
     def _create(self, catalog: Catalog) -> None:
+        """Create the namespace and the table when missing. Another run may create either at the same moment:
+        catalogs say so differently (an "already exists" error, a lost commit; Iceberg's REST catalog over
+        JDBC answered a second namespace create with HTTP 500), so a failed create that left the thing in
+        place counts as done."""
         namespace = self.identifier.rsplit(".", 1)[0]
-        with contextlib.suppress(NamespaceAlreadyExistsError):  # another run made it
+        try:
             catalog.create_namespace(namespace)
+        except NamespaceAlreadyExistsError:  # another run made it
+            pass
+        except Exception as exc:
+            if not catalog.namespace_exists(namespace):
+                raise
+            log.info("creating the namespace %s: %s (another run created it)", namespace, exc)
         properties = {RETRY_PROPERTY: REQUIRED_RETRIES}
         try:  # schema, partitioning and settings in one commit: no run sees the table half made
             with (
@@ -120,6 +174,10 @@ class IcebergFormat:
                 spec.add_identity(PARTITION_COLUMN)
         except (TableAlreadyExistsError, CommitFailedException) as exc:  # another run created it at this moment
             log.info("creating the Iceberg table %s: %s", self.identifier, exc)
+        except Exception as exc:
+            if not catalog.table_exists(self.identifier):
+                raise
+            log.info("creating the Iceberg table %s: %s (another run created it)", self.identifier, exc)
 
     def holdings(self, stream: str, partitions: Sequence[int]) -> dict[int, list[Interval]]:
         try:
@@ -129,9 +187,10 @@ class IcebergFormat:
 
     def write(self, spark: SparkSession, frame: DataFrame, name: str) -> Written:
         location = f"{self.table.location().rstrip('/')}/data/{name}"
-        frame.write.mode("errorifexists").parquet(location)
-        store = HadoopStore(spark, location)
-        paths = [f"{location}/{n}" for n in store.list_names(location) if n.endswith(".parquet")]
+        written = spark_uri(location)  # S3A writes s3a://; the table names the same objects by its own scheme
+        frame.write.mode("errorifexists").parquet(written)
+        store = HadoopStore(spark, written)
+        paths = [f"{location}/{n}" for n in store.list_names(written) if n.endswith(".parquet")]
         files = [self._stats(path) for path in paths]
         return Written(location, files, paths)
 
@@ -161,6 +220,24 @@ class IcebergFormat:
             return self.identifier
         snapshot = self._table.current_snapshot()
         return f"{self.identifier} (Iceberg snapshot {snapshot.snapshot_id if snapshot else 'none'})"
+
+
+def _load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
+    """pyiceberg's catalog; a SQL catalog's first load again when another run created its tables meanwhile.
+
+    pyiceberg checks whether the catalog's tables exist, then creates them: two first runs on a new catalog
+    file can both find none, and the second ``CREATE TABLE`` fails with "table iceberg_tables already exists"
+    (issue 50, item 1: mapped batch tasks start together). The tables exist then, and a new load uses them.
+    """
+    for attempt in range(CATALOG_ATTEMPTS):
+        try:
+            return load_catalog(name, **properties)
+        except Exception as exc:  # sqlalchemy's OperationalError, not imported: a pyiceberg[sql] dependency
+            if "already exists" not in str(exc) or attempt == CATALOG_ATTEMPTS - 1:
+                raise
+            log.info("the catalog's tables were created by another run meanwhile; loading it again: %s", exc)
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def check_shape(table: Table, identifier: str) -> None:

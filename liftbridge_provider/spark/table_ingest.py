@@ -17,7 +17,9 @@ The loop every such format shares (``--format delta``, ``--format iceberg``):
 6. read the intervals back: the table must hold every range now, or the run
    fails (a range the job cannot land is never a success).
 
-A run killed between 3 and 5 leaves files no reader of the table sees.
+A run killed between 3 and 5 leaves files no reader of the table sees. The fault points
+``ingest.table_planned`` (after 2), ``ingest.table_written`` (after 4) and ``ingest.table_committed`` (after 5)
+let tests kill a run at each step.
 """
 
 from __future__ import annotations
@@ -190,6 +192,7 @@ def ingest_table(
             log.info("%s holds %s already", table.describe(), _describe(plan.held))
             return Outcome([], [], _gaps(plan), table.describe())
         log.info("%s holds %s; writing %s", table.describe(), _describe(plan.held), _describe(plan.write))
+        fault_points.reached("ingest.table_planned")
         frame = read_pieces(spark, document.stream, plan.write, options)
         with micros_timestamps(spark):
             written = table.write(spark, frame, f"liftbridge-{run}-{attempt}")
@@ -205,6 +208,7 @@ def ingest_table(
             log.info("attempt %d: another run committed first (%s); planning again", attempt + 1, exc)
             table.discard(written)
             continue
+        fault_points.reached("ingest.table_committed")
         table.refresh()
         log.info("committed %d rows: %s", sum(e["rows"] for e in entries), table.describe())
         left = plan_table(document, table.holdings(document.stream, partitions))

@@ -12,6 +12,7 @@ import os
 import subprocess
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -259,6 +260,17 @@ def test_example_dag_runs_one_at_a_time_and_hands_spark_the_whole_connection(
     assert dag.max_active_runs == 1
     task = dag.get_task("spark_ingest")
     assert isinstance(task, SparkSubmitOperator)
-    rendered = task.render_template(task.env_vars, {}, jinja_env=dag.get_template_env())
+    aws = {"conn_type": "aws", "login": "AKIDLAKE", "password": "lake-secret-0c1d", "extra": {"region_name": "eu-1"}}
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_LAKE", json.dumps(aws))
+    context: Any = {"params": {"aws_conn_id": "aws_lake"}}
+    rendered = task.render_template(task.env_vars, context, jinja_env=dag.get_template_env())
     assert json.loads(rendered["LIFTBRIDGE_CONN_JSON"]) == connection
-    assert redact(rendered) == {"LIFTBRIDGE_CONN_JSON": "***"}, "the private key must not reach stored rendered fields"
+    assert json.loads(rendered["LIFTBRIDGE_AWS_CONN_JSON"]) == aws, "the object store's connection, for S3A and all"
+    assert redact(rendered) == {"LIFTBRIDGE_CONN_JSON": "***", "LIFTBRIDGE_AWS_CONN_JSON": "***"}, (
+        "neither the private key nor the object store's secret may reach stored rendered fields"
+    )
+    assert redact("the secret lake-secret-0c1d in a log line") == "the secret *** in a log line"
+    assert "lake-secret-0c1d" not in " ".join(map(str, task.application_args or [])), "nor the command line"
+    context["params"]["aws_conn_id"] = ""
+    no_store = task.render_template(task.env_vars, context, jinja_env=dag.get_template_env())
+    assert no_store["LIFTBRIDGE_AWS_CONN_JSON"] == "", "no aws_conn_id: no object store"

@@ -265,12 +265,16 @@ def test_a_range_compaction_shortened_is_not_committed_unless_compacted(
     assert holdings(DeltaTable(str(empty)), name, [0]) == {0: [(0, survivors[0])]}
 
 
-def test_an_object_store_table_is_refused_before_spark_starts(tmp_path: Path) -> None:
+def test_a_table_on_an_object_store_other_than_s3_is_refused_before_spark_starts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """S3 (s3a://) tables are written (tests/spark/test_table_object_store.py); other stores are not tried."""
     code = ingest.main(
         ["--brokers", "127.0.0.1:1", "--ranges", document("s", (0, 0, 1)).dumps(),
-         "--output", "s3a://bucket/table", "--format", "delta"]
+         "--output", "gs://bucket/table", "--format", "delta"]
     )  # fmt: skip
     assert code == 2
+    assert "a Delta table must be a local path (a plain path or a file: URI) or on S3" in caplog.text
 
 
 def test_an_existing_table_of_another_shape_is_refused_before_spark_starts(

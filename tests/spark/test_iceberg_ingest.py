@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 from pyiceberg.catalog import load_catalog
+from pyiceberg.catalog.sql import SqlCatalogBaseTable
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
+from sqlalchemy import create_engine, event
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage
@@ -21,6 +23,7 @@ from liftbridge_provider.core.iceberg_plan import RETRY_PROPERTY
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.spark import ingest
+from liftbridge_provider.spark.iceberg_ingest import IcebergFormat, catalog_properties
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +178,52 @@ def test_a_table_that_retries_lost_commits_is_refused_before_spark_starts(tmp_pa
     )  # fmt: skip
     assert code == 2
     assert catalog.load_table("liftbridge.orders").current_snapshot() is None, "nothing committed"
+
+
+def test_two_first_runs_that_create_a_new_sql_catalog_at_once_both_load_it(tmp_path: Path) -> None:
+    """Issue 50, item 1: pyiceberg checks whether a SQL catalog's tables exist, then creates them, so two first
+    runs on a new catalog file both found none and one failed on "table iceberg_tables already exists" (1 in 10
+    two-process trials). Here the other run creates them exactly between that check and this run's create."""
+    properties = catalog_properties(str(tmp_path / "wh"), {})
+    raced: list[int] = []
+
+    def the_other_run_creates_them_first(*_: Any, **__: Any) -> None:
+        if not raced:
+            raced.append(1)
+            SqlCatalogBaseTable.metadata.create_all(create_engine(properties["uri"]))
+
+    event.listen(SqlCatalogBaseTable.metadata, "before_create", the_other_run_creates_them_first)
+    try:
+        catalog = IcebergFormat("liftbridge", properties, "liftbridge.orders").catalog()
+    finally:
+        event.remove(SqlCatalogBaseTable.metadata, "before_create", the_other_run_creates_them_first)
+    assert raced == [1]
+    assert catalog.list_namespaces() == []
+
+
+def test_a_file_uri_and_a_plain_path_name_the_same_embedded_catalog(tmp_path: Path) -> None:
+    """Issue 50, item 2: ``--output file:/lake/wh`` put the catalog at ``<cwd>/file:/lake/wh/catalog.db``, so the
+    table a run saw depended on spark-submit's working folder."""
+    plain = catalog_properties(str(tmp_path / "wh"), {})
+    assert plain == {
+        "type": "sql",
+        "uri": f"sqlite:///{tmp_path}/wh/catalog.db",
+        "warehouse": f"file://{tmp_path}/wh",
+    }
+    for uri in (f"file:{tmp_path}/wh", f"file://{tmp_path}/wh"):
+        assert catalog_properties(uri, {}) == plain, uri
+
+
+def test_a_warehouse_on_object_storage_needs_a_catalog_named_before_spark_starts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A SQLite file cannot live in a bucket: an s3a:// warehouse without a catalog is refused, saying which
+    catalogs work; so are S3 settings given as catalog properties (they have one source)."""
+    ranges = document("orders", (0, 0, 1)).dumps()
+    base = ["--brokers", "127.0.0.1:1", "--ranges", ranges, "--output", "s3a://lake/wh", "--format", "iceberg"]
+    assert ingest.main(base) == 2
+    assert "needs a catalog, and a SQLite catalog cannot live in a bucket" in caplog.text
+    caplog.clear()
+    given = ["--iceberg-catalog-property", "type=rest", "--iceberg-catalog-property", "s3.secret-access-key=x"]
+    assert ingest.main([*base, *given]) == 2
+    assert "the S3 settings come from one source" in caplog.text
