@@ -44,13 +44,15 @@ $(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS)
 	touch $@
 
 # The pinned Liftbridge and NATS servers and the S3 gateway (versitygw), built with `go install` into .tools/bin,
-# and the jars Spark's S3A needs, fetched by Maven into .tools/jars/s3a (docs/spark.md, "Object storage").
+# and the jars Spark's S3A needs, fetched by Maven into .tools/jars/s3a (docs/spark.md, "Object storage"),
+# and those of Iceberg's reference REST catalog the Iceberg tests on S3 run (.tools/jars/iceberg-rest, 29 MB).
 # Each step is a no-op when what it installs is there at the pinned version. Cold: the gateway about 3.5
 # minutes (Go caches empty), the jars about 20 s (Maven's local repository empty).
 tools:
 	@tools/install-servers.sh
 	@tools/install-s3-server.sh
 	@tools/install-s3a-jars.sh
+	@tools/install-iceberg-rest-jars.sh
 
 # The go-liftbridge reference program of `make bench` (tools/golbbench, pinned in its go.mod), built into
 # .tools/bin. Not part of setup: the consumer group interop tests build it themselves when they run.
@@ -127,6 +129,8 @@ chaos: setup
 bench: setup golbbench
 	$(PY) bench/bench_client.py --chart docs/benchmarks-client.png $(BENCH_ARGS)
 	$(PY) bench/bench_spark.py $(SPARK_BENCH_ARGS)
+	$(PY) bench/bench_lake_history.py
+	$(PY) bench/bench_lake_partitions.py
 
 # FORMAT=parquet (default), delta or iceberg: the lake the example DAG ingests into.
 FORMAT ?= parquet

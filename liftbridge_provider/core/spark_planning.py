@@ -5,7 +5,10 @@ Every range is cut into slices of at most ``max_records_per_partition``
 offsets; if that gives fewer than ``min_partitions`` slices, the largest
 slices are halved until there are enough (or every slice holds one offset).
 Slices of one range are contiguous, in order, and cover it exactly; empty
-ranges produce no slice.
+ranges produce no slice. With ``max_partitions``, :func:`pack_slices` puts
+more slices than that into that many tasks, each slice whole: a Spark task
+costs tens of milliseconds of its own (a Python worker round trip), which
+256 small pieces paid 256 times.
 """
 
 from __future__ import annotations
@@ -60,6 +63,23 @@ def plan_slices(
                 heapq.heappush(heap, (-half.count, half))
         slices = [piece for _, piece in heap]
     return sorted(slices)
+
+
+def pack_slices(slices: Iterable[Slice], max_partitions: int | None) -> list[tuple[Slice, ...]]:
+    """The slices grouped into at most ``max_partitions`` tasks (None: one each), each slice whole: the largest
+    first into the task with the fewest offsets so far; a task's slices in partition and offset order."""
+    ordered = sorted(slices)
+    if max_partitions is not None and (not isinstance(max_partitions, int) or max_partitions < 1):
+        raise InvalidArgumentError(f"maxPartitions must be a whole number >= 1, got {max_partitions!r}")
+    if max_partitions is None or len(ordered) <= max_partitions:
+        return [(piece,) for piece in ordered]
+    tasks: list[list[Slice]] = [[] for _ in range(max_partitions)]
+    loads = [(0, index) for index in range(max_partitions)]
+    for piece in sorted(ordered, key=lambda s: (-s.count, s)):
+        load, index = heapq.heappop(loads)
+        tasks[index].append(piece)
+        heapq.heappush(loads, (load + piece.count, index))
+    return sorted(tuple(sorted(task)) for task in tasks if task)
 
 
 def rate_limit(start: Mapping[int, int], available: Mapping[int, int], max_rows: int | None) -> dict[int, int]:

@@ -19,9 +19,12 @@ is trimmed to the offsets no earlier or concurrent run claimed, so overlapping
 ranges never write an offset twice, and a rerun completes what a crashed run
 claimed. Rows land in ``DIR/stream=<s>/partition=<p>/range=<start>-<end>/``;
 ``DIR/stream=<s>/_manifests/<hash of the ranges>.json`` lists the pieces that
-hold each range. With ``--format delta``, DIR is a Delta table (a local path):
-each partition's next offset is kept in the table's own log and committed with
-the rows in one transaction (liftbridge_provider/spark/delta_ingest.py).
+hold each range. With ``--format delta``, DIR is a Delta table (a local path or
+``s3a://``): the offsets it holds are kept in the table's own log and committed
+with the rows in one transaction (liftbridge_provider/spark/delta_ingest.py).
+On S3, an Airflow ``aws`` connection in ``LIFTBRIDGE_AWS_CONN_JSON``, else
+Spark's S3A settings and the environment, give S3A, delta-rs and pyiceberg the
+same endpoint and keys (liftbridge_provider/spark/s3_session.py).
 
 The job exits 1 when a piece holds fewer rows than offsets (unless
 ``--compacted``; with ``--on-data-loss skip`` a missing head is accepted) or
@@ -46,6 +49,7 @@ import os
 import shutil
 import sys
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
@@ -56,12 +60,15 @@ from liftbridge_provider.client import ClientConfig, InvalidArgumentError, Liftb
 from liftbridge_provider.connection import config_from_connection_json
 from liftbridge_provider.core.lake import LakeError, Outcome
 from liftbridge_provider.core.ranges import RangesDocument
-from liftbridge_provider.delta_table import require_deltalake, table_path
-from liftbridge_provider.spark.lake_store import HadoopStore
+from liftbridge_provider.core.s3_sources import s3_location
+from liftbridge_provider.spark.lake_store import CountingStore, HadoopStore, LakeStore
+from liftbridge_provider.spark.object_store import check_output_filesystem
 from liftbridge_provider.spark.options import OptionError, parse_options
 from liftbridge_provider.spark.parquet_ingest import Job, ingest_parquet
 from liftbridge_provider.spark.reader import check_end_committed
+from liftbridge_provider.spark.s3_session import session_s3_settings, use_aws_connection
 from liftbridge_provider.spark.source import LiftbridgeDataSource
+from liftbridge_provider.spark.table_formats import delta_format, iceberg_format
 from liftbridge_provider.spark.table_ingest import ingest_table
 
 log = logging.getLogger("liftbridge.ingest")
@@ -76,14 +83,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--brokers", help="host:port[,host:port] (overrides the connection's host and port)")
     parser.add_argument("--ranges", required=True, help="ranges document: JSON, or @file")
-    parser.add_argument("--output", required=True, help="output root folder or URI (delta: the table's local path)")
+    parser.add_argument("--output", required=True, help="output folder or URI (delta: the table; iceberg: warehouse)")
     parser.add_argument(
         "--format",
         dest="lake_format",
         choices=("parquet", "delta", "iceberg"),
         default="parquet",
-        help="parquet: range folders fenced by a claim ledger (default); delta: a Delta table (a local path) whose "
-        "log records the offsets it holds; iceberg: an Iceberg table whose properties record them",
+        help="parquet: range folders fenced by a claim ledger (default); delta: a Delta table (a local path or "
+        "s3a://) whose log records the offsets it holds; iceberg: an Iceberg table whose properties record them",
     )
     parser.add_argument(
         "--iceberg-catalog",
@@ -96,7 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         metavar="KEY=VALUE",
         help="a catalog property as pyiceberg names it (type, uri, warehouse, ...); repeat for more. None: an "
-        "embedded SQL catalog on SQLite in --output",
+        "embedded SQL catalog on SQLite in a local --output (an s3a:// --output needs a catalog)",
     )
     parser.add_argument("--iceberg-table", help="namespace.table (default liftbridge.<stream>)")
     parser.add_argument("--stream", help="expected stream name (checked against the document)")
@@ -190,33 +197,30 @@ def run(
     spark: SparkSession,
     args: argparse.Namespace,
     *,
-    store: HadoopStore | None = None,
+    store: LakeStore | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Ingest every non-empty range of ``args.ranges`` with ``spark``; raises InvalidArgumentError, LakeError."""
+    environ = os.environ if environ is None else environ
+    use_aws_connection(spark, environ)  # an aws connection becomes the session's S3A settings (s3_session.py)
+    check_output_filesystem(spark, args.output)  # MissingFileSystemError, naming the jars, before any claim
     document = load_ranges(args.ranges)
     if args.stream and args.stream != document.stream:
         raise InvalidArgumentError(f"--stream {args.stream} differs from the ranges document's {document.stream}")
-    config = client_config(args, os.environ if environ is None else environ)
+    config = client_config(args, environ)
     check_ends_committed(config, document)
-    if args.lake_format == "delta":
-        from liftbridge_provider.spark.delta_ingest import DeltaFormat  # noqa: PLC0415 - needs deltalake
-
+    if args.lake_format in ("delta", "iceberg"):
+        settings = session_s3_settings(spark, args.output, environ)  # S3A's, for delta-rs and pyiceberg too
+        if args.lake_format == "delta":
+            table = delta_format(args, settings)
+        else:
+            table = iceberg_format(args, document.stream, settings)
+        table.check()  # an unusable table is refused before anything is written
         total = ingest_table(
             spark,
             document,
             source_options(config, args, cores=spark.sparkContext.defaultParallelism),
-            DeltaFormat(table_path(args.output)),
-            run=uuid.uuid4().hex[:12],
-            compacted=args.compacted,
-            head_loss_ok=args.on_data_loss == "skip",
-        )
-    elif args.lake_format == "iceberg":
-        total = ingest_table(
-            spark,
-            document,
-            source_options(config, args, cores=spark.sparkContext.defaultParallelism),
-            iceberg_format(args, document.stream),
+            table,
             run=uuid.uuid4().hex[:12],
             compacted=args.compacted,
             head_loss_ok=args.on_data_loss == "skip",
@@ -243,20 +247,24 @@ def _ingest_parquet(
     args: argparse.Namespace,
     document: RangesDocument,
     config: ClientConfig,
-    store: HadoopStore | None,
+    store: LakeStore | None,
 ) -> Outcome:
-    store = store or HadoopStore(spark, args.output)
+    counted = CountingStore(store or HadoopStore(spark, args.output))
+    cores = spark.sparkContext.defaultParallelism
     job = Job(
-        store=store,
+        store=counted,
         stream=document.stream,
-        stream_folder=f"{store.root}/stream={document.stream}",
+        stream_folder=f"{counted.root}/stream={document.stream}",
         run=uuid.uuid4().hex[:12],
-        options=source_options(config, args, cores=spark.sparkContext.defaultParallelism),
+        options=source_options(config, args, cores=cores),
         compacted=args.compacted,
         head_loss_ok=args.on_data_loss == "skip",
+        tasks=args.min_partitions or cores,
+        max_records=args.max_records_per_partition,
     )
     total = ingest_parquet(spark, job, document)
-    total.manifest = write_manifest(store, job.stream_folder, document, total, job.run)
+    total.manifest = write_manifest(counted.store, job.stream_folder, document, total, job.run)
+    log.info("the ledger's requests this run: %d %s", counted.total, dict(sorted(counted.counts.items())))
     return total
 
 
@@ -273,35 +281,6 @@ def write_manifest(store: HadoopStore, stream_folder: str, document: RangesDocum
     }
     store.write(path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
     return path
-
-
-def iceberg_format(args: argparse.Namespace, stream: str) -> Any:
-    """The Iceberg table of ``--iceberg-*`` (InvalidArgumentError for a malformed property or name)."""
-    require_pyiceberg()
-    from liftbridge_provider.spark.iceberg_ingest import (  # noqa: PLC0415 - needs pyiceberg
-        IcebergFormat,
-        catalog_properties,
-        table_identifier,
-    )
-
-    given = {}
-    for item in args.iceberg_catalog_property:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InvalidArgumentError(f"--iceberg-catalog-property must be KEY=VALUE, got {item!r}")
-        given[key] = value
-    properties = catalog_properties(args.output, given)
-    return IcebergFormat(args.iceberg_catalog, properties, table_identifier(stream, args.iceberg_table))
-
-
-def require_pyiceberg() -> None:
-    """Fail clearly (InvalidArgumentError) when the ``pyiceberg`` package is missing."""
-    try:
-        import pyiceberg  # noqa: F401, PLC0415 - optional dependency
-    except ImportError as exc:
-        raise InvalidArgumentError(
-            "Iceberg tables need the pyiceberg package (pip install 'airflow-provider-liftbridge[iceberg]')"
-        ) from exc
 
 
 def exit_status(outcome: Outcome, on_data_loss: str) -> int:
@@ -351,7 +330,8 @@ def check_executors(spark: SparkSession) -> None:
 
         return all(importlib.util.find_spec(name) is not None for name in ("liftbridge_provider", "grpc", "pyarrow"))
 
-    spark.dataSource.register(LiftbridgeDataSource)
+    if not _source_found(spark):
+        spark.dataSource.register(LiftbridgeDataSource)
     python = spark.conf.get("spark.pyspark.python", None) or os.environ.get("PYSPARK_PYTHON") or "python3"
     try:
         found = spark.sparkContext.parallelize([0], 1).map(importable).collect()
@@ -364,6 +344,15 @@ def check_executors(spark: SparkSession) -> None:
             "(make dist; spark-submit --archives dist/liftbridge-spark-env.tar.gz#env --conf "
             "spark.pyspark.python=./env/bin/python), or install the package on every worker (docs/spark.md)"
         )
+
+
+def _source_found(spark: SparkSession) -> bool:
+    """Whether Spark found the source by itself (PySpark registers ``pyspark_liftbridge.DefaultSource``):
+    registered again, Spark warned on every run that it 'replaced a statically registered data source'."""
+    try:
+        return bool(spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists("liftbridge"))
+    except Exception:  # no such JVM call (another Spark): register it, as before
+        return False
 
 
 SOURCE_FLAGS = {
@@ -394,18 +383,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its per-connection INFO lines say nothing to users
+    # PySpark 4.3 imports its test helpers (pyspark.testing.utils) when py4j converts an argument, and they warn
+    # when pandas >= 3 is installed; the job uses no pandas (docs/spark.md, "What a run prints").
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
     args = parse_args(argv)
     try:  # refuse bad input before starting Spark (and so before anything is claimed in the lake)
         load_ranges(args.ranges)
         check_source_arguments(args, client_config(args, os.environ))
-        if args.lake_format == "iceberg":
+        if args.lake_format in ("delta", "iceberg"):  # on S3, the table is checked once Spark has its settings
             document = load_ranges(args.ranges)
-            iceberg_format(args, document.stream).check()
-        if args.lake_format == "delta":
-            require_deltalake()
-            from liftbridge_provider.spark.delta_ingest import check_table  # noqa: PLC0415 - needs deltalake
-
-            check_table(table_path(args.output))
+            table = delta_format(args, None) if args.lake_format == "delta" else iceberg_format(args, document.stream)
+            if s3_location(args.output) is None:
+                table.check()
     except InvalidArgumentError as exc:
         log.error("%s", exc)
         return 2

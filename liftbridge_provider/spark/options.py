@@ -13,6 +13,7 @@ Reading (``spark.read`` and ``spark.readStream``):
 | ``partitions`` | partitions to read, comma separated (default: every partition in the offsets) |
 | ``minPartitions`` | at least this many Spark input partitions (ranges are split) |
 | ``maxRecordsPerPartition`` | at most this many offsets per Spark input partition |
+| ``maxPartitions`` | at most this many Spark input partitions: more slices are packed, whole, into that many tasks |
 | ``readFromReplica`` | ``true`` reads from any in-sync replica (default ``false``: the leader) |
 | ``failOnDataLoss`` | ``true`` (default) fails when retention removed a range's start; ``false`` skips ahead |
 | ``compacted`` | ``true``: the stream is compacted, gaps are normal and nothing is reported lost (default ``false``) |
@@ -67,6 +68,7 @@ KNOWN = {
     "partitions",
     "minpartitions",
     "maxrecordsperpartition",
+    "maxpartitions",
     "readfromreplica",
     "failondataloss",
     "compacted",
@@ -138,6 +140,7 @@ class ReadOptions:
     batch_size: int
     batch_bytes: int
     max_offsets_per_trigger: int | None = None
+    max_partitions: int | None = None
     commit_cursor_id: str | None = None
 
 
@@ -233,6 +236,7 @@ def _read_options(
         partitions=partitions,
         min_partitions=_number(options, "minPartitions", int),  # type: ignore[arg-type]
         max_records_per_partition=_number(options, "maxRecordsPerPartition", int),  # type: ignore[arg-type]
+        max_partitions=_number(options, "maxPartitions", int),  # type: ignore[arg-type]
         read_from_replica=_flag(options, "readFromReplica", False),
         fail_on_data_loss=_flag(options, "failOnDataLoss", True),
         compacted=_flag(options, "compacted", False),

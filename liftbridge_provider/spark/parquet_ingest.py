@@ -1,20 +1,22 @@
-"""Ingest frozen offset ranges into Parquet range folders through the lake's claim ledger, in one Spark job.
+"""Ingest frozen offset ranges into Parquet through the lake's claim ledger, in one Spark job.
 
 A run:
 
-1. **claims** every range's offsets that no claim covers yet (one claim per
-   piece, ``liftbridge_provider/core/lake.py``), after finishing any publish a
-   crash interrupted, and gathers every open piece overlapping its ranges
-   (its own, or one a crashed or slower run left uncommitted);
-2. **reads all open pieces in one Spark job** (``pieces.read_pieces``: its
-   tasks cover every piece, each cut into slices so every core reads) and
-   writes each piece's rows into the run's own staged folder for that piece,
-   ``_staging/<run>/p=<partition>/claim=<seq>/``;
-3. takes each piece's rows and smallest and largest offset from the footers
-   of the files it wrote (no second Spark job), checks them, and **commits**
-   each checked piece by creating its commit file exclusively (one staged
-   folder wins), then **publishes** the winner by renaming it to
-   ``partition=<p>/range=<start>-<end>``.
+1. for each partition (at once, on a pool of driver threads): publishes what
+   a crash left committed, then **claims** every range's offsets that no claim
+   covers yet, in pieces sized so that the run's new offsets make at least one
+   piece per core (``core/lake_ledger.py``), and gathers every open piece
+   overlapping its range (its own, or one a crashed or slower run left);
+2. **reads all open pieces in one Spark job** (``pieces.read_pieces``): each
+   piece is one task, so its rows are one staged Parquet object,
+   ``_staging/<run>/p=<partition>/claim=<seq>/part-*.parquet``; one listing of
+   the run's staging folder finds them all, and each object's footer gives its
+   rows and smallest and largest offset (no second Spark job);
+3. for each partition (at once): checks each piece, **commits** it by creating
+   its commit file exclusively (one staged object wins), **publishes** the
+   winner by moving that one object to ``partition=<p>/range=<start>-<end>/``
+   (it appears whole), then **compacts** the partition's ledger (folds the
+   committed prefix into a checkpoint) and reports what the lake holds.
 
 A crash at any point is repaired by the next run whose range overlaps (an
 open claim is written again, a committed one published). Layout and
@@ -25,17 +27,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from liftbridge_provider import fault_points
-from liftbridge_provider.core.lake import Claim, Commit, LakeError, Ledger, Outcome, plan_write, problems
+from liftbridge_provider.core.lake import Claim, Commit, LakeError, Outcome, piece_size, problems
+from liftbridge_provider.core.lake_ledger import Ledger, LedgerState
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
-from liftbridge_provider.spark.lake_store import HadoopStore, PieceStats
+from liftbridge_provider.spark.lake_store import LakeStore, PieceStats
 from liftbridge_provider.spark.pieces import read_pieces
 from liftbridge_provider.spark.session_settings import unsorted_partitioned_writes
 
@@ -43,32 +48,63 @@ log = logging.getLogger("liftbridge.ingest")
 
 PARTITION_TAG = "p"  # the staged folders' partition level (the rows keep their own "partition" column)
 CLAIM_TAG = "claim"
+DRIVER_THREADS = 16
+"""Driver threads for the per-partition ledger work (py4j gives each Python thread its own connection)."""
+
+PACKED_TASKS = 2
+"""Tasks per core a run's pieces are packed into when there are more pieces than that (source option
+``maxPartitions``): a Spark task costs tens of milliseconds of its own, so 256 one-partition pieces in 256
+tasks cost seconds more than the same rows in 4."""
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
 class Job:
-    """What every piece of one run shares."""
+    """What every piece of one run shares.
 
-    store: HadoopStore
+    ``tasks``: the pieces a run's new offsets are cut into at least (the
+    cluster's cores, or ``--min-partitions``); ``max_records``: at most this
+    many offsets per piece (``--max-records-per-partition``; None: no limit).
+    """
+
+    store: LakeStore
     stream: str
     stream_folder: str
     run: str
     options: dict[str, str]
     compacted: bool
     head_loss_ok: bool
+    tasks: int = 1
+    max_records: int | None = None
+    threads: int = DRIVER_THREADS
 
     @property
     def staging_root(self) -> str:
-        """This run's staged folders, relative to the stream's folder."""
+        """This run's staged objects, relative to the stream's folder."""
         return f"_staging/{self.run}"
 
-    def staged(self, claim: Claim) -> str:
-        """Where this run stages ``claim``'s rows, relative to the stream's folder."""
+    def staged_folder(self, claim: Claim) -> str:
+        """Where this run stages ``claim``'s rows (one object), relative to the stream's folder."""
         return f"{self.staging_root}/{PARTITION_TAG}={claim.partition}/{CLAIM_TAG}={claim.seq}"
+
+    def ledger(self, partition: int) -> Ledger:
+        return Ledger(self.store, self.stream_folder, partition, self.run, step=fault_points.reached)
+
+
+def each(job: Job, work: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """``work`` on every item on the driver's thread pool (one partition's ledger per item), in order."""
+    listed = list(items)
+    if len(listed) <= 1:
+        return [work(item) for item in listed]
+    with ThreadPoolExecutor(min(job.threads, len(listed)), thread_name_prefix="lake") as pool:
+        return list(pool.map(work, listed))
 
 
 def entry_of(job: Job, claim: Claim) -> dict[str, Any]:
     assert claim.commit is not None
+    path = claim.published_path
     return {
         "partition": claim.partition,
         "start": claim.start,
@@ -76,98 +112,101 @@ def entry_of(job: Job, claim: Claim) -> dict[str, Any]:
         "rows": claim.commit.rows,
         "min_offset": claim.commit.min_offset,
         "max_offset": claim.commit.max_offset,
-        "path": f"{job.stream_folder}/{claim.folder}",
+        "path": f"{job.stream_folder}/{path}" if path else None,
         "claim": claim.seq,
         "run": claim.commit.run,
     }
 
 
-def publish(job: Job, claim: Claim) -> None:
-    """Move a committed claim's winning staged folder to its range folder, unless that happened already.
-
-    The range folder is checked before the staged one: a rename is atomic, so
-    seeing the staged folder after missing the range folder means nobody moved it yet.
-    """
-    assert claim.commit is not None
-    final = f"{job.stream_folder}/{claim.folder}"
-    if job.store.exists(final):
-        return
-    staged = f"{job.stream_folder}/{claim.commit.staging}"
-    if job.store.exists(staged):
-        job.store.mkdirs(final.rsplit("/", 1)[0])
-        if job.store.rename(staged, final):
-            log.info("partition %d [%d, %d): published %s", claim.partition, claim.start, claim.end, final)
-            return
-    if not job.store.exists(final):
-        raise LakeError(
-            f"claim {claim.seq} of partition {claim.partition} is committed, but neither {final} nor its "
-            f"staged folder {staged} exists: the lake lost offsets [{claim.start}, {claim.end})"
-        )
+def claim_range(job: Job, ledger: Ledger, wanted: OffsetRange, size: int) -> tuple[list[Claim], LedgerState]:
+    """Publish the partition's committed pieces a crash left unpublished, then claim what no claim covers of
+    ``wanted``; every open piece overlapping it, to write, and the ledger's state they came from."""
+    state = ledger.read()
+    for claim in state.recent:
+        if claim.committed:
+            ledger.publish(claim)  # finish a publish that a crash interrupted
+    plan, state = ledger.claim(wanted, size=size, state=state)
+    return list(plan.write), state
 
 
-def claim_all(job: Job, ranges: Sequence[OffsetRange]) -> tuple[dict[int, Ledger], list[Claim]]:
-    """Each range's ledger, after claiming what no claim covers, and every open piece overlapping a range."""
-    ledgers: dict[int, Ledger] = {}
-    open_claims: list[Claim] = []
-    for wanted in ranges:
-        ledger = ledgers[wanted.partition] = Ledger(job.store, job.stream_folder, wanted.partition, job.run)
-        for claim in ledger.claims():
-            if claim.committed:
-                publish(job, claim)  # finish a rename that a crash interrupted
-        open_claims += ledger.claim(wanted).write
-    return ledgers, open_claims
-
-
-def stage_all(spark: SparkSession, job: Job, claims: Sequence[Claim]) -> dict[Claim, PieceStats]:
-    """Read every claim's piece in one Spark job into this run's staged folder for it; each piece's stats."""
+def stage_all(spark: SparkSession, job: Job, claims: Sequence[Claim]) -> dict[Claim, tuple[str, int, PieceStats]]:
+    """Read every claim's piece in one Spark job, one task and one object each, into this run's staging folder;
+    each piece's staged object (relative to the stream's folder; "" when it has no rows), bytes and stats."""
     pieces = [OffsetRange(c.partition, c.start, c.end) for c in claims]
     tags = {piece: claim.seq for piece, claim in zip(pieces, claims, strict=True)}
-    frame = read_pieces(spark, job.stream, pieces, job.options, tags=tags, tag_column=CLAIM_TAG)
+    options = {k: v for k, v in job.options.items() if k not in ("minPartitions", "maxRecordsPerPartition")}
+    options["maxPartitions"] = str(PACKED_TASKS * job.tasks)  # many small pieces: whole, a few per task
+    frame = read_pieces(spark, job.stream, pieces, options, tags=tags, tag_column=CLAIM_TAG)
     frame = frame.withColumn(PARTITION_TAG, F.col("partition"))  # the rows keep their own partition column
     root = f"{job.stream_folder}/{job.staging_root}"
     with unsorted_partitioned_writes(spark):  # a task's rows are one piece's: nothing to sort
-        frame.write.partitionBy(PARTITION_TAG, CLAIM_TAG).mode("errorifexists").parquet(root)
-    stats = {}
-    for claim in claims:
-        staged = f"{job.stream_folder}/{job.staged(claim)}"
-        if job.store.exists(staged):
-            stats[claim] = job.store.parquet_stats(staged, "offset")
-        else:  # no rows (compaction or retention emptied the piece): an empty folder stands for it
-            job.store.mkdirs(staged)
-            stats[claim] = PieceStats(0, None, None)
-    return stats
+        writer = frame.write.partitionBy(PARTITION_TAG, CLAIM_TAG).option("maxRecordsPerFile", 0)
+        writer.mode("errorifexists").parquet(root)
+    staged: dict[str, list[tuple[str, int]]] = {}
+    for relative, size in job.store.list_files(root):
+        folder, _, name = relative.rpartition("/")
+        if name.endswith(".parquet") and not name.startswith(("_", ".")):
+            staged.setdefault(f"{job.staging_root}/{folder}", []).append((f"{job.staging_root}/{relative}", size))
+
+    def stats_of(claim: Claim) -> tuple[str, int, PieceStats]:
+        objects = staged.get(job.staged_folder(claim), [])
+        if not objects:  # no rows (compaction or retention emptied the piece): nothing to publish
+            return "", 0, PieceStats(0, None, None)
+        if len(objects) > 1:
+            raise LakeError(f"piece {claim.seq} of partition {claim.partition} was staged as {len(objects)} objects")
+        path, size = objects[0]
+        return path, size, job.store.parquet_stats(f"{job.stream_folder}/{path}", "offset")
+
+    return dict(zip(claims, each(job, stats_of, claims), strict=True))
 
 
-def commit_piece(job: Job, ledger: Ledger, claim: Claim, stats: PieceStats) -> list[str]:
-    """Check a staged piece and commit it unless another run did; publish the winner; its problems."""
-    staging = job.staged(claim)
-    commit = Commit(staging, stats.rows, stats.min_offset, stats.max_offset, job.run)
-    found = problems([entry_of(job, dataclasses.replace(claim, commit=commit))], job.compacted, job.head_loss_ok)
-    if found:
-        job.store.delete(f"{job.stream_folder}/{staging}")
-        return [f"{problem} (not committed; claim {claim.seq} stays open for a rerun)" for problem in found]
-    winner = ledger.commit(claim, commit)
-    if winner.staging != staging:
-        job.store.delete(f"{job.stream_folder}/{staging}")  # another run committed this piece first
+def commit_partition(
+    job: Job, ledger: Ledger, staged: dict[Claim, tuple[str, int, PieceStats]], known: LedgerState
+) -> tuple[list[str], LedgerState | None]:
+    """Check each staged piece of one partition, commit the good ones unless another run did, publish the
+    winners; the problems found (a failed piece is not committed: its claim stays open for a rerun), and the
+    ledger's state after when nothing but this run changed it since ``known``."""
+    found, commits = [], {}
+    for claim, (path, size, stats) in staged.items():
+        commit = Commit(path, stats.rows, stats.min_offset, stats.max_offset, job.run, size)
+        wrong = problems([entry_of(job, dataclasses.replace(claim, commit=commit))], job.compacted, job.head_loss_ok)
+        if wrong:
+            if path:
+                job.store.delete(f"{job.stream_folder}/{path}")
+            found += [f"{problem} (not committed; claim {claim.seq} stays open for a rerun)" for problem in wrong]
+        else:
+            commits[claim] = commit
+    winners, state = ledger.commit_all(commits, known=known)
     fault_points.reached("ingest.decided")
-    publish(job, dataclasses.replace(claim, commit=winner))
-    log.info(
-        "partition %d [%d, %d): %d rows, claim %d (%s)",
-        claim.partition,
-        claim.start,
-        claim.end,
-        winner.rows,
-        claim.seq,
-        "written" if winner.staging == staging else f"committed by run {winner.run}",
-    )
-    return []
+    for claim, commit in commits.items():
+        winner = winners[claim.seq]
+        if winner != commit:
+            if commit.staging:
+                job.store.delete(f"{job.stream_folder}/{commit.staging}")  # another run committed it first
+        else:
+            ledger.publish(dataclasses.replace(claim, commit=winner), just_committed=True)
+            fault_points.reached("ingest.published")
+        log.info(
+            "partition %d [%d, %d): %d rows, claim %d (%s)",
+            claim.partition,
+            claim.start,
+            claim.end,
+            winner.rows,
+            claim.seq,
+            "written" if winner == commit else f"committed by run {winner.run}",
+        )
+    return found, state
 
 
-def settle(job: Job, ledger: Ledger, wanted: OffsetRange) -> Outcome:
-    """What the lake holds of ``wanted`` once this run is done: its pieces, problems and gaps."""
-    final = plan_write(ledger.claims(), wanted)
-    for claim in final.held:
-        publish(job, claim)  # another run may have committed without publishing yet
+def settle(job: Job, ledger: Ledger, wanted: OffsetRange, state: LedgerState | None = None) -> Outcome:
+    """Compact the partition's ledger and say what the lake holds of ``wanted``: its pieces, problems, gaps
+    (from ``state``, the ledger as this run's commits left it, or read now)."""
+    state = state or ledger.read()
+    for claim in state.recent:
+        if claim.committed and claim.overlaps(wanted.start, wanted.end):
+            ledger.publish(claim)  # another run may have committed without publishing yet
+    state = ledger.compact(state)
+    final = ledger.full_plan(state, wanted)
     gaps = [f"partition {wanted.partition}: the lake misses offsets [{s}, {e})" for s, e in final.gaps]
     entries = [entry_of(job, claim) for claim in final.held]
     found = problems(entries, job.compacted, job.head_loss_ok)
@@ -178,21 +217,41 @@ def settle(job: Job, ledger: Ledger, wanted: OffsetRange) -> Outcome:
 
 
 def ingest_parquet(spark: SparkSession, job: Job, document: RangesDocument) -> Outcome:
-    """Claim, read in one Spark job, stage, commit and publish every open piece of ``document``'s ranges."""
+    """Claim, read in one Spark job, stage, commit, publish and compact every open piece of ``document``'s
+    ranges."""
+    job.store.check_create_exclusive()
     ranges = [r for r in document.ranges if r.count > 0]
-    ledgers, open_claims = claim_all(job, ranges)
+    size = piece_size(sum(r.count for r in ranges), job.tasks, job.max_records)
+    ledgers = {r.partition: job.ledger(r.partition) for r in ranges}
+    began = time.perf_counter()
+    claimed = each(job, lambda r: claim_range(job, ledgers[r.partition], r, size), ranges)
+    open_claims = [claim for claims, _ in claimed for claim in claims]
+    states: dict[int, LedgerState | None] = {}
+    log.info("%d partition(s): %d open piece(s) in %.2f s", len(ranges), len(open_claims), time.perf_counter() - began)
     fault_points.reached("ingest.claimed")
     found: list[str] = []
     if open_claims:
-        stats = stage_all(spark, job, open_claims)
+        began = time.perf_counter()
+        staged = stage_all(spark, job, open_claims)
+        log.info("%d piece(s) read, staged and counted in %.2f s", len(staged), time.perf_counter() - began)
         fault_points.reached("ingest.staged")
-        for claim in open_claims:
-            found += commit_piece(job, ledgers[claim.partition], claim, stats[claim])
+        began = time.perf_counter()
+        by_partition: dict[int, dict[Claim, tuple[str, int, PieceStats]]] = {}
+        for claim, piece in staged.items():
+            by_partition.setdefault(claim.partition, {})[claim] = piece
+        known = {r.partition: state for r, (_, state) in zip(ranges, claimed, strict=True)}
+        partitions = list(by_partition)
+        commits = each(job, lambda p: commit_partition(job, ledgers[p], by_partition[p], known[p]), partitions)
+        for partition, (problems_found, state) in zip(partitions, commits, strict=True):
+            found += problems_found
+            states[partition] = state
         job.store.delete(f"{job.stream_folder}/{job.staging_root}")  # what is left: Spark's marker files
+        log.info("%d piece(s) committed and published in %.2f s", len(staged), time.perf_counter() - began)
+    began = time.perf_counter()
     total = Outcome([], found, [], "")
-    for wanted in ranges:
-        outcome = settle(job, ledgers[wanted.partition], wanted)
+    for outcome in each(job, lambda r: settle(job, ledgers[r.partition], r, states.get(r.partition)), ranges):
         total.entries += outcome.entries
         total.problems += outcome.problems
         total.gaps += outcome.gaps
+    log.info("%d partition(s) compacted and settled in %.2f s", len(ranges), time.perf_counter() - began)
     return total

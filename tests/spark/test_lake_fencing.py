@@ -26,7 +26,8 @@ from pyspark.sql import SparkSession
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import BeyondHighWatermarkError, LiftbridgeClient
-from liftbridge_provider.core.lake import LakeError, Ledger, check_ledger, holdings
+from liftbridge_provider.core.lake import LakeError, check_ledger, holdings
+from liftbridge_provider.core.lake_ledger import Ledger
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.spark import ingest
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 INGEST = ROOT / "spark_jobs" / "ingest.py"  # what spark-submit runs: it calls the job module's main
 JOB_MODULE = ROOT / "liftbridge_provider" / "spark" / "ingest.py"
 SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
+ONE_PIECE_PER_RANGE = ["--min-partitions", "1"]  # a range's new offsets make one piece: its folder is the range
 SPARK_ENV = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
 
 
@@ -58,7 +60,7 @@ def run_submit(
     command = [
         SPARK_SUBMIT, "--master", "local[2]", "--conf", f"spark.pyspark.python={sys.executable}",
         "--conf", "spark.ui.enabled=false", str(INGEST), "--brokers", ",".join(brokers),
-        "--ranges", ranges.dumps(), "--output", str(output),
+        "--ranges", ranges.dumps(), "--output", str(output), *ONE_PIECE_PER_RANGE,
     ]  # fmt: skip
     return subprocess.run(
         command, env={**SPARK_ENV, **(env or {})}, capture_output=True, text=True, timeout=600, check=False
@@ -80,7 +82,8 @@ def run_here(
 ) -> Any:
     """The job's ``run`` in this process, on the test's Spark session (threads may call it at once); with
     ``crash_at``, it stops at that fault point of the job as a killed driver would."""
-    args = ingest.parse_args(["--brokers", ",".join(brokers), "--ranges", ranges.dumps(), "--output", str(output)])
+    argv = ["--brokers", ",".join(brokers), "--ranges", ranges.dumps(), "--output", str(output), *ONE_PIECE_PER_RANGE]
+    args = ingest.parse_args(argv)
     if crash_at is None:
         return ingest.run(spark, args, store=store)
 
@@ -275,7 +278,7 @@ def test_a_stream_name_with_uri_characters_keeps_its_ledger_in_its_own_folder(
     outcome = run_here(spark, liftbridge_server.brokers, document(name, 0, 50), output)
     assert outcome.problems == []
     assert sorted(p.name for p in output.iterdir()) == [f"stream={name}"], "nothing outside the stream's folder"
-    assert list((output / f"stream={name}" / "_ledger").rglob("claim-*")), "the claim is in the stream's ledger"
+    assert list((output / f"stream={name}" / "_ledger").rglob("checkpoint-*")), "the ledger is the stream's own"
     assert lake_offsets(spark, output, name) == list(range(50))
 
 

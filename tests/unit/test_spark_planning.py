@@ -8,7 +8,7 @@ import pytest
 
 from liftbridge_provider.client import InvalidArgumentError
 from liftbridge_provider.core.ranges import OffsetRange
-from liftbridge_provider.core.spark_planning import Slice, plan_slices, rate_limit
+from liftbridge_provider.core.spark_planning import Slice, pack_slices, plan_slices, rate_limit
 from liftbridge_provider.spark.options import parse_options, parse_write_options
 
 RANGES = [OffsetRange(0, 0, 10), OffsetRange(1, 5, 5), OffsetRange(2, 100, 103)]
@@ -23,6 +23,24 @@ def covered(slices: list[Slice]) -> dict[int, list[int]]:
 
 def test_one_slice_per_non_empty_range_by_default() -> None:
     assert plan_slices(RANGES) == [Slice(0, 0, 10), Slice(2, 100, 103)]
+
+
+def test_max_partitions_packs_whole_slices_into_balanced_tasks() -> None:
+    """256 small slices and two big ones into 4 tasks: each slice whole, in exactly one task, the big ones apart,
+    the offsets spread evenly; fewer slices than the limit stay one task each."""
+    slices = [Slice(p, 0, 10) for p in range(256)] + [Slice(300, 0, 1000), Slice(301, 0, 1000)]
+    tasks = pack_slices(slices, 4)
+    assert len(tasks) == 4
+    assert sorted(s for task in tasks for s in task) == sorted(slices), "each slice once, whole"
+    loads = sorted(sum(s.count for s in task) for task in tasks)
+    assert loads[-1] - loads[0] <= 1000, loads
+    assert [task for task in tasks if Slice(300, 0, 1000) in task and Slice(301, 0, 1000) in task] == []
+    assert all(list(task) == sorted(task) for task in tasks)
+    assert pack_slices(slices[:3], 4) == [(s,) for s in sorted(slices[:3])]
+    assert pack_slices(slices, None) == [(s,) for s in sorted(slices)]
+    assert parse_options({"brokers": "h:1", "ranges": "{}", "maxPartitions": "4"}).max_partitions == 4
+    with pytest.raises(InvalidArgumentError, match="maxPartitions must be a whole number >= 1"):
+        pack_slices(slices, 0)
 
 
 def test_max_records_per_partition_cuts_ranges() -> None:

@@ -15,7 +15,6 @@ from liftbridge_provider.core.lake import (
     Claim,
     Commit,
     LakeError,
-    Ledger,
     check_ledger,
     encode,
     holdings,
@@ -23,7 +22,9 @@ from liftbridge_provider.core.lake import (
     plan_write,
     uncovered,
 )
+from liftbridge_provider.core.lake_ledger import Ledger
 from liftbridge_provider.core.ranges import OffsetRange
+from tests.unit.core.memory_store import MemoryStore
 
 DONE = Commit("_staging/x", 1, 0, 0, "r")
 
@@ -114,7 +115,7 @@ def test_holdings_list_committed_pieces_in_offset_order() -> None:
     claims = [claim(0, 100, 150, done=True), claim(1, 0, 100, done=True), claim(2, 150, 160)]
     assert [(c.start, c.end) for c in holdings(claims)] == [(0, 100), (100, 150)]
     assert claims[0].folder == "partition=0/range=100-150"
-    assert claims[0].staging_folder("abc") == "_staging/partition=0/claim-0000000000-abc"
+    assert claims[0].object == "partition=0/range=100-150/part-0000000000.parquet"
 
 
 def test_ledger_files_round_trip() -> None:
@@ -145,30 +146,6 @@ def test_bad_ledger_files_are_named(files: dict[str, bytes], message: str) -> No
         parse_claims(0, files)
 
 
-class MemoryStore:
-    """An in-memory filesystem with an atomic create-if-absent; ``before_create`` runs first (a racing writer)."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.before_create: Callable[[str], None] | None = None
-
-    def list_names(self, folder: str) -> list[str]:
-        prefix = folder.rstrip("/") + "/"
-        return sorted(p[len(prefix) :] for p in self.files if p.startswith(prefix) and "/" not in p[len(prefix) :])
-
-    def read(self, path: str) -> bytes:
-        return self.files[path]
-
-    def create_exclusive(self, path: str, data: bytes) -> bool:
-        if self.before_create is not None:
-            hook, self.before_create = self.before_create, None
-            hook(path)
-        if path in self.files:
-            return False
-        self.files[path] = data
-        return True
-
-
 def test_a_writer_that_loses_the_race_for_a_claim_number_decides_again() -> None:
     """Two writers of 0-100 and 0-150 read the empty ledger at once; 0-100 creates claim 0
     first. The 0-150 writer then writes the open claim 0 too and claims only 100-149."""
@@ -180,7 +157,7 @@ def test_a_writer_that_loses_the_race_for_a_claim_number_decides_again() -> None
         small.claim(r(0, 100))  # the other writer wins claim 0
 
     store.before_create = other_writer_first
-    plan = big.claim(r(0, 150))
+    plan, _ = big.claim(r(0, 150))
     claims = big.claims()
     assert [(c.seq, c.start, c.end, c.run) for c in claims] == [(0, 0, 100, "small"), (1, 100, 150, "big")]
     assert [c.seq for c in plan.write] == [0, 1], "the big writer writes both open pieces"
