@@ -34,29 +34,26 @@ def cpu_seconds() -> float:
 
 
 def receive_only(client: LiftbridgeClient, address: str, stream: str, count: int) -> int:
-    """The floor of a Python reader on grpc: one raw Subscribe call to ``address`` (the single node's
-    leader) read by ``receive_into`` with a callback that only counts (no decoding, no subscription logic)."""
-    from liftbridge_provider.client.stream_reader import receive_into  # noqa: PLC0415 - absent in --base checkouts
-
-    received = 0
-
-    def add(data: bytes) -> int:
-        nonlocal received
-        received += 1
-        return 0
+    """The floor of a Python reader on the data plane: one Subscribe call to ``address`` (the single node's
+    leader) read a socket read at a time, its messages counted as spans (no decoding, no subscription logic)."""
+    from liftbridge_provider.client.subscribe_call import SUBSCRIBE, SubscribeCall  # noqa: PLC0415 - not in --base
 
     request = api.SubscribeRequest(
         stream=stream, partition=0, startPosition=api.OFFSET, startOffset=0, stopPosition=api.STOP_OFFSET
     )
     request.stopOffset = count - 1
-    with client._router.pool.lease(address) as pooled:
-        call = pooled.subscribe_raw(request, timeout=120)
+    received = 0
+    with client._router.pool.blocking_call(address, SUBSCRIBE, timeout=120) as call:
+        subscribe = SubscribeCall(call, request)
+        subscribe.confirm()
         try:
-            receive_into(call, add)
+            for segments in subscribe.reads():
+                for _, spans in segments:
+                    received += len(spans) // 2
         except grpc.RpcError as exc:  # the server ends a stop offset with RESOURCE_EXHAUSTED
             if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
                 raise
-    return received - 1  # the empty message that confirms the subscription
+    return received
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Client CPU of the HTTP/2 call state alone (client/publish/h2_call.py's CallState): no server, no socket.
+"""Client CPU of the HTTP/2 call state alone (client/h2/call_state.py's CallState): no server, no socket.
 
     .venv/bin/python bench/bench_call_state.py
 
@@ -22,7 +22,7 @@ import timeit
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 
-from liftbridge_provider.client.publish.h2_call import STREAM, CallState
+from liftbridge_provider.client.h2.call_state import STREAM, CallState
 
 ACK = struct.pack(">BI", 0, 60) + b"a" * 60  # a PublishResponse's size, with its gRPC prefix
 REQUEST = b"r" * 300  # a PublishRequest of a 256-byte value

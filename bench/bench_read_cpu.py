@@ -7,8 +7,8 @@ Starts one Liftbridge node on 127.0.0.1, publishes ``--messages`` values of ``--
 to one partition, then runs ``--rounds`` interleaved rounds of, each reader in its own process:
 
 - go-liftbridge ``Subscribe`` (``golbbench subscribe``, tools/golbbench; ``make golbbench``);
-- ``receive_only``: the floor of any reader on grpc-python: one Subscribe call without a deserializer
-  read by ``stream_reader.receive_into`` with a callback that only counts (no decoding, no subscription);
+- ``receive_only``: the floor of any reader on the data plane (the client's own HTTP/2 call, client/h2): one
+  Subscribe call whose messages are only counted as they are cut (no decoding, no subscription);
 - ``read_range`` (``Message`` objects, offsets checked);
 - ``read_slice`` (the Spark task's Arrow batches of the source's schema), with the compiled decoder;
 - ``read_slice`` with the pure-Python decoder (``LIFTBRIDGE_PURE_PYTHON=1``), unless ``--no-python-decoder``;
@@ -79,7 +79,7 @@ def main() -> int:
     golbbench = find_golbbench()
     print(machine_line())
     readers = [GO] if golbbench is not None else []
-    readers += ["receive_only (grpc floor)", "read_range", "read_slice (compiled decoder)"]
+    readers += ["receive_only (data-plane floor)", "read_range", "read_slice (compiled decoder)"]
     if not args.no_python_decoder:
         readers.append("read_slice (pure-Python decoder)")
     if args.base:

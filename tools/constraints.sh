@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # Write constraints/TARGET.txt: the versions pip resolves today for the wheel with the target's extras and pins
 # (README, "Versions"). Run after changing pyproject.toml's ranges, then run the compat tier.
+# pyspark-4.0 is also the floors target: grpcio and protobuf at pyproject.toml's lower bounds (the versions the
+# generated code checks for); every other target gets the newest that resolve.
 #
 #   tools/constraints.sh TARGET   TARGET: newest, airflow-3.1, airflow-3.2, pyspark-4.0, pyspark-4.1, pyspark-4.2
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TARGET="${1:?usage: tools/constraints.sh TARGET}"
 PYTHON="${PYTHON:-python3}"
+# "grpcio==X protobuf==Y" from pyproject.toml's "grpcio>=X,<2" and "protobuf>=Y,<8".
+FLOORS=$(cd "$ROOT" && "$PYTHON" -c 'import re, tomllib
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+print(" ".join(f"{m[1]}=={m[2]}" for d in deps if (m := re.match(r"(grpcio|protobuf)>=([0-9.]+)", d))))')
+read -r -a FLOOR_PINS <<< "$FLOORS"
 case "$TARGET" in
   newest) SPEC=(".[dev,airflow,spark,iceberg,compat]") ;;
   airflow-3.1) SPEC=(".[airflow,spark,iceberg,compat]" "apache-airflow==3.1.8") ;;
   # Airflow 3.2.2 needs cadwyn<8 and fastapi<0.137, and svcs<26.2 against its startup race (docs/troubleshooting.md).
   airflow-3.2) SPEC=(".[airflow,spark,iceberg,compat]" "apache-airflow==3.2.2" "cadwyn<8" "fastapi<0.137" "svcs<26.2") ;;
-  pyspark-4.0) SPEC=(".[spark,iceberg,compat]" "pyspark==4.0.5") ;;
+  pyspark-4.0) SPEC=(".[spark,iceberg,compat]" "pyspark==4.0.5" "${FLOOR_PINS[@]}") ;;
   pyspark-4.1) SPEC=(".[spark,iceberg,compat]" "pyspark==4.1.4") ;;
   pyspark-4.2) SPEC=(".[spark,iceberg,compat]" "pyspark==4.2.1") ;;
   *) echo "unknown target $TARGET" >&2; exit 2 ;;

@@ -81,6 +81,28 @@ class ColumnBuilder:
         add it again). Raises ValueError for bytes that are not a Message."""
         if not isinstance(data, bytes):
             raise TypeError("a serialized message must be bytes")
+        return self._add(data)
+
+    def take(self, buffer: bytes | bytearray, spans: list[int], index: int) -> tuple[int, int]:
+        """Add the messages ``buffer[spans[i]:spans[i + 1]]`` for ``i = index, index + 2, ...`` (the spans the
+        data plane cuts from what it read) in turn; at the first LAST, END or FULL, that status and its ``i``;
+        (TAKEN, ``len(spans)``) once every one was taken or skipped. Errors as :meth:`add`."""
+        if not isinstance(buffer, bytes | bytearray) or not isinstance(spans, list):
+            raise TypeError("take needs a bytes or bytearray buffer and a list of spans")
+        count = len(spans)
+        if index < 0 or index > count or (count - index) % 2:
+            raise ValueError("spans must be (start, end) pairs from index on")
+        add = self._add
+        for i in range(index, count, 2):
+            start, end = spans[i], spans[i + 1]
+            if start < 0 or end < start or end > len(buffer):
+                raise ValueError("a span outside its buffer")
+            status = add(bytes(buffer[start:end]))
+            if status >= LAST:
+                return status, i
+        return TAKEN, count
+
+    def _add(self, data: bytes) -> int:
         try:
             message = api.Message.FromString(data)
         except DecodeError as exc:

@@ -317,19 +317,15 @@ static int not_ready(Builder *self) {
     return 1;
 }
 
-static PyObject *add_message(Builder *self, PyObject *data) {
-    if (not_ready(self)) return NULL;
-    if (!PyBytes_Check(data)) {
-        PyErr_SetString(PyExc_TypeError, "a serialized message must be bytes");
-        return NULL;
-    }
+/* One serialized message at p (n bytes): TAKEN, SKIPPED, LAST, END or FULL, or -1 with a Python error set. */
+static int add_span(Builder *self, const uint8_t *p, Py_ssize_t n) {
     Parsed m;
     const char *why = "";
-    int r = parse(self, (const uint8_t *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), &m, &why);
-    if (r == -2) return NULL;
-    if (r < 0) return malformed(why);
-    if (below(m.offset, self->low)) return PyLong_FromLong(SKIPPED);
-    if (above(m.offset, self->high)) return PyLong_FromLong(END);
+    int r = parse(self, p, n, &m, &why);
+    if (r == -2) return -1;
+    if (r < 0) return malformed(why), -1;
+    if (below(m.offset, self->low)) return SKIPPED;
+    if (above(m.offset, self->high)) return END;
     Py_ssize_t names = 0, values = 0;
     for (Py_ssize_t i = 0; i < m.headers; i++) {
         names += self->headers[i].name.n;
@@ -339,10 +335,10 @@ static PyObject *add_message(Builder *self, PyObject *data) {
     /* All variable-length data of the batch together within Arrow's int32 offsets (each column is then too). */
     int fits = (int64_t)self->data + added + m.subject.n <= INT32_MAX && (int64_t)self->entries + m.headers <= INT32_MAX;
     if (self->rows && (self->rows >= self->max_rows || self->size + added > self->max_bytes || !fits))
-        return PyLong_FromLong(FULL);
+        return FULL;
     if (!fits) {
         PyErr_SetString(PyExc_OverflowError, "a message larger than an Arrow binary column holds (2 GiB)");
-        return NULL;
+        return -1;
     }
     /* Room in every buffer first: past this point nothing fails, so a row is written whole or not at all. */
     if (buf_reserve(&self->offsets, 1, 8) < 0 || buf_reserve(&self->timestamps, 1, 8) < 0 ||
@@ -352,7 +348,7 @@ static PyObject *add_message(Builder *self, PyObject *data) {
         buf_reserve(&self->map_off, 1, 4) < 0 || buf_reserve(&self->name_off, m.headers, 4) < 0 ||
         buf_reserve(&self->name_data, names, 1) < 0 || buf_reserve(&self->hval_off, m.headers, 4) < 0 ||
         buf_reserve(&self->hval_data, values, 1) < 0)
-        return NULL;
+        return -1;
     put_i64(&self->offsets, m.offset);
     put_i64(&self->timestamps, m.timestamp / 1000); /* truncated toward zero, as Arrow's integer divide */
     put(&self->key_data, m.key.p, m.key.n);
@@ -378,17 +374,62 @@ static PyObject *add_message(Builder *self, PyObject *data) {
     int last = self->high.over == 0 && m.offset == self->high.value;
     self->low.over = m.offset == INT64_MAX; /* no int64 follows the largest: every offset is below then */
     self->low.value = m.offset == INT64_MAX ? 0 : m.offset + 1;
-    return PyLong_FromLong(last ? LAST : TAKEN);
+    return last ? LAST : TAKEN;
 }
 
-static PyObject *Builder_add(Builder *self, PyObject *data) {
-    PyObject *result = add_message(self, data);
-    if (self->headers_cap > HEADERS_KEPT) { /* a message's room for many headers goes with it */
+/* A message's room for many headers goes with it. */
+static void drop_header_room(Builder *self) {
+    if (self->headers_cap > HEADERS_KEPT) {
         PyMem_Free(self->headers);
         self->headers = NULL;
         self->headers_cap = 0;
     }
-    return result;
+}
+
+static PyObject *Builder_add(Builder *self, PyObject *data) {
+    if (not_ready(self)) return NULL;
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "a serialized message must be bytes");
+        return NULL;
+    }
+    int status = add_span(self, (const uint8_t *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+    drop_header_room(self);
+    return status < 0 ? NULL : PyLong_FromLong(status);
+}
+
+/* take(buffer, spans, index): the messages buffer[spans[i]:spans[i + 1]] for i = index, index + 2, ... (the
+ * spans the data plane cuts from the DATA it read, without a copy), added in turn. Stops at the first LAST,
+ * END or FULL and returns (that status, its i); (TAKEN, len(spans)) once every one was taken or skipped. */
+static PyObject *Builder_take(Builder *self, PyObject *args) {
+    PyObject *buffer, *spans;
+    Py_ssize_t index;
+    if (not_ready(self)) return NULL;
+    if (!PyArg_ParseTuple(args, "OO!n", &buffer, &PyList_Type, &spans, &index)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE) < 0) return NULL;
+    int status = TAKEN;
+    Py_ssize_t count = PyList_GET_SIZE(spans);
+    if (index < 0 || index > count || (count - index) % 2 != 0) {
+        PyErr_SetString(PyExc_ValueError, "spans must be (start, end) pairs from index on");
+        status = -1;
+    }
+    for (; status >= 0 && index < count; index += 2) {
+        Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(spans, index));
+        Py_ssize_t end = PyLong_AsSsize_t(PyList_GET_ITEM(spans, index + 1));
+        if ((start == -1 || end == -1) && PyErr_Occurred()) { status = -1; break; }
+        if (start < 0 || end < start || end > view.len) {
+            PyErr_SetString(PyExc_ValueError, "a span outside its buffer");
+            status = -1;
+            break;
+        }
+        status = add_span(self, (const uint8_t *)view.buf + start, end - start);
+        drop_header_room(self);
+        if (status == LAST || status == END || status == FULL) break;
+        if (status >= 0) status = TAKEN;
+    }
+    PyBuffer_Release(&view);
+    if (status < 0) return NULL;
+    return Py_BuildValue("(in)", status, index);
 }
 
 /* Any Python int (TypeError for other types, as operator.index) as an int64, or over: 1 above, -1 below. */
@@ -472,6 +513,9 @@ static void Builder_dealloc(Builder *self) {
 
 static PyMethodDef Builder_methods[] = {
     {"add", (PyCFunction)Builder_add, METH_O, "Decode one serialized Message; returns TAKEN, SKIPPED, LAST, END or FULL."},
+    {"take", (PyCFunction)Builder_take, METH_VARARGS,
+     "take(buffer, spans, index): add buffer[spans[i]:spans[i+1]] from i = index; (LAST/END/FULL, i) at the first "
+     "such, else (TAKEN, len(spans))."},
     {"window", (PyCFunction)Builder_window, METH_VARARGS, "Take only offsets low <= offset <= high."},
     {"finish", (PyCFunction)Builder_finish, METH_NOARGS, "The columns' buffers; the builder starts empty again."},
     {NULL, NULL, 0, NULL},

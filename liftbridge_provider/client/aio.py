@@ -8,7 +8,10 @@ client: request building and validation (:mod:`requests`), call plans
 :class:`~liftbridge_provider.client.routing.AsyncRouter` (the sync client's
 ``Router`` drives the same plans), and the subscription state machine
 (:mod:`reading`). Only the waiting (``await``) differs. One ``grpc.aio``
-channel per broker, closed by ``close()``.
+channel per broker for the unary calls, closed by ``close()``; each Subscribe
+call runs on the data plane's asyncio driver (a connection of its own:
+:class:`~liftbridge_provider.client.subscribe_call.AsyncSubscribeCall`), with
+the same keepalive, deadline and connect bound as the sync client's.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import cursor_advance, cursor_plans, partition_plans, plans
@@ -29,6 +33,7 @@ from liftbridge_provider.client.activity import ACTIVITY_STREAM, ActivityEvent, 
 from liftbridge_provider.client.aio_consumer import AsyncConsumer
 from liftbridge_provider.client.cursor_advance import CursorMove
 from liftbridge_provider.client.group_requests import AutoOffset
+from liftbridge_provider.client.h2.grpc_status import CallFailed
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo
@@ -36,6 +41,7 @@ from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.reading import NoLeaderYet, SubscriptionState, Verdict, closed_while_reading
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.client.routing import AsyncRouter
+from liftbridge_provider.client.subscribe_call import AsyncSubscribeCall
 from liftbridge_provider.core import checks
 from liftbridge_provider.core.checks import check_timeout
 from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError
@@ -302,18 +308,33 @@ class AsyncLiftbridgeClient:
             await self._partition_running(state.stream, state.partition, state.request_budget())
         if step.address is None:
             raise NoLeaderYet()
-        call = self._router.stub(step.address).Subscribe(step.request, timeout=step.timeout)
-        try:
-            confirmed = False
-            async for raw in call:
-                if confirmed:
-                    yield raw
-                else:
-                    confirmed = True
-                    state.confirmed()
-                    HEALTH.answered(step.address)
-        finally:
-            call.cancel()
+        call = AsyncSubscribeCall(step.timeout)
+        with self._router.tracked(call):
+            try:
+                tls, server_name = self._router.direct_tls()
+                await call.open(
+                    step.address,
+                    step.request,
+                    tls=tls,
+                    server_name=server_name,
+                    max_response_bytes=self.config.max_message_bytes,
+                )
+                confirmed = False
+                parse = api.Message.FromString
+                async with contextlib.aclosing(call.messages()) as messages:
+                    async for data in messages:
+                        if confirmed:
+                            try:
+                                yield parse(data)
+                            except DecodeError as exc:  # as grpc ends a call whose response does not deserialize
+                                details = f"Exception deserializing response! ({exc})"
+                                raise CallFailed(grpc.StatusCode.INTERNAL, details) from exc
+                        else:
+                            confirmed = True
+                            state.confirmed()
+                            HEALTH.answered(step.address)
+            finally:
+                call.close()
 
     async def _partition_running(self, stream: str, partition: int, timeout: float) -> None:
         """Raise PartitionPausedError if the partition is paused (its metadata flag sticks after a resume)."""

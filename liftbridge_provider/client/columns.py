@@ -22,6 +22,12 @@ What ``add`` returns (module constants):
 - ``FULL``: not taken: the batch is full by ``max_rows`` or ``max_bytes``
   (key + value + header names and values); finish it, then add the same bytes again.
 
+``take(buffer, spans, index)`` adds many messages in one call, straight from the bytes the data plane read
+(``spans``: ``[start0, end0, start1, end1, ...]`` of messages in ``buffer``, as
+:mod:`~liftbridge_provider.client.h2.inbound` cuts them, without a copy per message): from ``index`` on, it
+stops at the first LAST, END or FULL and returns that status with the message's index in ``spans``, or
+(TAKEN, ``len(spans)``) once every message was taken or skipped.
+
 Header maps come sorted by name, one entry per name (the last one sent wins, as in protobuf).
 """
 
@@ -68,6 +74,7 @@ class ColumnBuilder(Protocol):
     def last_offset(self) -> int | None: ...
     def window(self, low: int, high: int) -> None: ...
     def add(self, data: bytes) -> int: ...
+    def take(self, buffer: bytes | bytearray, spans: list[int], index: int) -> tuple[int, int]: ...
     def finish(self) -> _columns_py.Buffers: ...
 
 

@@ -1,10 +1,13 @@
-"""A pool of gRPC channels per broker address.
+"""A pool of gRPC channels per broker address, and the data plane's calls of the client.
 
 Each broker gets up to ``max_conns_per_broker`` channels (each its own TCP
-connection). A lease picks the least busy channel, opening another only when
-every open one is in use and the limit allows. Channels unused for
-``keep_alive_time`` seconds are closed by a background janitor. ``close()``
-closes every channel and is idempotent.
+connection) for the unary control calls. A lease picks the least busy channel,
+opening another only when every open one is in use and the limit allows.
+Channels unused for ``keep_alive_time`` seconds are closed by a background
+janitor. The streaming calls (:mod:`~liftbridge_provider.client.h2`) each have a
+connection of their own, made here with the client's TLS settings and known to
+the pool while they run. ``close()`` closes every channel, ends every such call
+(a reader waiting on one returns at once) and is idempotent.
 """
 
 from __future__ import annotations
@@ -22,20 +25,17 @@ import grpc
 import grpc.aio
 import grpc.experimental
 
-from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.aio_timeout import within
+from liftbridge_provider.client.channel_state import SETTLED, ChannelState, close_in_background, close_quietly
 from liftbridge_provider.client.errors import ClientClosedError
+from liftbridge_provider.client.h2.aio_transport import DirectStream, NotConnected, OnInput, open_call
+from liftbridge_provider.client.h2.blocking import BlockingCall
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import Connection
-from liftbridge_provider.client.publish.h2_transport import DirectStream, NotConnected, OnInput, open_call
 
 log = logging.getLogger(__name__)
-
-
-def _serialize_subscribe(request: api.SubscribeRequest) -> bytes:
-    return request.SerializeToString()
 
 
 @dataclass
@@ -47,62 +47,92 @@ class PooledChannel:
     stub: Any  # api_grpc.APIStub (the generated stub module is untyped)
     in_use: int = 0
     last_used: float = field(default_factory=time.monotonic)
-    # Grows each time the channel is seen not connected: a call opened at another value may have been on a
-    # connection that broke since, even if the channel is connected again (to a broker restarted meanwhile).
-    breaks: int = 0
+    # Each "no" of ready(): with the breaks grpc reported (see `breaks`).
+    _not_ready_seen: int = 0
+    # What grpc reports of the channel's connectivity, watched from the first ready() or connect() on: a channel
+    # only used by calls that wait for nothing never starts grpc's watching thread (client/channel_state.py).
+    _watch: ChannelState | None = field(default=None, init=False, repr=False, compare=False)
+    _closed: bool = field(default=False, init=False, repr=False, compare=False)
+    _watch_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
-    def subscribe_raw(self, request: api.SubscribeRequest, *, timeout: float) -> Any:
-        """A Subscribe call whose responses stay serialized (bytes): for readers that decode many at once."""
-        call: Any = self.channel.unary_stream("/proto.API/Subscribe", request_serializer=_serialize_subscribe)
-        return call(request, timeout=timeout)
+    @property
+    def _state(self) -> ChannelState:
+        watch = self._watch
+        if watch is None:
+            with self._watch_lock:
+                if self._watch is None:  # a closed channel is not watched: grpc's thread would fail on it
+                    self._watch = ChannelState(self.channel, watch=not self._closed)
+                watch = self._watch
+        return watch
+
+    @property
+    def breaks(self) -> int:
+        """Grows each time the channel is seen not connected (by :meth:`ready`, or a connection that grpc
+        reported broken): a call opened at another value may have been on a connection that broke since, even
+        if the channel is connected again (to a broker restarted meanwhile)."""
+        watch = self._watch
+        return self._not_ready_seen + (watch.breaks if watch is not None else 0)
 
     def ready(self) -> bool:
-        """Whether the channel is connected right now (its live state: a broker that died since the last
-        call shows at once, as gRPC reads the connection's reset); a no counts in :attr:`breaks`."""
-        try:
-            ready = bool(self.channel._channel.check_connectivity_state(False) == _CORE_READY)  # type: ignore[attr-defined]
-        except ValueError:  # closed
-            ready = False
+        """Whether the channel is connected right now: the latest state grpc reported, which follows every
+        change (a broker that died since the last call shows as soon as gRPC reads the connection's reset);
+        a no counts in :attr:`breaks`."""
+        ready = self._state.ready
         if not ready:
-            self.breaks += 1
+            self._not_ready_seen += 1
         return ready
 
     def connect(self, timeout: float) -> Connection:
         """Wait at most ``timeout`` s for the channel to connect; how the wait ended.
 
-        Reads the channel's live state every time (nothing is remembered from
-        an earlier connection: the broker may have died since), and ends at
-        once when the broker refuses (the channel reports a transient
-        failure). The state is watched in the calling thread through the channel's core:
-        gRPC's public watchers (``subscribe``, ``channel_ready_future``) leave
-        a polling thread that fails noisily when the channel closes right after.
+        Nothing is remembered from an earlier connection: the state is the
+        one grpc reports now (the broker may have died since). The wait ends
+        at once when the broker refuses (the channel reports a transient
+        failure) or the channel is closed meanwhile, and with SILENT at
+        ``timeout`` while it is still connecting (a frozen broker). A channel
+        that lost its connection reconnects by itself (round_robin), so no
+        wait has to ask it to.
         """
         if self.ready():
             return Connection.READY
-        core = self.channel._channel  # type: ignore[attr-defined]  # grpc's cygrpc.Channel
         started = time.monotonic()
-        ends = time.time() + max(timeout, 0.001)  # gRPC's core takes wall-clock deadlines
-        try:
-            state = core.check_connectivity_state(True)
-            while state not in _CORE_SETTLED and time.time() < ends:
-                core.watch_connectivity_state(state, min(ends, time.time() + 0.5))
-                state = core.check_connectivity_state(True)
-        except ValueError:  # the channel was closed meanwhile
-            return Connection.REFUSED
-        connection = _CORE_SETTLED.get(state, Connection.SILENT)
+        connection = self._state.wait_settled(max(timeout, 0.001))
         if connection is Connection.READY:
             HEALTH.note_connect_time(self.address, time.monotonic() - started)
         return connection
 
+    def _closing(self) -> ChannelState | None:
+        """Mark the channel closed; its watch, or None when it was never watched."""
+        with self._watch_lock:
+            self._closed = True
+            return self._watch
 
-# gRPC core connectivity states (grpc_connectivity_state) that end a wait: READY, TRANSIENT_FAILURE, SHUTDOWN.
-_CORE_READY = 2
-_CORE_SETTLED = {_CORE_READY: Connection.READY, 3: Connection.REFUSED, 4: Connection.REFUSED}
-_AIO_SETTLED = {
-    grpc.ChannelConnectivity.READY: Connection.READY,
-    grpc.ChannelConnectivity.TRANSIENT_FAILURE: Connection.REFUSED,
-    grpc.ChannelConnectivity.SHUTDOWN: Connection.REFUSED,
-}
+
+def close_unused(channels: list[PooledChannel]) -> None:
+    """Close channels no lease uses: waits end now; a watched channel closes a moment later, when grpc's thread
+    behind the watch has ended (it would fail on a channel closed under it), the others at once."""
+    watched = []
+    for pooled in channels:
+        watch = pooled._closing()
+        if watch is None:
+            pooled.channel.close()
+        else:
+            watched.append(watch)
+    close_quietly(watched)
+
+
+def close_busy(channels: list[PooledChannel]) -> None:
+    """Close channels that calls may be using, at once: their calls end CANCELLED. A watched channel is closed on
+    a thread of its own (closing it waits for grpc's watching thread, up to 0.2 s), and may, rarely, leave
+    grpc's "Channel closed!" traceback (client/channel_state.py)."""
+    watched = []
+    for pooled in channels:
+        watch = pooled._closing()
+        if watch is None:
+            pooled.channel.close()
+        else:
+            watched.append(watch)
+    close_in_background(watched)
 
 
 async def aio_connect(channel: grpc.aio.Channel, timeout: float) -> Connection:
@@ -110,10 +140,10 @@ async def aio_connect(channel: grpc.aio.Channel, timeout: float) -> Connection:
 
     async def settled() -> Connection:
         state = channel.get_state(try_to_connect=True)
-        while state not in _AIO_SETTLED:
+        while state not in SETTLED:
             await channel.wait_for_state_change(state)
             state = channel.get_state(try_to_connect=True)
-        return _AIO_SETTLED[state]
+        return SETTLED[state]
 
     try:
         return await within(max(timeout, 0.001), settled())
@@ -130,6 +160,7 @@ class ConnectionPool:
         self._options = config.channel_options()
         self._channels: dict[str, list[PooledChannel]] = {}
         self._direct_open = 0  # connections of running batches (direct_call)
+        self._calls: set[BlockingCall] = set()  # the synchronous data plane's running calls (blocking_call)
         self._ssl: ssl.SSLContext | None = None  # their TLS context, made at first use
         # Reentrant: a subscription finalised by the garbage collector while this thread holds the
         # lock (say, inside _acquire) releases its lease through the same lock.
@@ -172,8 +203,9 @@ class ConnectionPool:
     async def direct_call(
         self, address: str, path: str, on_input: OnInput, timeout: float
     ) -> AsyncIterator[DirectStream]:
-        """A gRPC call of this client's own to ``address`` (batch publishing: :mod:`h2_call`), on a connection
-        of its own opened within ``timeout`` seconds (else NotConnected) and closed after the ``async with``."""
+        """A gRPC call of this client's own to ``address`` (batch publishing, on the data plane's asyncio driver),
+        on a connection of its own opened within ``timeout`` seconds (else NotConnected) and closed after the
+        ``async with``."""
         if self._closed.is_set():
             raise ClientClosedError("the Liftbridge client is closed")
         context, server_name = self.direct_tls()
@@ -198,10 +230,37 @@ class ConnectionPool:
             with self._lock:
                 self._direct_open -= 1
 
-    def open_channels(self) -> int:
-        """How many channels are open now (all brokers)."""
+    @contextlib.contextmanager
+    def blocking_call(self, address: str, path: str, *, timeout: float) -> Iterator[BlockingCall]:
+        """A call of the synchronous data plane to ``address`` (:class:`BlockingCall`: not connected yet, its
+        deadline ``timeout`` seconds from now), with the client's TLS settings and limits; closed after the
+        ``with`` block, and cancelled by :meth:`close` while it runs (ClientClosedError when the pool is closed).
+        The caller may cancel it from another thread as soon as it has it, also while it connects."""
+        context, server_name = self.direct_tls()
+        call = BlockingCall(
+            address,
+            path=path,
+            tls=context,
+            server_name=server_name,
+            max_response_bytes=self._config.max_message_bytes,
+            timeout=timeout,
+        )
         with self._lock:
-            return sum(len(channels) for channels in self._channels.values()) + self._direct_open
+            if self._closed.is_set():
+                raise ClientClosedError("the Liftbridge client is closed")
+            self._calls.add(call)
+        try:
+            yield call
+        finally:
+            call.close()
+            with self._lock:
+                self._calls.discard(call)
+
+    def open_channels(self) -> int:
+        """How many channels and data-plane connections are open now (all brokers)."""
+        with self._lock:
+            channels = sum(len(channels) for channels in self._channels.values())
+            return channels + self._direct_open + len(self._calls)
 
     def close(self) -> None:
         """Close every channel; later leases raise ClientClosedError. Safe to call twice."""
@@ -209,8 +268,15 @@ class ConnectionPool:
         with self._lock:
             channels = [c for group in self._channels.values() for c in group]
             self._channels.clear()
-        for pooled in channels:
-            pooled.channel.close()
+            calls = list(self._calls)
+        for call in calls:
+            call.cancel("the Liftbridge client was closed")  # its owner closes it and leaves the set
+        busy: list[PooledChannel] = []
+        unused: list[PooledChannel] = []
+        for pooled in channels:  # decided once per channel: leases may end meanwhile
+            (busy if pooled.in_use > 0 else unused).append(pooled)
+        close_unused(unused)
+        close_busy(busy)
         if self._janitor is not threading.current_thread():
             self._janitor.join(timeout=5)
 
@@ -254,5 +320,5 @@ class ConnectionPool:
                     del self._channels[address]
         for pooled in idle:
             log.debug("closing idle channel to %s", pooled.address)
-            pooled.channel.close()
+        close_unused(idle)
         return len(idle)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import grpc.experimental
 
 from liftbridge_provider.core.checks import INT32_MAX, check_seconds, check_whole
 from liftbridge_provider.core.errors import InvalidArgumentError
@@ -293,9 +292,6 @@ class ClientConfig:
             ("grpc.max_receive_message_length", self.max_message_bytes),
             # Each pooled channel gets its own connection instead of sharing one.
             ("grpc.use_local_subchannel_pool", 1),
-            # Server-streaming calls (Subscribe) read messages on the calling thread instead of
-            # handing each one over from gRPC's polling thread, so no thread hand-off per message.
-            (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
             # A peer that vanished without a reset (host loss, SIGSTOP, a partition) fails the channel's
             # calls within KEEPALIVE_TIME + KEEPALIVE_TIMEOUT instead of never.
             ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
@@ -307,6 +303,12 @@ class ClientConfig:
             ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
             ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
             ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1]),
+            # A channel whose connection broke reconnects by itself (pick_first, the default, goes idle
+            # until something asks it to connect). The pool reads a channel's state through grpc's public
+            # Channel.subscribe, where asking to connect is not safe to do later (client/channel_state.py).
+            ("grpc.lb_policy_name", "round_robin"),
+            # Nor does a channel without calls go idle (after 30 minutes, by default) and wait to be asked.
+            ("grpc.client_idle_timeout_ms", 2**31 - 1),
         ]
         if self.tls is not None and self.tls.server_name:
             options.append(("grpc.ssl_target_name_override", self.tls.server_name))

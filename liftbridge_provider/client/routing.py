@@ -11,13 +11,14 @@ they agree on what goes back into it; neither makes a decision of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ssl
 import time
-from collections.abc import Iterable
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 import grpc.aio
-import grpc.experimental
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
@@ -214,9 +215,17 @@ class Router:
         return self.run(plans.fetch_metadata(self.config, self.metadata.snapshot, list(streams), deadline))
 
 
+class Closable(Protocol):
+    """A call the router ends when it closes."""
+
+    def close(self) -> None:
+        """End the call and close its connection."""
+
+
 class AsyncRouter:
     """The asyncio driver of the same plans (for :class:`~liftbridge_provider.client.aio.AsyncLiftbridgeClient`):
-    one ``grpc.aio`` channel per broker, opened on first use, and the metadata snapshot it refreshes."""
+    one ``grpc.aio`` channel per broker, opened on first use, and the metadata snapshot it refreshes; and the
+    data plane's calls (subscriptions) it knows while they run, so :meth:`close` ends them too."""
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
@@ -224,17 +233,45 @@ class AsyncRouter:
         self._known = KnownAddresses(config)
         self._credentials = config.tls.credentials() if config.tls is not None else None
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._calls: set[Closable] = set()
+        self._ssl: ssl.SSLContext | None = None
         self._closed = False
 
     async def close(self) -> None:
-        """Close every channel; later calls raise ClientClosedError. Idempotent."""
+        """Close every channel and end every data-plane call; later calls raise ClientClosedError. Idempotent."""
         self._closed = True
+        calls, self._calls = list(self._calls), set()
+        for call in calls:
+            call.close()
         channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
             await channel.close()
 
     def open_channels(self) -> int:
-        return len(self._channels)
+        """How many channels and data-plane connections are open now."""
+        return len(self._channels) + len(self._calls)
+
+    def direct_tls(self) -> tuple[ssl.SSLContext | None, str | None]:
+        """The TLS context (ALPN ``h2``) and server name of the data plane's connections; (None, None) for
+        plaintext. Made at first use."""
+        tls = self.config.tls
+        if tls is None:
+            return None, None
+        if self._ssl is None:
+            self._ssl = tls.ssl_context(alpn=("h2",))
+        return self._ssl, tls.server_name
+
+    @contextlib.contextmanager
+    def tracked(self, call: Closable) -> Iterator[None]:
+        """Know ``call`` (a data-plane call) for the ``with`` block: :meth:`close` closes it meanwhile
+        (ClientClosedError when the router is closed already)."""
+        if self._closed:
+            raise ClientClosedError("the Liftbridge client is closed")
+        self._calls.add(call)
+        try:
+            yield
+        finally:
+            self._calls.discard(call)
 
     def deadline(self, timeout: float | None) -> Deadline:
         """One deadline for a call: ``timeout`` seconds, or the client's request_timeout."""
@@ -296,8 +333,7 @@ class AsyncRouter:
             raise ClientClosedError("the Liftbridge client is closed")
         channel = self._channels.get(address)
         if channel is None:
-            sync_only = grpc.experimental.ChannelOptions.SingleThreadedUnaryStream
-            options = [o for o in self.config.channel_options() if o[0] != sync_only]
+            options = self.config.channel_options()
             if self._credentials is not None:
                 channel = grpc.aio.secure_channel(address, self._credentials, options=options)
             else:

@@ -4,6 +4,13 @@ Every decision (where to subscribe, which offsets to deliver, when to reopen,
 resubscribe or give up) is :class:`~liftbridge_provider.client.reading.SubscriptionState`'s;
 this class only opens the calls it asks for, on the calling thread, and can
 be cancelled from any other thread.
+
+Each Subscribe call runs on the data plane (:mod:`~liftbridge_provider.client.subscribe_call`, a
+:class:`~liftbridge_provider.client.h2.blocking.BlockingCall` of its own): connected within 5 s, kept alive by
+PINGs (a frozen broker ends the call within 20 s of its last frame), ended at its deadline
+(``liveness_interval`` or what is left of the subscription's budgets), and closed on every exit (the stop
+offset, a caller that leaves, ``cancel()`` from any thread, an error). Its responses are read a socket read
+at a time and parsed from the bytes read (no grpc call, nothing kept after the call).
 """
 
 from __future__ import annotations
@@ -14,17 +21,19 @@ import threading
 import time
 from collections.abc import Generator, Iterator
 from types import TracebackType
-from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
-from liftbridge_provider.client.columns import END, FULL, LAST, TAKEN, ColumnBuilder, Columns, finish, new_builder
+from liftbridge_provider.client.columns import END, FULL, LAST, ColumnBuilder, Columns, finish, new_builder
+from liftbridge_provider.client.h2.blocking import BlockingCall
+from liftbridge_provider.client.h2.grpc_status import CallFailed
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.messages import Message
 from liftbridge_provider.client.reading import NoLeaderYet, Open, SubscriptionState, Verdict, closed_while_reading
 from liftbridge_provider.client.routing import Router
-from liftbridge_provider.client.stream_reader import messages_of, receive_into, take_end
+from liftbridge_provider.client.subscribe_call import SubscribeCall, open_subscribe
 from liftbridge_provider.core.errors import LiftbridgeError
 
 log = logging.getLogger(__name__)
@@ -41,7 +50,7 @@ class Subscription(Iterator[Message]):
         self._state = state
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
-        self._call: Any = None
+        self._call: BlockingCall | None = None
         self._messages: Generator[api.Message, None, None] = self._run()
 
     @property
@@ -85,11 +94,9 @@ class Subscription(Iterator[Message]):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        # Close the generator first: a call that reached the stop offset is read to its end there (its
-        # release, see _opened), which cancelling it first would prevent.
-        with contextlib.suppress(ValueError):  # "generator already executing": another thread iterates
-            self._messages.close()  # release the channel now, not whenever the garbage collector runs
         self.cancel()
+        with contextlib.suppress(ValueError):  # "generator already executing": another thread iterates
+            self._messages.close()  # close the call's connection now, not whenever the garbage collector runs
 
     def column_batches(self, *, max_rows: int, max_bytes: int) -> Iterator[Columns]:
         """The same messages as column buffers (the Spark task's read), each batch within ``max_rows`` rows
@@ -103,7 +110,7 @@ class Subscription(Iterator[Message]):
         while not self._cancelled.is_set():
             failure: grpc.RpcError | None = None
             try:
-                with self._opened(raw=True) as call:
+                with self._opened() as call:
                     if call is not None:
                         yield from self._fill(call, builder)
                         if self._state.ended:
@@ -115,33 +122,38 @@ class Subscription(Iterator[Message]):
         if builder.rows:
             yield finish(builder)
 
-    def _fill(self, call: Any, builder: ColumnBuilder) -> Iterator[Columns]:
-        """Read one confirmed call into the builder, yielding each batch it fills."""
+    def _fill(self, call: SubscribeCall, builder: ColumnBuilder) -> Iterator[Columns]:
+        """Read one confirmed call into the builder, yielding each batch it fills: each read's messages go to
+        the builder as spans of the bytes read (``take``), and the state is told of them once per read."""
         state = self._state
         builder.window(*state.window())
         seen = builder.last_offset
-        while True:
-            try:
-                outcome = receive_into(call, builder.add)
-                if outcome is not None and outcome[0] == FULL:
-                    yield finish(builder)
-                    outcome = (builder.add(outcome[1]), outcome[1])
-            except ValueError as exc:  # a response that is not a Message (the builders' only ValueError)
-                raise LiftbridgeError(
-                    f"undecodable message from the server: {exc}", stream=self.stream, partition=self.partition
-                ) from exc
-            except BaseException:
-                # The call ended (or the read was stopped) after the builder took messages the state has not
-                # been told of: tell it now, so a reopened call starts after them and the window (reset from
-                # the state) does not take them again.
-                self._tell_taken(builder, seen, last=False)
-                raise
-            status = TAKEN if outcome is None else outcome[0]
-            seen = self._tell_taken(builder, seen, last=status == LAST)
-            if status == END:
-                state.passed_stop()
-            if outcome is None or status in (LAST, END):
-                return
+        take = builder.take
+        try:
+            for segments in call.reads():
+                for buffer, spans in segments:
+                    index, count = 0, len(spans)
+                    while index < count:
+                        status, index = take(buffer, spans, index)
+                        if status == FULL:
+                            seen = self._tell_taken(builder, seen, last=False)
+                            yield finish(builder)  # then the same message again, into the empty builder
+                        elif status in (LAST, END):
+                            self._tell_taken(builder, seen, last=status == LAST)
+                            if status == END:
+                                state.passed_stop()
+                            return
+                seen = self._tell_taken(builder, seen, last=False)
+        except ValueError as exc:  # a response that is not a Message (the builders' only ValueError)
+            raise LiftbridgeError(
+                f"undecodable message from the server: {exc}", stream=self.stream, partition=self.partition
+            ) from exc
+        except BaseException:
+            # The call ended (or the read was stopped) after the builder took messages the state has not been
+            # told of: tell it now, so a reopened call starts after them and the window (reset from the state)
+            # does not take them again.
+            self._tell_taken(builder, seen, last=False)
+            raise
 
     def _tell_taken(self, builder: ColumnBuilder, seen: int | None, *, last: bool) -> int | None:
         """Tell the state of the messages the builder took after offset ``seen`` (``last``: up to the stop
@@ -154,22 +166,27 @@ class Subscription(Iterator[Message]):
     def _run(self) -> Generator[api.Message, None, None]:
         state = self._state
         # The hot path, once per message: names bound locally (cheaper than attribute lookups).
-        on_message, progressed = state.on_message, state.progressed
+        on_message, progressed, parse = state.on_message, state.progressed, api.Message.FromString
         skip, end, last = Verdict.SKIP, Verdict.END, Verdict.DELIVER_LAST
         while not self._cancelled.is_set():
             failure: grpc.RpcError | None = None
             try:
-                with self._opened(raw=False) as call:
-                    for raw in messages_of(call) if call is not None else ():
-                        verdict = on_message(raw.offset)
-                        if verdict is skip:
-                            continue
-                        if verdict is end:
-                            return
-                        yield raw
-                        progressed()
-                        if verdict is last:
-                            return
+                with self._opened() as call:
+                    for segments in call.reads() if call is not None else ():
+                        for buffer, spans in segments:
+                            for index in range(0, len(spans), 2):
+                                raw = parse(buffer[spans[index] : spans[index + 1]])  # type: ignore[arg-type]
+                                verdict = on_message(raw.offset)
+                                if verdict is skip:
+                                    continue
+                                if verdict is end:
+                                    return
+                                yield raw
+                                progressed()
+                                if verdict is last:
+                                    return
+            except DecodeError as exc:  # as grpc ends a call whose response does not deserialize
+                failure = CallFailed(grpc.StatusCode.INTERNAL, f"Exception deserializing response! ({exc})")
             except grpc.RpcError as exc:
                 failure = exc
             if not self._reopen(failure):
@@ -196,10 +213,10 @@ class Subscription(Iterator[Message]):
         return True
 
     @contextlib.contextmanager
-    def _opened(self, *, raw: bool) -> Iterator[Any]:
+    def _opened(self) -> Iterator[SubscribeCall | None]:
         """One Subscribe call as the state asks, confirmed (its empty first message read), or None when it
-        ended before confirming or the subscription was cancelled; cancelled on leaving. ``raw``: the
-        responses stay serialized (bytes)."""
+        ended before confirming or the subscription was cancelled; ended and closed on leaving, whatever
+        happened (RST_STREAM and the socket closed: nothing of it is kept)."""
         state = self._state
         snapshot = (
             self._router.metadata.snapshot
@@ -219,32 +236,20 @@ class Subscription(Iterator[Message]):
             self._router.partition_running(self.stream, self.partition, timeout=state.request_budget())
         if step.address is None:
             raise NoLeaderYet()
-        with self._router.pool.lease(step.address) as pooled:
+        with open_subscribe(self._router.pool, step.address, step.request, timeout=step.timeout) as call:
+            with self._lock:
+                if self._cancelled.is_set():
+                    yield None
+                    return
+                self._call = call  # cancel() from another thread ends it, also while it connects
             try:
-                with self._lock:
-                    if self._cancelled.is_set():
-                        yield None
-                        return
-                    if raw:
-                        self._call = pooled.subscribe_raw(step.request, timeout=step.timeout)
-                    else:
-                        self._call = pooled.stub.Subscribe(step.request, timeout=step.timeout)
-                if next(self._call, None) is None:  # the empty message that confirms the subscription
+                subscribe = SubscribeCall(call, step.request)
+                if not subscribe.confirm():
                     yield None  # ended before confirming: the state counts it as lost
                     return
                 state.confirmed()
                 HEALTH.answered(step.address)
-                yield self._call
+                yield subscribe
             finally:
-                self._end_call()  # within the lease: the pool does not close the channel under the call
-
-    def _end_call(self) -> None:
-        """Release the call: right after the stop offset the server ends it itself, and its end is taken
-        (grpc's core keeps a call until then); any other call is cancelled (an early exit: grpc's public API
-        cannot take the end of a cancelled single-threaded call, see :func:`stream_reader.take_end`)."""
-        if self._call is not None and self._state.reached_stop and not self._cancelled.is_set():
-            take_end(self._call)  # not under the lock: cancel() from another thread ends the wait
-        with self._lock:
-            if self._call is not None:
-                self._call.cancel()  # does nothing to a call that has ended
-            self._call = None
+                with self._lock:
+                    self._call = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import pkgutil
@@ -67,6 +68,31 @@ def test_the_environment_is_consistent() -> None:
     result = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120,
                             check=False)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+FLOORS_TARGET = "pyspark-4.0"
+"""The target that installs grpcio and protobuf at the package's floors (tools/constraints.sh); the others install
+the newest that resolve (README, "Versions")."""
+
+
+def test_grpcio_and_protobuf_are_at_the_floors_on_the_floors_target_and_above_them_elsewhere(target: Any) -> None:
+    """The floors are the versions the generated code checks for when imported (grpcio-tools 1.66.2 writes
+    grpcio>=1.66.2 and protobuf>=5.28.0): one target runs the package on them, the others above them."""
+    from packaging.requirements import Requirement  # noqa: PLC0415 - only here
+    from packaging.version import Version  # noqa: PLC0415
+
+    floors = {}
+    for line in importlib.metadata.requires("airflow-provider-liftbridge") or []:
+        requirement = Requirement(line)
+        if requirement.name in ("grpcio", "protobuf") and requirement.marker is None:
+            (floor,) = [Version(s.version) for s in requirement.specifier if s.operator == ">="]
+            floors[requirement.name] = floor
+    assert set(floors) == {"grpcio", "protobuf"}, floors
+    installed = {name: Version(importlib.metadata.version(name)) for name in floors}
+    if target.name == FLOORS_TARGET:
+        assert installed == floors
+    else:
+        assert all(installed[name] > floors[name] for name in floors), (installed, floors)
 
 
 def test_every_module_imports(target: Any) -> None:

@@ -59,6 +59,28 @@ def column_batches(client: LiftbridgeClient, stream: str) -> int:
         return sum(len(batch.offsets_list()) for batch in subscription.column_batches(max_rows=100, max_bytes=1 << 20))
 
 
+def earliest_offset(client: LiftbridgeClient, stream: str) -> int:
+    """A short read: ``earliest_offset`` subscribes from the earliest position and leaves after the first
+    message (its call is cancelled before the server ends it)."""
+    assert client.earliest_offset(stream, 0) == 0
+    return END
+
+
+def read_range_broken_off(client: LiftbridgeClient, stream: str) -> int:
+    """The caller breaks off a bounded read after its first message, before the stop offset."""
+    for _ in client.read_range(stream, 0, 0, END):
+        break
+    return END
+
+
+def cancelled_unbounded(client: LiftbridgeClient, stream: str) -> int:
+    """A subscription without a stop, cancelled after its first message (from the reading thread)."""
+    with client.subscribe(stream, start=StartPosition.at_offset(0)) as subscription:
+        next(subscription)
+        subscription.cancel()
+    return END
+
+
 async def aio_bounded_subscribe(client: AsyncLiftbridgeClient, stream: str) -> int:
     messages = client.subscribe(stream, 0, 0, stop=StopPosition.at_offset(END - 1))
     try:
@@ -83,6 +105,9 @@ READS: dict[str, Callable[[LiftbridgeClient, str], int]] = {
     "bounded_subscribe": bounded_subscribe,
     "stop_at_last_offset": stop_at_last_offset,
     "column_batches": column_batches,
+    "earliest_offset": earliest_offset,
+    "read_range_broken_off": read_range_broken_off,
+    "cancelled_unbounded": cancelled_unbounded,
 }
 AIO_READS: dict[str, Callable[[AsyncLiftbridgeClient, str], Awaitable[int]]] = {
     "aio_bounded_subscribe": aio_bounded_subscribe,

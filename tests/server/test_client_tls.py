@@ -218,7 +218,7 @@ def round_trip(client: LiftbridgeClient, stream: str, value: bytes) -> None:
     assert ack.offset == 0
     messages = list(client.read_range(stream, 0, 0, 1))
     assert [(m.offset, m.value) for m in messages] == [(0, value)]
-    # publish_batch streams over its own HTTP/2 connection (client/publish/h2_call.py), with the same TLS settings
+    # publish_batch streams over its own HTTP/2 connection (client/h2/call_state.py), with the same TLS settings
     result = client.publish_batch(stream, [value] * 3000, window=256)
     assert [ack.offset if ack else None for ack in result.acks] == list(range(1, 3001))
 

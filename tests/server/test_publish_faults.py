@@ -18,7 +18,7 @@ import pytest
 
 from liftbridge_provider.client import LiftbridgeClient, LiftbridgeError
 from liftbridge_provider.client.errors import ClientClosedError, ReadonlyPartitionError
-from liftbridge_provider.client.publish.h2_call import KEEPALIVE_IDLE, KEEPALIVE_TIMEOUT
+from liftbridge_provider.client.h2.call_state import KEEPALIVE_IDLE, KEEPALIVE_TIMEOUT
 from liftbridge_provider.client.publish.publisher import CONNECT_TIMEOUT
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.devserver.proxy import FaultProxy

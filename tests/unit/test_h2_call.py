@@ -1,10 +1,11 @@
-"""The HTTP/2 call of publish_batch and publish (client/publish/h2_call.py) as pure logic, no sockets: its peer is h2's
+"""The HTTP/2 call of publish_batch and publish (client/h2/call_state.py) as pure logic, no sockets: its peer is h2's
 own server side (an H2Connection with client_side=False), and frames h2 would not send are built with
 hyperframe."""
 
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable
 
 import grpc
@@ -26,7 +27,7 @@ from h2.events import (
 from h2.settings import SettingCodes
 from hyperframe.frame import ContinuationFrame, DataFrame, Frame, GoAwayFrame, HeadersFrame, PushPromiseFrame
 
-from liftbridge_provider.client.publish.h2_call import (
+from liftbridge_provider.client.h2.call_state import (
     DEFAULT_WINDOW,
     KEEPALIVE_IDLE,
     KEEPALIVE_TIMEOUT,
@@ -49,7 +50,7 @@ def new_call(
         path="/proto.API/PublishAsync",
         tls=tls,
         max_response_bytes=max_response_bytes,
-        **({"clock": clock} if clock is not None else {}),
+        clock=clock if clock is not None else time.monotonic,
     )
 
 

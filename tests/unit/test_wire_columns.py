@@ -16,7 +16,6 @@ import pytest
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import columns
 from liftbridge_provider.client.columns import END, FULL, LAST, SKIPPED, TAKEN, Columns
-from liftbridge_provider.client.stream_reader import STOP
 from tests.unit.column_builders import BUILDERS, column, columns_of, rows
 from tests.unit.wire_cases import INT64_MAX, entry, field, varint
 
@@ -301,8 +300,30 @@ def test_the_compiled_builder_is_built() -> None:
     assert type(made) is columns.COMPILED_BUILDER
 
 
-def test_stop_codes_end_the_receive_loop() -> None:
-    """stream_reader.receive_into stops at LAST, END and FULL, never at TAKEN or SKIPPED."""
-    assert TAKEN < STOP
-    assert SKIPPED < STOP
-    assert min(LAST, END, FULL) == STOP
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_take_adds_spans_of_one_buffer_and_stops_at_last_end_and_full(builder: type[columns.ColumnBuilder]) -> None:
+    """``take`` (the data plane's way in: messages as spans of the bytes read, no copy each) adds them in turn,
+    skips below the window, and stops at LAST, END and FULL with the index of the message that stopped it;
+    after every message, TAKEN with the length of the spans. Bytes or a bytearray (a message put together
+    from several frames), spans anywhere in it, a zero-length span (the handshake) a message at offset 0."""
+    messages = [api.Message(offset=offset, value=b"v%d" % offset).SerializeToString() for offset in range(6)]
+    buffer = b"junk" + b"".join(messages)
+    spans, at = [], 4
+    for data in messages:
+        spans += [at, at + len(data)]
+        at += len(data)
+    made = builder(max_rows=3, max_bytes=1 << 20)
+    made.window(1, 4)
+    assert made.take(buffer, spans, 0) == (FULL, 8), "offset 0 skipped, 1-3 taken, the fourth does not fit"
+    assert Columns(*made.finish()).offsets_list() == [1, 2, 3]
+    assert made.take(bytearray(buffer), spans, 8) == (LAST, 8), "the stop offset, taken"
+    assert made.take(buffer, spans, 10) == (END, 10), "above the window: not taken"
+    made.window(0, 100)
+    assert made.take(buffer, [4, 4, *spans[2:4]], 0) == (TAKEN, 4), "an empty message is offset 0"
+    assert Columns(*made.finish()).offsets_list() == [4, 0, 1]
+    assert made.take(buffer, [], 0) == (TAKEN, 0)
+    for bad in ([5, 4], [0, len(buffer) + 1], [-1, 3]):
+        with pytest.raises(ValueError, match="outside its buffer"):
+            made.take(buffer, bad, 0)
+    with pytest.raises(ValueError, match="pairs"):
+        made.take(buffer, spans[:3], 0)

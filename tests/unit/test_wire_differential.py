@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import columns
 from tests.unit import wire_cases
+from tests.unit.column_builders import UPB_RULES_OF_7_34
 from tests.unit.wire_cases import field, group, tag
 
 pytestmark = [
@@ -39,6 +40,7 @@ FOUND_BY_FUZZING = [
 """Inputs on which tools/fuzz_wire_columns.py found the builders disagreeing, kept as they were found."""
 
 
+@UPB_RULES_OF_7_34
 @pytest.mark.parametrize("data", FOUND_BY_FUZZING)
 def test_inputs_the_fuzzer_found_are_answered_alike(data: bytes) -> None:
     wire_cases.check(data)
@@ -92,6 +94,7 @@ def builder_takes(builder: type[columns.ColumnBuilder], data: bytes) -> bool:
     return True
 
 
+@UPB_RULES_OF_7_34
 @pytest.mark.parametrize("size", range(1, 11))
 @pytest.mark.parametrize("place", LENGTH_PLACES)
 def test_lengths_of_more_than_five_bytes_are_refused_as_protobuf_refuses_them(place: str, size: int) -> None:

@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import columns
-from tests.unit.column_builders import BUILDERS, columns_of, rows
+from tests.unit.column_builders import BUILDERS, UPB_RULES_OF_7_34, columns_of, rows
 from tests.unit.wire_cases import entry, field, group, tag, varint
 
 pytestmark = pytest.mark.skipif(
@@ -69,6 +69,7 @@ def test_tags_of_up_to_five_bytes_are_read(builder: type[columns.ColumnBuilder])
     assert row_of(builder, largest + field(1, 6))["offset"] == 6
 
 
+@UPB_RULES_OF_7_34
 @pytest.mark.parametrize("builder", BUILDERS)
 def test_unknown_groups_are_skipped_up_to_protobufs_nesting_limit(builder: type[columns.ColumnBuilder]) -> None:
     """A group is no field of Message; protobuf skips it as an unknown field, nested up to 100 deep in a

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import columns
-from liftbridge_provider.client.columns import FULL
+from liftbridge_provider.client.columns import END, FULL, LAST
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 BOUNDS: tuple[int, ...] = (INT64_MIN - 1, INT64_MIN, INT64_MIN + 1, -1, 0, 1, 2, 3, 5, 100, 2**62, INT64_MAX - 1)
@@ -99,8 +99,27 @@ def steps(data: bytes) -> tuple[int, int, list[tuple[int, int] | bytes]]:
     return max_rows, max_bytes, out
 
 
+def _take_all(
+    made: columns.ColumnBuilder, buffer: bytes | bytearray, spans: list[int], seen: list[Observation]
+) -> None:
+    """The messages of ``spans`` handed to ``take`` as the data plane hands them (finish at FULL, go on after
+    LAST and END), every answer seen; an error ends the group (where it stopped is the builder's state)."""
+    index = 0
+    while index < len(spans):
+        answer = _call(functools.partial(made.take, buffer, spans, index))
+        seen.append(("take", answer, made.rows, made.last_offset))
+        if not isinstance(answer, tuple) or len(answer) != 2 or not isinstance(answer[1], int):
+            return
+        status, index = answer
+        if status == FULL:
+            seen.append(("finish", made.finish()))
+        elif status in (LAST, END):
+            index += 2
+
+
 def observe(builder: type[columns.ColumnBuilder], data: bytes) -> list[Observation]:
-    """Everything a builder answers to ``data`` read as one message, then as a script."""
+    """Everything a builder answers to ``data`` read as one message, then as a script (each message added
+    alone, then the same messages as spans of one buffer handed to ``take``, as the data plane cuts them)."""
     seen: list[Observation] = []
     made = builder(max_rows=1000, max_bytes=1 << 20)
     _add(made, data, seen)
@@ -112,6 +131,26 @@ def observe(builder: type[columns.ColumnBuilder], data: bytes) -> list[Observati
             _add(made, step, seen)
         else:
             low, high = step
+            seen.append(("window", _call(functools.partial(made.window, low, high))))
+    seen.append(("finish", made.finish(), made.rows, made.last_offset))
+    made = builder(max_rows=max_rows, max_bytes=max_bytes)
+    group: list[bytes] = []
+    steps_then_end: list[tuple[int, int] | bytes | None] = [*script, None]
+    for number, item in enumerate(steps_then_end):
+        if isinstance(item, bytes):
+            group.append(item)
+            continue
+        if group:  # one buffer: a few bytes of something else first, then the messages back to back
+            joined = b"\x00\x05" + b"".join(group)
+            buffer = bytearray(joined) if number % 2 else joined
+            spans, at = [], 2
+            for message in group:
+                spans += [at, at + len(message)]
+                at += len(message)
+            _take_all(made, buffer, spans, seen)
+            group = []
+        if item is not None:
+            low, high = item
             seen.append(("window", _call(functools.partial(made.window, low, high))))
     seen.append(("finish", made.finish(), made.rows, made.last_offset))
     return seen

@@ -3,11 +3,11 @@
 - a unary ``Publish`` / ``PublishToSubject`` call, sent once (``plans.send_once``);
 - single publishes on the PublishAsync streams every publish of a client shares
   (``publish_stream.py``, polled by the callers waiting for acks in ``polled_call.py``);
-- a pipelined ``publish_batch`` over the client's own HTTP/2 call (``publisher.py`` on
-  ``h2_transport.py`` and ``h2_call.py``, the bookkeeping in ``publish_window.py``);
+- a pipelined ``publish_batch`` over the client's own HTTP/2 call (``publisher.py`` on the data
+  plane, ``client/h2/``: ``aio_transport.py`` and ``call_state.py``; the bookkeeping in ``publish_window.py``);
 - ``publish_batch`` over NATS (``nats_publisher.py``, ``nats_direct.py``, ``envelope.py``).
 
 This module imports nothing: the connection pool opens the batch's HTTP/2 calls
-(``h2_transport.py``) and is imported by the publish modules, so the package
+(``client/h2/aio_transport.py``) and is imported by the publish modules, so the package
 itself must not pull them in.
 """

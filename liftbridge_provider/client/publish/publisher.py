@@ -40,10 +40,10 @@ from liftbridge_provider.client.errors import (
     error_from_rpc,
     is_too_large,
 )
+from liftbridge_provider.client.h2.aio_transport import DirectStream, NotConnected
 from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.messages import Ack
 from liftbridge_provider.client.publish.batch_result import BatchResult
-from liftbridge_provider.client.publish.h2_transport import DirectStream, NotConnected
 from liftbridge_provider.client.publish.plans import refused_while_leader_changes
 from liftbridge_provider.client.publish.private_loop import run_in_private_loop
 from liftbridge_provider.client.publish.publish_window import BatchErrors, PublishWindow
@@ -114,7 +114,7 @@ class _StreamEnded(grpc.RpcError):
 class BatchPublisher:
     """Sends one batch; not reusable. See the module docstring for the guarantees.
 
-    The stream is a gRPC call of the client's own (:mod:`h2_call`) on a
+    The stream is a gRPC call of the client's own (:mod:`~liftbridge_provider.client.h2.call_state`) on a
     connection opened for the batch and closed after it, driven from a private
     event loop on its own thread. Every read hands its acks over at once, and
     every message the window then allows goes out in one write: grpc's

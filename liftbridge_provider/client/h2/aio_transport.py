@@ -1,4 +1,5 @@
-"""An asyncio connection that carries one :class:`~liftbridge_provider.client.publish.h2_call.CallState`.
+"""The asyncio driver of the data plane: a connection that carries one
+:class:`~liftbridge_provider.client.h2.call_state.CallState`.
 
 :func:`open_call` dials a broker (TCP, or TLS with ALPN ``h2``), and the
 returned :class:`DirectStream` writes what the call state says and feeds it
@@ -8,8 +9,11 @@ the owner can queue more); the owner queues requests with :meth:`send`.
 A timer keeps the call's keepalive rule (:meth:`CallState.keepalive`: PINGs to
 a silent server, the call ended when one goes unanswered), so a frozen
 broker ends the call within ``KEEPALIVE_IDLE + KEEPALIVE_TIMEOUT`` seconds of
-its last frame whatever the owner does. Everything runs on the event loop's
-thread.
+its last frame whatever the owner does, unless the owner paused reading
+(:meth:`DirectStream.pause_reading`: its consumer is behind; the keepalive
+waits too, and counts the silence from the resume). Everything runs on the
+event loop's thread. ``publish_batch`` and the asyncio client's subscriptions
+use it; :mod:`blocking` is the same call on the calling thread.
 """
 
 from __future__ import annotations
@@ -22,24 +26,31 @@ from typing import cast
 
 import grpc
 
+from liftbridge_provider.client.h2.call_state import CallState
+from liftbridge_provider.client.h2.grpc_status import CallFailed
 from liftbridge_provider.client.options import parse_broker
-from liftbridge_provider.client.publish.h2_call import CallFailed, CallState
 
 OnInput = Callable[[list[bytes]], None]
 """Receives the responses one read completed (possibly none)."""
 
 
 class NotConnected(grpc.RpcError):
-    """The broker could not be reached, so nothing was sent to it; ``refused`` when it said so at once."""
+    """The broker could not be reached, so nothing was sent to it; ``refused`` when it said so at once.
 
-    def __init__(self, address: str, reason: str, *, refused: bool) -> None:
+    ``silent``: it accepted nothing or answered nothing within the bound (a frozen broker's kernel accepts the
+    connection): the code is DEADLINE_EXCEEDED, as grpc's for a call that never connected; otherwise
+    UNAVAILABLE, as grpc's for a broker that refused or reset the connection.
+    """
+
+    def __init__(self, address: str, reason: str, *, refused: bool, silent: bool = False) -> None:
         super().__init__(f"could not connect to {address}: {reason}")
         self.address = address
         self.reason = reason
         self.refused = refused
+        self.silent = silent
 
     def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNAVAILABLE
+        return grpc.StatusCode.DEADLINE_EXCEEDED if self.silent else grpc.StatusCode.UNAVAILABLE
 
     def details(self) -> str:
         return f"could not connect to {self.address}: {self.reason}"
@@ -56,6 +67,7 @@ class DirectStream(asyncio.Protocol):
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # the server's SETTINGS came
         self.paused = False  # the transport's write buffer is full: queue nothing more until it drains
+        self.reading_paused = False  # the owner's consumer is behind: nothing is read (nor kept alive) meanwhile
         self._keepalive_timer: asyncio.TimerHandle | None = None
 
     # -- the owner's side ------------------------------------------------------------------------------------
@@ -75,6 +87,21 @@ class DirectStream(asyncio.Protocol):
         if self.state.ended is None:
             self._write(self.state.fail(code, details))
         self._check_end()
+
+    def pause_reading(self) -> None:
+        """Read nothing more until :meth:`resume_reading` (the server's flow-control window then bounds what
+        it sends); the keepalive waits meanwhile: the server is not silent, we are not listening."""
+        if not self.reading_paused and self._transport is not None and not self._transport.is_closing():
+            self.reading_paused = True
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Read again after :meth:`pause_reading`; the keepalive counts the server's silence from now."""
+        if self.reading_paused:
+            self.reading_paused = False
+            self.state.resumed()
+            if self._transport is not None and not self._transport.is_closing():
+                self._transport.resume_reading()
 
     def close(self) -> None:
         """Cancel the call if it is still open, and close the connection."""
@@ -123,6 +150,9 @@ class DirectStream(asyncio.Protocol):
     def _keepalive(self) -> None:
         """Keep the call's keepalive rule now, write its PING if it sent one, and look again when it says."""
         self._keepalive_timer = None
+        if self.reading_paused:  # nothing is read now: silence says nothing of the server
+            self._keepalive_timer = asyncio.get_running_loop().call_later(1.0, self._keepalive)
+            return
         delay = self.state.keepalive()
         self._flush()
         self._check_end()
@@ -170,16 +200,20 @@ async def open_call(
     tls: ssl.SSLContext | None,
     server_name: str | None,
     max_response_bytes: int,
+    timeout: float | None = None,
 ) -> DirectStream:
     """Connect to ``address`` (``host:port``) and start the call to ``path``; NotConnected if that fails.
 
     The stream is returned once the server's HTTP/2 settings came (it is alive and speaks HTTP/2); the
     caller bounds the wait (a silent host accepts nothing and refuses nothing; a frozen one accepts and
-    never answers).
+    never answers). ``timeout``: seconds the server is told the call may last (``grpc-timeout``), None for
+    none; the caller ends the call at its deadline itself.
     """
     host, port = parse_broker(address)
     authority = server_name if tls is not None and server_name else address
-    state = CallState(authority=authority, path=path, tls=tls is not None, max_response_bytes=max_response_bytes)
+    state = CallState(
+        authority=authority, path=path, tls=tls is not None, max_response_bytes=max_response_bytes, timeout=timeout
+    )
     loop = asyncio.get_running_loop()
     try:
         _, stream = await loop.create_connection(
