@@ -27,7 +27,6 @@ import grpc.experimental
 
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.aio_timeout import within
-from liftbridge_provider.client.channel_state import SETTLED, ChannelState, close_in_background, close_quietly
 from liftbridge_provider.client.errors import ClientClosedError
 from liftbridge_provider.client.h2.aio_transport import DirectStream, NotConnected, OnInput, open_call
 from liftbridge_provider.client.h2.blocking import BlockingCall
@@ -47,92 +46,63 @@ class PooledChannel:
     stub: Any  # api_grpc.APIStub (the generated stub module is untyped)
     in_use: int = 0
     last_used: float = field(default_factory=time.monotonic)
-    # Each "no" of ready(): with the breaks grpc reported (see `breaks`).
-    _not_ready_seen: int = 0
-    # What grpc reports of the channel's connectivity, watched from the first ready() or connect() on: a channel
-    # only used by calls that wait for nothing never starts grpc's watching thread (client/channel_state.py).
-    _watch: ChannelState | None = field(default=None, init=False, repr=False, compare=False)
-    _closed: bool = field(default=False, init=False, repr=False, compare=False)
-    _watch_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
-
-    @property
-    def _state(self) -> ChannelState:
-        watch = self._watch
-        if watch is None:
-            with self._watch_lock:
-                if self._watch is None:  # a closed channel is not watched: grpc's thread would fail on it
-                    self._watch = ChannelState(self.channel, watch=not self._closed)
-                watch = self._watch
-        return watch
-
-    @property
-    def breaks(self) -> int:
-        """Grows each time the channel is seen not connected (by :meth:`ready`, or a connection that grpc
-        reported broken): a call opened at another value may have been on a connection that broke since, even
-        if the channel is connected again (to a broker restarted meanwhile)."""
-        watch = self._watch
-        return self._not_ready_seen + (watch.breaks if watch is not None else 0)
+    # Grows each time the channel is seen not connected: a call opened at another value may have been on a
+    # connection that broke since, even if the channel is connected again (to a broker restarted meanwhile).
+    breaks: int = 0
 
     def ready(self) -> bool:
-        """Whether the channel is connected right now: the latest state grpc reported, which follows every
-        change (a broker that died since the last call shows as soon as gRPC reads the connection's reset);
-        a no counts in :attr:`breaks`."""
-        ready = self._state.ready
+        """Whether the channel is connected right now (its live state: a broker that died since the last
+        call shows at once, as gRPC reads the connection's reset); a no counts in :attr:`breaks`.
+
+        Read through grpc's core channel (a private name, the package's one exception besides the shared
+        publish stream, tests/unit/test_no_private_grpc.py): grpc's public ``Channel.subscribe`` keeps a
+        thread inside grpc for the channel's life, and a process that forks while one is there skips grpc's
+        fork handlers, so its child crashes at its first call (tests/server/test_event_publisher.py, the
+        forked children of an Airflow process)."""
+        try:
+            ready = bool(self.channel._channel.check_connectivity_state(False) == _CORE_READY)  # type: ignore[attr-defined]
+        except ValueError:  # closed
+            ready = False
         if not ready:
-            self._not_ready_seen += 1
+            self.breaks += 1
         return ready
 
     def connect(self, timeout: float) -> Connection:
         """Wait at most ``timeout`` s for the channel to connect; how the wait ended.
 
-        Nothing is remembered from an earlier connection: the state is the
-        one grpc reports now (the broker may have died since). The wait ends
-        at once when the broker refuses (the channel reports a transient
-        failure) or the channel is closed meanwhile, and with SILENT at
-        ``timeout`` while it is still connecting (a frozen broker). A channel
-        that lost its connection reconnects by itself (round_robin), so no
-        wait has to ask it to.
+        Reads the channel's live state every time (nothing is remembered from
+        an earlier connection: the broker may have died since), and ends at
+        once when the broker refuses (the channel reports a transient
+        failure). The state is watched in the calling thread through the channel's core:
+        gRPC's public watchers (``subscribe``, ``channel_ready_future``) leave
+        a polling thread that fails noisily when the channel closes right after.
         """
         if self.ready():
             return Connection.READY
+        core = self.channel._channel  # type: ignore[attr-defined]  # grpc's cygrpc.Channel
         started = time.monotonic()
-        connection = self._state.wait_settled(max(timeout, 0.001))
+        ends = time.time() + max(timeout, 0.001)  # gRPC's core takes wall-clock deadlines
+        try:
+            state = core.check_connectivity_state(True)
+            while state not in _CORE_SETTLED and time.time() < ends:
+                core.watch_connectivity_state(state, min(ends, time.time() + 0.5))
+                state = core.check_connectivity_state(True)
+        except ValueError:  # the channel was closed meanwhile
+            return Connection.REFUSED
+        connection = _CORE_SETTLED.get(state, Connection.SILENT)
         if connection is Connection.READY:
             HEALTH.note_connect_time(self.address, time.monotonic() - started)
         return connection
 
-    def _closing(self) -> ChannelState | None:
-        """Mark the channel closed; its watch, or None when it was never watched."""
-        with self._watch_lock:
-            self._closed = True
-            return self._watch
 
-
-def close_unused(channels: list[PooledChannel]) -> None:
-    """Close channels no lease uses: waits end now; a watched channel closes a moment later, when grpc's thread
-    behind the watch has ended (it would fail on a channel closed under it), the others at once."""
-    watched = []
-    for pooled in channels:
-        watch = pooled._closing()
-        if watch is None:
-            pooled.channel.close()
-        else:
-            watched.append(watch)
-    close_quietly(watched)
-
-
-def close_busy(channels: list[PooledChannel]) -> None:
-    """Close channels that calls may be using, at once: their calls end CANCELLED. A watched channel is closed on
-    a thread of its own (closing it waits for grpc's watching thread, up to 0.2 s), and may, rarely, leave
-    grpc's "Channel closed!" traceback (client/channel_state.py)."""
-    watched = []
-    for pooled in channels:
-        watch = pooled._closing()
-        if watch is None:
-            pooled.channel.close()
-        else:
-            watched.append(watch)
-    close_in_background(watched)
+# gRPC core connectivity states (grpc_connectivity_state) that end a wait: READY, TRANSIENT_FAILURE, SHUTDOWN.
+_CORE_READY = 2
+_CORE_SETTLED = {_CORE_READY: Connection.READY, 3: Connection.REFUSED, 4: Connection.REFUSED}
+_AIO_SETTLED = {
+    grpc.ChannelConnectivity.READY: Connection.READY,
+    grpc.ChannelConnectivity.TRANSIENT_FAILURE: Connection.REFUSED,
+    grpc.ChannelConnectivity.SHUTDOWN: Connection.REFUSED,
+}
 
 
 async def aio_connect(channel: grpc.aio.Channel, timeout: float) -> Connection:
@@ -140,10 +110,10 @@ async def aio_connect(channel: grpc.aio.Channel, timeout: float) -> Connection:
 
     async def settled() -> Connection:
         state = channel.get_state(try_to_connect=True)
-        while state not in SETTLED:
+        while state not in _AIO_SETTLED:
             await channel.wait_for_state_change(state)
             state = channel.get_state(try_to_connect=True)
-        return SETTLED[state]
+        return _AIO_SETTLED[state]
 
     try:
         return await within(max(timeout, 0.001), settled())
@@ -271,12 +241,8 @@ class ConnectionPool:
             calls = list(self._calls)
         for call in calls:
             call.cancel("the Liftbridge client was closed")  # its owner closes it and leaves the set
-        busy: list[PooledChannel] = []
-        unused: list[PooledChannel] = []
-        for pooled in channels:  # decided once per channel: leases may end meanwhile
-            (busy if pooled.in_use > 0 else unused).append(pooled)
-        close_unused(unused)
-        close_busy(busy)
+        for pooled in channels:
+            pooled.channel.close()
         if self._janitor is not threading.current_thread():
             self._janitor.join(timeout=5)
 
@@ -320,5 +286,5 @@ class ConnectionPool:
                     del self._channels[address]
         for pooled in idle:
             log.debug("closing idle channel to %s", pooled.address)
-        close_unused(idle)
+            pooled.channel.close()
         return len(idle)

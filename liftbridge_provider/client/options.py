@@ -303,12 +303,6 @@ class ClientConfig:
             ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
             ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
             ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1]),
-            # A channel whose connection broke reconnects by itself (pick_first, the default, goes idle
-            # until something asks it to connect). The pool reads a channel's state through grpc's public
-            # Channel.subscribe, where asking to connect is not safe to do later (client/channel_state.py).
-            ("grpc.lb_policy_name", "round_robin"),
-            # Nor does a channel without calls go idle (after 30 minutes, by default) and wait to be asked.
-            ("grpc.client_idle_timeout_ms", 2**31 - 1),
         ]
         if self.tls is not None and self.tls.server_name:
             options.append(("grpc.ssl_target_name_override", self.tls.server_name))
