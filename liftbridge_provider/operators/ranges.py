@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
 
 from liftbridge_provider import telemetry
 from liftbridge_provider.client import (
@@ -42,10 +42,41 @@ EndAt = Literal["high_watermark"]
 STATE_KEY = "liftbridge_ranges"  # run state key (operators._base.run_state): the ranges document frozen by this run
 CURSOR_LAG = "cursor_lag"  # document metadata: {partition: offsets between the cursor and the high watermark}
 INTERVAL = "interval"  # document metadata: {"start": ISO time, "end": ISO time} of a time-bounded freeze
+# Airflow 3.3's NEVER_EXPIRE (airflow.sdk.execution_time.context), which the task state store checks by identity:
+# a row kept with it has no expiry, so `airflow state-store clean` never deletes it; it goes with its DAG run.
+NEVER_EXPIRE = timedelta.max
 
 
 def _where(store: Any) -> str:
     return "in the stream's cursors" if isinstance(store, CursorStateStore) else "in the task state store"
+
+
+def _keep(store: Any, document: dict[str, Any]) -> None:
+    """Keep the run's ranges for as long as the run: in Airflow's task state store without an expiry (with the
+    default, ``[state_store] default_retention_days``, a clear 30 days later froze new ranges); the cursor
+    store keeps values while the server keeps ``__cursors`` (cursor_state.py)."""
+    if isinstance(store, CursorStateStore):
+        store.set(STATE_KEY, document)
+    else:
+        store.set(STATE_KEY, document, retention=NEVER_EXPIRE)
+
+
+def _why_gone(store: Any) -> str:
+    """What may have removed the ranges an earlier try of this run kept, for the log of a new freeze."""
+    if isinstance(store, CursorStateStore):
+        return (
+            "an earlier try ended before it kept them, or the server's retention removed the __cursors "
+            "messages that held them (streams.retention.max.age), or they were kept before issue 47's layout"
+        )
+    if conf.getboolean("state_store", "clear_on_success", fallback=False):
+        return (
+            "[state_store] clear_on_success=True deletes them when the task succeeds, so a clear after a "
+            "success finds nothing (or an earlier try ended before it kept them)"
+        )
+    return (
+        "an earlier try ended before it kept them, or they were deleted (by hand, or by `airflow state-store "
+        "clean` once the expiry of a row kept by an older provider version passed)"
+    )
 
 
 class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
@@ -53,10 +84,13 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
 
     The Spark ingest job reads exactly these ranges and the commit step moves
     the cursor to their ends. The document is kept in Airflow's task state
-    store (Airflow 3.3+), or where Airflow has none in the stream's own cursors
+    store (Airflow 3.3+, without an expiry: it goes with its DAG run), or where
+    Airflow has none in the stream's own cursors
     (:class:`~liftbridge_provider.cursor_state.CursorStateStore`), so a retry or
     a clear of the same run returns the same ranges instead of freezing bigger
-    ones; a new run freezes anew.
+    ones; a new run freezes anew. With ``[state_store] clear_on_success=True``
+    Airflow deletes it when the task succeeds: a clear after a success freezes
+    anew, and a try that finds nothing kept says so and why in its log.
 
     Paused partitions are not resumed when their range is empty; a non-empty
     range resumes its partition (reading it will need the data anyway).
@@ -177,11 +211,22 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
         """The ranges document of this DAG run: the one kept in the run's state, else frozen now."""
         with self.client() as client:
             store = run_state(context, client, self.stream)
-            if (stored := self._stored_ranges(store.get(STATE_KEY))) is not None:
+            kept = store.get(STATE_KEY)
+            if (stored := self._stored_ranges(kept)) is not None:
                 return stored
+        try_number = getattr(context.get("ti"), "try_number", None) or 1
+        if kept is None and try_number > 1:
+            self.log.warning(
+                "try %d of this run, but no ranges are kept for it (%s): %s. Freezing anew: the new ranges may "
+                "be bigger than the ones an earlier try froze; the commit's cursor-advance rule and the lake's "
+                "ledger keep every offset once",
+                try_number,
+                _where(store),
+                _why_gone(store),
+            )
         document = self._freeze()
         with self.client():
-            store.set(STATE_KEY, document)
+            _keep(store, document)
         self.log.info("ranges kept (%s): a retry or clear of this run reuses them", _where(store))
         return document
 

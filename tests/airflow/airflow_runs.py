@@ -4,7 +4,8 @@
 SQLite metadata DB come from the ``airflow_home`` fixture of tests/conftest.py), runs
 `airflow dags test` on it (in a process forked from a warm one, tests/airflow/warm_cli.py)
 and returns a :class:`DagRun` with the CLI's output and the run's XComs, task states and
-try numbers from the metadata DB.
+try numbers from the metadata DB. ``rerun_tasks`` clears tasks of such a run and runs them
+again in the same run, as a user's clear does.
 """
 
 from __future__ import annotations
@@ -112,3 +113,36 @@ def run_dag(home: Path, body: str, env: dict[str, str], dag_id: str | None = Non
 
 def stream_name() -> str:
     return f"af-{uuid.uuid4().hex[:8]}"
+
+
+def rerun_tasks(run: DagRun, task_ids: list[str], env: dict[str, str]) -> DagRun:
+    """Clear ``task_ids`` of ``run`` with `airflow tasks clear`, then run them again, in order, in the same run.
+
+    Each cleared task counts a new try first, as the scheduler does when it schedules a cleared task
+    (``DagRun.schedule_tis``: ``try_number + 1``); `airflow tasks test` runs a task without counting one."""
+    command = [AIRFLOW, "tasks", "clear", run.dag_id, "-t", f"^({'|'.join(task_ids)})$", "-y"]
+    outputs = [_airflow(command, env)]
+    assert run.run_id is not None
+    _count_a_try(run.dag_id, run.run_id, task_ids)
+    for task_id in task_ids:
+        outputs.append(_airflow([AIRFLOW, "tasks", "test", run.dag_id, task_id, run.run_id], env))
+    result = subprocess.CompletedProcess(command, 0, "".join(outputs), "")
+    return DagRun(run.dag_id, result)
+
+
+def _airflow(command: list[str], env: dict[str, str]) -> str:
+    done = run_airflow(command[1:], {**os.environ, **env}, timeout=300)
+    return done.stdout + done.stderr
+
+
+def _count_a_try(dag_id: str, run_id: str, task_ids: list[str]) -> None:
+    from airflow.models.taskinstance import TaskInstance  # noqa: PLC0415 - after AIRFLOW_HOME is set
+    from airflow.utils.session import create_session  # noqa: PLC0415
+    from sqlalchemy import update  # noqa: PLC0415
+
+    with create_session() as session:
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id.in_(task_ids))
+            .values(try_number=TaskInstance.try_number + 1)
+        )

@@ -8,8 +8,6 @@ the same run are run again with `airflow tasks test <dag> <task> <run_id>`.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,26 +16,9 @@ import pytest
 
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.devserver import DevServer
-from tests.airflow.airflow_runs import AIRFLOW, DagRun, connection_env, run_dag, stream_name
-from tests.airflow.warm_cli import run_airflow
+from tests.airflow.airflow_runs import connection_env, rerun_tasks, run_dag, stream_name
 
 RETRY = "retries=2, retry_delay=timedelta(0)"
-
-
-def rerun_tasks(run: DagRun, task_ids: list[str], env: dict[str, str]) -> DagRun:
-    """Clear ``task_ids`` of ``run`` with `airflow tasks clear`, then run them again, in order, in the same run."""
-    command = [AIRFLOW, "tasks", "clear", run.dag_id, "-t", f"^({'|'.join(task_ids)})$", "-y"]
-    outputs = [_airflow(command, env)]
-    for task_id in task_ids:
-        assert run.run_id is not None
-        outputs.append(_airflow([AIRFLOW, "tasks", "test", run.dag_id, task_id, run.run_id], env))
-    result = subprocess.CompletedProcess(command, 0, "".join(outputs), "")
-    return DagRun(run.dag_id, result)
-
-
-def _airflow(command: list[str], env: dict[str, str]) -> str:
-    done = run_airflow(command[1:], {**os.environ, **env}, timeout=300)
-    return done.stdout + done.stderr
 
 
 def cursors(client: LiftbridgeClient, cursor_id: str, stream: str, partitions: int) -> list[int]:
