@@ -127,11 +127,10 @@ def test_two_runs_at_once_land_each_offset_once(
     assert_once(seen(spark, output, stream), 0, 300)
 
 
+@pytest.mark.parametrize("lake_place", ["s3"], indirect=True)  # the local disk's create is atomic (link(2))
 def test_an_object_store_without_conditional_create_is_refused_before_anything_is_claimed(
     spark: SparkSession, liftbridge_server: DevServer, stream: str, lake_place: LakePlace
 ) -> None:
-    if lake_place.name == "local":
-        pytest.skip("the local disk has an atomic create (link(2)); this is about object stores")
     bucket = lake_place.root.removeprefix("s3a://")
     spark._jsc.hadoopConfiguration().set(f"fs.s3a.bucket.{bucket}.create.conditional.enabled", "false")
     try:
