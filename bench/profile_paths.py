@@ -16,8 +16,9 @@ PATH is one of batch-builder, nats-publish, grpc-publish, read-range, read-slice
 - ``read-slice``: the Spark task's ``read_slice`` over the same (record batches of the source's schema, decoded
   by the column builder this process uses; ``LIFTBRIDGE_PURE_PYTHON=1`` for the pure-Python one).
 - ``sync-publish``: N ``publish`` calls in a loop (the shared PublishAsync stream).
-- ``sync-steps``: N ``publish`` calls, each timed at its steps (the client's code, the write, the wait for
-  the ack event on the channel's thread, the hand-over to the caller); p50 of each, no profiler.
+- ``sync-steps``: N ``publish`` calls, each timed at its steps (the client's code, the look at the stream's
+  socket, the write, the wait for the ack's read, the read, the hand-over to the caller); p50 of each, no
+  profiler.
 
 A profile, not a benchmark: cProfile roughly doubles the time of Python code, so read the shares.
 """
@@ -38,11 +39,11 @@ from functools import partial
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import LiftbridgeClient, NatsConfig, columns
 from liftbridge_provider.client import requests as build
+from liftbridge_provider.client.h2.blocking import BlockingCall
 from liftbridge_provider.client.messages import AckPolicy
+from liftbridge_provider.client.publish.broker_stream import BrokerStream
 from liftbridge_provider.client.publish.nats_publisher import NatsBatchPublisher
-from liftbridge_provider.client.publish.polled_call import PolledCall
 from liftbridge_provider.client.publish.prepare import batch_requests
-from liftbridge_provider.client.publish.publish_stream import Answer
 from liftbridge_provider.client.publish.publisher import BatchPublisher
 from liftbridge_provider.core.spark_planning import Slice
 from liftbridge_provider.devserver import DevServer, start_single
@@ -191,7 +192,7 @@ def sync_publish(server: DevServer, client: LiftbridgeClient, count: int, top: i
 
 
 def sync_steps(server: DevServer, client: LiftbridgeClient, count: int, top: int) -> None:
-    """p50 of each step of a single publish, from timestamps taken by wrappers around the polled call."""
+    """p50 of each step of a single publish, from timestamps taken by wrappers around the shared stream's call."""
     name = with_stream(server, client, "steps")
     stamps: dict[str, float] = {}
 
@@ -206,9 +207,11 @@ def sync_steps(server: DevServer, client: LiftbridgeClient, count: int, top: int
 
         setattr(owner, method, wrapper)
 
-    stamped(PolledCall, "send", "write")
-    stamped(PolledCall, "_account", "ack event")  # the last event taken before the answer is set: the ack
-    stamped(Answer, "set", "answer")
+    stamped(BrokerStream, "send", "stream")
+    stamped(BlockingCall, "news", "look")
+    stamped(BlockingCall, "send", "write")
+    stamped(BlockingCall, "_read", "read")  # the read that brings the ack
+    stamped(BrokerStream, "result", "result")
     client.publish(name, VALUE)
     steps: dict[str, list[float]] = {}
     for _ in range(count):
@@ -216,11 +219,12 @@ def sync_steps(server: DevServer, client: LiftbridgeClient, count: int, top: int
         client.publish(name, VALUE)
         ended = time.perf_counter()
         spans = {
-            "client code before the write": stamps["write"] - started,
-            "the write (grpc operate, on the caller's thread)": stamps["write done"] - stamps["write"],
-            "write -> ack event polled by the caller": stamps["ack event"] - stamps["write done"],
-            "ack event -> answer set": stamps["answer"] - stamps["ack event"],
-            "answer set -> caller back from publish": ended - stamps["answer"],
+            "client code before the shared stream": stamps["stream"] - started,
+            "the look at the stream's socket (news)": stamps["look done"] - stamps["look"],
+            "the write (framing, the socket's send)": stamps["write done"] - stamps["write"],
+            "write -> the ack's read (the server)": stamps["read"] - stamps["write done"],
+            "the read (recv, frames, responses cut)": stamps["read done"] - stamps["read"],
+            "read -> caller back from publish": ended - stamps["read done"],
             "whole publish": ended - started,
         }
         for label, seconds in spans.items():

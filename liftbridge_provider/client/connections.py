@@ -7,7 +7,8 @@ Channels unused for ``keep_alive_time`` seconds are closed by a background
 janitor. The streaming calls (:mod:`~liftbridge_provider.client.h2`) each have a
 connection of their own, made here with the client's TLS settings and known to
 the pool while they run. ``close()`` closes every channel, ends every such call
-(a reader waiting on one returns at once) and is idempotent.
+(a reader waiting on one returns at once) and is idempotent. The janitor also
+runs the idle checks others hand it (the shared publish streams close theirs).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,26 +47,20 @@ class PooledChannel:
     stub: Any  # api_grpc.APIStub (the generated stub module is untyped)
     in_use: int = 0
     last_used: float = field(default_factory=time.monotonic)
-    # Grows each time the channel is seen not connected: a call opened at another value may have been on a
-    # connection that broke since, even if the channel is connected again (to a broker restarted meanwhile).
-    breaks: int = 0
 
     def ready(self) -> bool:
         """Whether the channel is connected right now (its live state: a broker that died since the last
-        call shows at once, as gRPC reads the connection's reset); a no counts in :attr:`breaks`.
+        call shows at once, as gRPC reads the connection's reset).
 
-        Read through grpc's core channel (a private name, the package's one exception besides the shared
-        publish stream, tests/unit/test_no_private_grpc.py): grpc's public ``Channel.subscribe`` keeps a
-        thread inside grpc for the channel's life, and a process that forks while one is there skips grpc's
-        fork handlers, so its child crashes at its first call (tests/server/test_event_publisher.py, the
-        forked children of an Airflow process)."""
+        Read through grpc's core channel (a private name, the package's one exception,
+        tests/unit/test_no_private_grpc.py): grpc's public ``Channel.subscribe`` keeps a thread inside grpc
+        for the channel's life, and a process that forks while one is there skips grpc's fork handlers, so its
+        child crashes at its first call (tests/server/test_event_publisher.py, the forked children of an
+        Airflow process)."""
         try:
-            ready = bool(self.channel._channel.check_connectivity_state(False) == _CORE_READY)  # type: ignore[attr-defined]
+            return bool(self.channel._channel.check_connectivity_state(False) == _CORE_READY)  # type: ignore[attr-defined]
         except ValueError:  # closed
-            ready = False
-        if not ready:
-            self.breaks += 1
-        return ready
+            return False
 
     def connect(self, timeout: float) -> Connection:
         """Wait at most ``timeout`` s for the channel to connect; how the wait ended.
@@ -132,6 +127,7 @@ class ConnectionPool:
         self._direct_open = 0  # connections of running batches (direct_call)
         self._calls: set[BlockingCall] = set()  # the synchronous data plane's running calls (blocking_call)
         self._ssl: ssl.SSLContext | None = None  # their TLS context, made at first use
+        self._idle_checks: list[Callable[[], object]] = []  # run by the janitor after closing idle channels
         # Reentrant: a subscription finalised by the garbage collector while this thread holds the
         # lock (say, inside _acquire) releases its lease through the same lock.
         self._lock = threading.RLock()
@@ -206,6 +202,16 @@ class ConnectionPool:
         deadline ``timeout`` seconds from now), with the client's TLS settings and limits; closed after the
         ``with`` block, and cancelled by :meth:`close` while it runs (ClientClosedError when the pool is closed).
         The caller may cancel it from another thread as soon as it has it, also while it connects."""
+        call = self.open_call(address, path, timeout=timeout)
+        try:
+            yield call
+        finally:
+            self.release_call(call)
+
+    def open_call(self, address: str, path: str, *, timeout: float | None, lazy_acks: bool = False) -> BlockingCall:
+        """:meth:`blocking_call` for an owner that keeps the call beyond one block (a shared publish stream;
+        ``timeout=None``: no deadline of its own; ``lazy_acks``: see :class:`BlockingCall`): it must
+        :meth:`release_call` it on every exit."""
         context, server_name = self.direct_tls()
         call = BlockingCall(
             address,
@@ -214,17 +220,25 @@ class ConnectionPool:
             server_name=server_name,
             max_response_bytes=self._config.max_message_bytes,
             timeout=timeout,
+            lazy_acks=lazy_acks,
         )
         with self._lock:
             if self._closed.is_set():
+                call.close()
                 raise ClientClosedError("the Liftbridge client is closed")
             self._calls.add(call)
-        try:
-            yield call
-        finally:
-            call.close()
-            with self._lock:
-                self._calls.discard(call)
+        return call
+
+    def release_call(self, call: BlockingCall) -> None:
+        """Close a call :meth:`open_call` made (RST_STREAM if it still runs, the socket closed) and forget it."""
+        call.close()
+        with self._lock:
+            self._calls.discard(call)
+
+    def on_idle_check(self, check: Callable[[], object]) -> None:
+        """Have the janitor run ``check`` on each of its rounds (every ``min(keep_alive_time / 2, 5)`` seconds)."""
+        with self._lock:
+            self._idle_checks.append(check)
 
     def open_channels(self) -> int:
         """How many channels and data-plane connections are open now (all brokers)."""
@@ -271,6 +285,13 @@ class ConnectionPool:
         interval = min(self._config.keep_alive_time / 2, 5.0)
         while not self._closed.wait(interval):
             self.close_idle()
+            with self._lock:
+                checks = list(self._idle_checks)
+            for check in checks:
+                try:
+                    check()
+                except Exception:  # logged: the janitor goes on with its other duties
+                    log.exception("an idle check failed; the janitor goes on")
 
     def close_idle(self) -> int:
         """Close channels unused for keep_alive_time seconds; return how many were closed."""

@@ -922,9 +922,10 @@ def test_32_threads_share_one_client_and_close_releases_everything(liftbridge_se
         t.join(timeout=120)
     assert errors == []
     assert sum(shared.fetch_partition_metadata(name, p).high_watermark + 1 for p in range(4)) == 32 * 20
-    assert 1 <= shared.open_channels() <= 2
+    # at most max_conns_per_broker gRPC channels, plus the data plane's one shared publish stream to the broker
+    assert 2 <= shared.open_channels() <= 3
     opened = established_connections(port) - before
-    assert 1 <= len(opened) <= 2, opened
+    assert 2 <= len(opened) <= 3, opened
     shared.close()
     shared.close()  # idempotent
     assert shared.open_channels() == 0

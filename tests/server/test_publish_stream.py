@@ -1,4 +1,6 @@
-"""Single publishes over the shared PublishAsync streams (client/publish/publish_stream.py), against real servers."""
+"""Single publishes over the shared PublishAsync streams (client/publish/publish_stream.py, each stream the client's
+own HTTP/2 call: client/publish/broker_stream.py), against real servers. The rules of the call itself (keepalive,
+turns, deadlines, withdrawal) are tested without a server in tests/unit/test_broker_stream.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from typing import Any
 import grpc
 import pytest
 
-from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import (
     AckTimeoutError,
     ClientClosedError,
@@ -22,8 +23,7 @@ from liftbridge_provider.client import (
     UnavailableError,
 )
 from liftbridge_provider.client.health import HEALTH
-from liftbridge_provider.client.publish import publish_stream
-from liftbridge_provider.client.publish.polled_call import PolledCall, open_polled_call
+from liftbridge_provider.client.publish.broker_stream import BrokerStream
 from liftbridge_provider.client.publish.publish_stream import sticky_order
 from liftbridge_provider.devserver import DevServer, DevServerError, start_single
 from liftbridge_provider.devserver.cluster import Node
@@ -64,7 +64,13 @@ def known_everywhere(cluster: DevServer, name: str) -> bool:
 
 
 def publish_threads() -> list[threading.Thread]:
+    """Threads of the shared streams: there are none (the callers drive them), and none may appear."""
     return [t for t in threading.enumerate() if t.name.startswith("liftbridge-publish-")]
+
+
+def shared_streams(client: LiftbridgeClient) -> list[BrokerStream]:
+    """The client's open shared streams."""
+    return list(client._publishing.shared_streams._streams.values())
 
 
 def test_threads_share_the_stream_and_every_ack_goes_to_its_caller(client: LiftbridgeClient) -> None:
@@ -92,7 +98,8 @@ def test_threads_share_the_stream_and_every_ack_goes_to_its_caller(client: Liftb
     assert sorted(acks.values()) == list(range(2400)), "every offset once"
     for message in client.read_range(name, 0, 0, 2400):
         assert acks[message.value] == message.offset, "each caller got the ack of its own message"
-    assert len(publish_threads()) - threads_before <= 1, "one stream (one reader thread) for the one broker"
+    assert len(shared_streams(client)) == 1, "one stream for the one broker"
+    assert len(publish_threads()) == threads_before, "no thread: the callers drive the stream"
 
 
 def test_refusals_come_back_typed_and_not_stored(client: LiftbridgeClient) -> None:
@@ -107,37 +114,24 @@ def test_refusals_come_back_typed_and_not_stored(client: LiftbridgeClient) -> No
     assert ack.offset == 0
 
 
-@pytest.mark.parametrize("polled", [True, False], ids=["polled", "iterator-api"])
-def test_acks_in_order_then_an_idle_stream_closes_itself_and_the_next_publish_opens_another(
-    liftbridge_server: DevServer, monkeypatch: pytest.MonkeyPatch, polled: bool
+def test_acks_in_order_then_an_idle_stream_is_ended_and_the_next_publish_opens_another(
+    liftbridge_server: DevServer,
 ) -> None:
-    """Driven by its callers (the pinned grpcio must take that path) and through grpc's iterator API (the
-    fallback for a grpcio without polled_call.py's private parts): every ack in order, idle close, a new
-    stream."""
-    if not polled:
-        monkeypatch.setattr(publish_stream, "open_polled_call", lambda *args, **kwargs: None)
+    """Every ack in order on one stream; idle for keep_alive_time, the stream is half-closed and ended by the pool's
+    janitor without another publish (its connection closed), and the next publish opens a new one."""
     with LiftbridgeClient(liftbridge_server.brokers, keep_alive_time=1.0) as client:
         name = new_stream(client)
-        before = set(publish_threads())
         acks = [client.publish(name, f"m{i}".encode()) for i in range(50)]
         assert [ack.offset for ack in acks if ack is not None] == list(range(50))
-        (stream,) = client._publishing.shared_streams._streams.values()
-        assert stream.polled is polled
-        # The stream's thread takes its name on grpc's request thread, a moment after the call opens, and a
-        # loaded machine may pause here past the 1 s idle limit: wait for the name, or for the stream to
-        # have closed itself already.
-        wait_until(
-            lambda: set(publish_threads()) - before or stream._closing, 10, "the stream's thread or its idle close"
-        )
-        readers = set(publish_threads()) - before
-        assert len(readers) <= 1, "one thread for the one stream"
-        for reader in readers:
-            reader.join(timeout=10)
-            assert not reader.is_alive(), "the idle stream did not end"
-        assert stream._closing, "the stream closed itself when idle"
+        (stream,) = shared_streams(client)
+        calls_before = len(client._pool._calls)
+        wait_until(lambda: stream.ended, 10, "the idle stream to be ended")
+        assert len(client._pool._calls) == calls_before - 1, "its connection was closed"
+        assert shared_streams(client) == []
         ack = client.publish(name, b"after")
         assert ack is not None
         assert ack.offset == 50
+        assert shared_streams(client) != [stream]
 
 
 def test_frozen_broker_times_the_publish_out_and_the_next_one_goes_elsewhere(liftbridge_cluster: DevServer) -> None:
@@ -242,49 +236,6 @@ def test_a_message_that_cannot_be_written_by_its_deadline_is_not_sent_later(lift
         assert not_sent.isdisjoint(stored), "a message its caller was told was not sent was stored"
 
 
-def test_a_failing_response_handler_leaves_the_call_to_the_next_caller(client: LiftbridgeClient) -> None:
-    """The response handler runs on the thread of the caller that polls the call. An exception escaping it
-    must neither end that poll with the call still marked as polled (every later caller would wait for a
-    poller that never comes back) nor stop the call: the next response, polled by another thread, still
-    reaches the handler, and the call still ends when cancelled."""
-    name = new_stream(client)
-    address = client._router.broker_addresses()[0]
-    received: list[api.PublishResponse] = []
-    ended: list[Any] = []
-
-    def failing_once(response: api.PublishResponse) -> None:
-        received.append(response)
-        if len(received) == 1:
-            raise RuntimeError("handler bug")
-
-    def publish_and_wait(call: PolledCall, value: bytes, count: int) -> None:
-        request = api.PublishRequest(stream=name, value=value, correlationId=value.decode(), ackPolicy=api.LEADER)
-        call.send(request, time.monotonic() + 5)
-        assert call.drive(lambda: len(received) >= count, time.monotonic() + 5), f"no response for {value!r}"
-
-    with client._pool.lease(address) as pooled:
-        call = open_polled_call(
-            pooled.channel,
-            name="test-polled-call",
-            idle_close=60,
-            close_if_idle=lambda: False,
-            on_response=failing_once,
-            on_end=ended.append,
-        )
-        assert call is not None, "the pinned grpcio has the parts polled_call.py drives"
-        try:
-            publish_and_wait(call, b"first", 1)
-            other = threading.Thread(target=publish_and_wait, args=(call, b"second", 2))
-            other.start()
-            other.join(timeout=10)
-            assert not other.is_alive(), "the second caller never got to poll"
-            assert [response.ack.offset for response in received] == [0, 1]
-        finally:
-            call.cancel()
-        wait_until(lambda: ended, 5, "the cancelled call's end")
-        assert ended[0].code() is grpc.StatusCode.CANCELLED
-
-
 def test_a_publish_after_its_first_broker_died_between_publishes_goes_to_another_broker(
     liftbridge_cluster: DevServer,
 ) -> None:
@@ -292,15 +243,12 @@ def test_a_publish_after_its_first_broker_died_between_publishes_goes_to_another
     not the partition's leader). The next publish skips it before sending anything and another broker acks
     it within the publish's timeout. (Before, the pooled channel still counted as connected: the publish was
     written to a new stream on the dead channel and failed at once as "may or may not have been stored".)
-    The publish starts once gRPC has read the killed node's reset: before that, its connection looks alive,
-    and a message written on it is rightly reported as possibly stored (the test beside this one)."""
+    What waits on the stream's socket (the killed node's end of the connection) is read before the write."""
     with LiftbridgeClient(liftbridge_cluster.brokers) as client:
         name, node = stream_whose_first_broker_is_not_its_leader(client, liftbridge_cluster)
-        pooled = client._pool._channels.items()
-        dead = [c for address, group in pooled if address.endswith(f":{node.port}") for c in group]
-        assert dead, "the warm-up publish opened no channel to the first broker"
+        dead = [s for s in shared_streams(client) if s.address.endswith(f":{node.port}")]
+        assert dead, "the warm-up publish opened no stream to the first broker"
         liftbridge_cluster.kill(node.server_id)
-        wait_until(lambda: not any(c.ready() for c in dead), 10, "gRPC to read the killed node's reset")
         try:
             started = time.monotonic()
             ack = client.publish(name, b"after the kill", timeout=10)
@@ -314,16 +262,12 @@ def test_a_publish_after_its_first_broker_died_between_publishes_goes_to_another
 def test_a_publish_no_broker_accepts_is_reported_as_not_stored() -> None:
     """Every broker refuses the connection (the only node was SIGKILLed after a first publish): the publish
     fails as UnavailableError with may_be_stored False, since no byte of it reached a server. (Before, it
-    said the message may or may not have been stored.) The publish starts once gRPC has read the killed
-    node's reset: a message written to the old stream before that went onto a live-looking connection,
-    and may then rightly be reported as possibly stored."""
+    said the message may or may not have been stored.) The old stream's end is read before the write."""
     with start_single() as server, LiftbridgeClient(server.brokers) as client:
         name = new_stream(client)
         assert client.publish(name, b"first") is not None
+        assert shared_streams(client), "the first publish opened no stream"
         server.kill(server.nodes[0].server_id)
-        channels = [c for group in client._pool._channels.values() for c in group]
-        assert channels, "the first publish opened no channel"
-        wait_until(lambda: not any(c.ready() for c in channels), 10, "gRPC to read the killed node's reset")
         started = time.monotonic()
         with pytest.raises(UnavailableError) as raised:
             client.publish(name, b"never sent", timeout=5)
@@ -332,54 +276,45 @@ def test_a_publish_no_broker_accepts_is_reported_as_not_stored() -> None:
 
 
 def test_a_publish_after_its_broker_was_killed_and_restarted_between_publishes_is_sent_and_acked() -> None:
-    """The shared stream's broker is SIGKILLed and restarted between two publishes, and its channel is connected
-    again by another call before the second one. Nobody polled the stream meanwhile, so its end is still
-    queued, unseen; the second publish must go on a new stream and be acked, not be written to the dead
-    call and fail as "may or may not have been stored" (chaos seed 180: "Stream removed (Socket closed)"
-    on a healthy cluster, 14 s after the restart)."""
+    """The shared stream's broker is SIGKILLed and restarted between two publishes. The old stream's connection
+    ended with the old process; the second publish must go on a new stream and be acked, not be written to the
+    dead one and fail as "may or may not have been stored" (chaos seed 180: "Stream removed (Socket closed)" on
+    a healthy cluster, 14 s after the restart). The end waiting on the old socket is read before the write."""
     with start_single() as server, LiftbridgeClient(server.brokers) as client:
         name = new_stream(client)
         assert client.publish(name, b"first") is not None
-        channels = [c for group in client._pool._channels.values() for c in group]
+        opened = shared_streams(client)
+        assert opened, "the first publish opened no shared stream"
         node = server.nodes[0].server_id
         server.kill(node)
-        wait_until(lambda: not any(c.ready() for c in channels), 10, "gRPC to read the killed node's reset")
         server.restart(node)
-        for channel in channels:  # as another call would: the channel is connected again
-            channel.connect(10)
-        assert all(c.ready() for c in channels)
-        opened = list(client._publishing.shared_streams._streams.values())
-        assert opened, "the first publish opened no shared stream"
-        # Before any probe: the stream's end may be queued only later on a loaded machine, so the stream
-        # must already read as not usable from its channel having been seen broken since it opened.
-        assert not any(stream.usable for stream in opened), "a stream opened before the restart is offered again"
         ack = client.publish(name, b"second", timeout=10)
         assert ack is not None
         assert ack.offset == 1, "stored once, after the first message"
+        assert all(stream.ended for stream in opened), "the stream of the killed process was ended"
+        assert not set(shared_streams(client)) & set(opened)
 
 
 def test_a_stream_replaced_after_its_broker_restarted_ends_and_nothing_outlives_the_client() -> None:
     """A shared stream whose broker was restarted is replaced by a new one at the next publish. The old one was
     dropped without being ended: its thread and its channel lease lived on for the idle time (30 s), and on
-    past the client's close, which no longer knew it. With nobody waiting on it, the replaced stream must end
-    at once, and the client's close must end every stream it opened."""
+    past the client's close, which no longer knew it. The replaced stream must end at once (nobody waits on
+    it), and the client's close must end every stream it opened, their connections closed."""
     with start_single() as server:
-        address = server.brokers[0]
-        mine = f"liftbridge-publish-{address}"
-
-        def streams_alive() -> int:
-            return sum(1 for t in threading.enumerate() if t.name == mine)
-
         with LiftbridgeClient(server.brokers) as client:
             name = new_stream(client)
             assert client.publish(name, b"first") is not None
-            assert streams_alive() == 1
+            (first,) = shared_streams(client)
             node = server.nodes[0].server_id
             server.kill(node)
             server.restart(node)
             assert client.publish(name, b"second", timeout=10) is not None
-            wait_until(lambda: streams_alive() == 1, 5, "the replaced stream to end while the new one serves")
-        wait_until(lambda: streams_alive() == 0, 5, "every stream of the closed client to end")
+            (second,) = shared_streams(client)
+            assert [first.ended, second.ended] == [True, False]
+            pool = client._pool
+        assert all(stream.ended for stream in (first, second))
+        assert not pool._calls, "a connection of the closed client is left"
+        assert publish_threads() == []
 
 
 @pytest.mark.parametrize(
@@ -464,10 +399,11 @@ def test_closing_the_client_while_threads_make_their_first_publishes(liftbridge_
         client.close()
         for worker in workers:
             worker.join(timeout=10)
+        assert not client._pool._calls, "a stream's connection outlived close()"
     unexpected = [outcome for outcome in outcomes if outcome not in ("acked", "closed")]
     assert not unexpected, unexpected[:5]
     assert len(outcomes) == 40 * 8
-    wait_until(lambda: not set(publish_threads()) - before, 5, "the closed clients' stream threads to end")
+    assert not set(publish_threads()) - before
 
 
 @pytest.mark.parametrize("timeout", [0.0001, 0.0003, 0.002])
@@ -484,36 +420,3 @@ def test_a_timeout_too_short_for_any_broker_leaves_the_broker_trusted(client: Li
             client.publish(name, b"hurried", timeout=timeout)
         assert not HEALTH.suspected(address), f"a {timeout * 1000:g} ms timeout put the broker last"
     assert client.publish(name, b"after", timeout=10) is not None
-
-
-def test_a_poll_ends_by_its_deadline_even_when_the_keepers_idle_check_fails(client: LiftbridgeClient) -> None:
-    """The keeper thread wakes a caller's poll at the caller's deadline (no ack comes here: nothing was sent).
-    A keeper that died of an error in another duty (here the idle check, which raises every time) would
-    leave that poll blocked for ever; the keeper logs the error and goes on, and the poll ends on time."""
-    address = client._router.broker_addresses()[0]
-
-    def failing_idle_check() -> bool:
-        raise RuntimeError("idle check bug")
-
-    with client._pool.lease(address) as pooled:
-        call = open_polled_call(
-            pooled.channel,
-            name="test-polled-keeper",
-            idle_close=0.2,
-            close_if_idle=failing_idle_check,
-            on_response=lambda response: None,
-            on_end=lambda ended: None,
-        )
-        assert call is not None
-        try:
-            time.sleep(0.5)  # the idle check has failed a few times by now
-            outcome: list[bool] = []
-            started = time.monotonic()
-            poller = threading.Thread(target=lambda: outcome.append(call.drive(lambda: False, started + 1.0)))
-            poller.start()
-            poller.join(timeout=10)
-            assert not poller.is_alive(), "the poll was never woken at its deadline"
-            assert outcome == [False]
-            assert time.monotonic() - started < 3
-        finally:
-            call.cancel()

@@ -318,3 +318,30 @@ def test_several_threads_write_one_call_while_one_reads() -> None:
         found.add(sent[position : position + 5 + size])
         position += 5 + size
     assert found == expected
+
+
+def test_a_write_that_fills_the_socket_goes_out_while_another_thread_waits_to_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Helper E's finding: a reader waiting in poll() had asked only for input, so what a writer on another
+    thread left unwritten (the socket full: the peer was not reading) went out only at the reader's next
+    wake-up, a response or its keepalive tick (up to 10 s). The writer wakes the reader now, which then waits
+    for room too: the rest goes out as soon as the peer reads again."""
+    monkeypatch.setattr(call_state, "KEEPALIVE_IDLE", 60.0)  # no keepalive tick wakes the reader here
+    size = 32 << 20  # more than the loopback socket buffers take while the peer reads nothing
+    with Peer(streaming=True, window=1 << 30) as peer, new_call(peer.address) as call:
+        peer.respond(HANDSHAKE)
+        call.connect()
+        assert messages(call.receive()) == [b""]
+        reader = threading.Thread(target=call.receive, args=(time.monotonic() + 30,), daemon=True)
+        reader.start()
+        time.sleep(0.2)  # the reader waits in poll(), for input only
+        peer.freeze()
+        call.send([b"x" * size])
+        assert not call.clear, "the socket took everything: the test needs a fuller write"
+        time.sleep(0.2)
+        peer.thaw()
+        wait_until(lambda: sum(map(len, peer.data())) >= size + 5, 5, "the rest of the write")
+        wait_until(lambda: call.clear, 5, "the call to say everything went out")
+        reader.join(timeout=5)
+        assert not reader.is_alive(), "the reader goes on waiting once what waited was written"

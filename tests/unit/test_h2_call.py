@@ -25,7 +25,15 @@ from h2.events import (
     WindowUpdated,
 )
 from h2.settings import SettingCodes
-from hyperframe.frame import ContinuationFrame, DataFrame, Frame, GoAwayFrame, HeadersFrame, PushPromiseFrame
+from hyperframe.frame import (
+    ContinuationFrame,
+    DataFrame,
+    Frame,
+    GoAwayFrame,
+    HeadersFrame,
+    PingFrame,
+    PushPromiseFrame,
+)
 
 from liftbridge_provider.client.h2.call_state import (
     DEFAULT_WINDOW,
@@ -453,6 +461,82 @@ def test_frames_cut_anywhere_read_the_same() -> None:
             assert got == [b"a" * 40, b"b", b"c" * 300], cut
             assert call.ended is not None, cut
             assert call.ended.code is grpc.StatusCode.OK, cut
+
+
+def test_pings_and_window_updates_cut_anywhere_are_read_by_the_call() -> None:
+    """The call reads the server's PINGs and WINDOW_UPDATEs itself (not h2): cut between reads at any byte, a
+    PING is answered once with its payload and the WINDOW_UPDATEs open the windows for what was held back."""
+    peer = Peer(new_call())
+    peer.open()
+    peer.conn.ping(b"pingpong")
+    peer.conn.increment_flow_control_window(70_000)
+    peer.conn.increment_flow_control_window(70_000, STREAM)
+    stream = answers(peer, b"a" * 40) + peer.write() + answers(peer, b"b")
+    for cut in range(1, len(stream)):
+        call = new_call()
+        Peer(call).open()
+        call.queue([b"r" * 100_000])
+        call.outgoing()
+        assert call.queued_bytes == 100_005 - DEFAULT_WINDOW
+        assert call.receive(stream[:cut]) + call.receive(stream[cut:]) == [b"a" * 40, b"b"], cut
+        written = call.outgoing()
+        answered = [f for f in parse(written) if isinstance(f, PingFrame) and "ACK" in f.flags]
+        assert [f.opaque_data for f in answered] == [b"pingpong"], cut
+        assert call.written_messages == 1, cut
+        assert call.ended is None, cut
+
+
+def test_window_updates_open_the_calls_own_send_windows_and_bad_ones_end_the_call() -> None:
+    """The call keeps its send windows itself (h2 never sees its DATA nor the server's WINDOW_UPDATEs): the
+    connection's and the stream's both bound what goes out; an update of 0 or one past 2^31-1 is an HTTP/2
+    error that ends the call."""
+    call = new_call()
+    peer = Peer(call)
+    peer.open()
+    call.queue([b"x" * 70_000])
+    assert sum(data_sizes(peer.read())) == DEFAULT_WINDOW
+    peer.conn.increment_flow_control_window(10_000, STREAM)  # the stream's only: the connection's still closed
+    call.receive(peer.write())
+    assert data_sizes(peer.read()) == []
+    peer.conn.increment_flow_control_window(3_000)
+    call.receive(peer.write())
+    assert sum(data_sizes(peer.read())) == 3_000
+    assert not call.over
+    zero = struct.pack(">IBII", (4 << 8) | 0x8, 0, 0, 0)
+    call.receive(zero)
+    assert call.ended is not None
+    assert call.ended.code is grpc.StatusCode.INTERNAL
+    over = new_call()
+    Peer(over).open()
+    over.receive(struct.pack(">IBII", (4 << 8) | 0x8, 0, STREAM, 2**31 - 1))
+    assert over.ended is not None
+    assert "2^31-1" in over.ended.details
+
+
+def test_a_request_none_of_which_was_written_can_be_withdrawn() -> None:
+    """A message the server's window held back wholly is taken back at its caller's deadline (the shared publish
+    stream's "not sent"); one partly written, or not the last queued, stays."""
+    call = new_call()
+    peer = Peer(call)
+    peer.open()
+    first_starts = call.queued_through
+    call.queue([b"a" * (DEFAULT_WINDOW - 5)])  # exactly the window
+    assert sum(data_sizes(peer.read())) == DEFAULT_WINDOW
+    assert not call.withdraw(first_starts), "written: it stays"
+    held_starts = call.queued_through
+    call.queue([b"held"])
+    assert call.written_through == held_starts
+    assert call.withdraw(held_starts)
+    assert call.queued_bytes == 0
+    assert call.queued_through == held_starts
+    call.queue([b"next"])
+    peer.conn.increment_flow_control_window(1_000)
+    peer.conn.increment_flow_control_window(1_000, STREAM)
+    call.receive(peer.write())
+    events = peer.read()
+    assert [e.data for e in events if isinstance(e, DataReceived)] == [grpc_message(b"next")]
+    call.queue([b"one", b"two"])
+    assert not call.withdraw(held_starts + 9), "not the last one queued"
 
 
 # -- keepalive --------------------------------------------------------------------------------------------

@@ -45,9 +45,6 @@ PRIVATE_ATTRIBUTES = frozenset({"_channel", "_call", "_cython", "cygrpc"})
 call of a rendezvous or an aio call, the Cython core."""
 
 KNOWN = {
-    # client/publish/polled_call.py: the shared PublishAsync stream driven through cygrpc's segregated_call
-    # (to be replaced by the project's own HTTP/2 call, issue 49).
-    "liftbridge_provider/client/publish/polled_call.py",
     # client/connections.py: a sync channel's connectivity read through its core channel (channel._channel).
     # grpc's public Channel.subscribe keeps a thread inside grpc for the channel's life; a process forking
     # while it is there skips grpc's fork handlers and its child crashes at its first call

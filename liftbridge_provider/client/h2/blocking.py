@@ -14,7 +14,9 @@ Its rules, each kept on every path:
   (UNAVAILABLE).
 - **A deadline on every exit path**: the call ends DEADLINE_EXCEEDED ("Deadline Exceeded", as grpc says) at
   ``timeout`` seconds after it was made, whatever the server does, and the server is told the same deadline
-  (``grpc-timeout``); a read may also return earlier by its own ``until``, the call going on.
+  (``grpc-timeout``); a read may also return earlier by its own ``until``, the call going on. A call made
+  with ``timeout=None`` (the shared publish stream, which lives as long as it is used) has no deadline of
+  its own: each of its readers bounds its wait by ``until``, its owner ends it.
 - **Keepalive**: every wait is bounded by the call's next keepalive tick (:meth:`CallState.keepalive`), so
   a reader waiting on a broker that froze sees the call end UNAVAILABLE within ``KEEPALIVE_IDLE +
   KEEPALIVE_TIMEOUT`` (20 s) of the broker's last frame; what was read is always taken before the rule is
@@ -22,6 +24,12 @@ Its rules, each kept on every path:
 - **Ended on every exit**: :meth:`cancel` (any thread: RST_STREAM, then the socket shut down, which wakes a
   waiting reader at once) and :meth:`close` (the owner, after its last read: cancel, then the socket closed).
   Nothing outlives the call: no grpc core call, no completion queue, no thread.
+
+- **Nothing written waits for a read**: a writer that leaves bytes the socket did not take wakes a reader
+  waiting in ``poll()`` (an eventfd, or a pipe, registered beside the socket), which then waits for room to
+  write too and writes the rest as soon as the peer reads; a reader's :meth:`receive` returns (``[]``) once
+  what waited to be written has gone out (:attr:`clear`), so a writer waiting for its turn may go on.
+  (Before, the rest went out only at the reader's next wake-up: a response, or its keepalive tick, 10 s.)
 
 Bounded in flight: the socket is read only when a caller asks for the next responses, so what the server
 may send ahead is its flow-control window (16 MiB) and the socket buffers.
@@ -46,11 +54,13 @@ from liftbridge_provider.client.h2.call_state import CallState
 from liftbridge_provider.client.h2.grpc_status import CallFailed, as_grpc_ends_it
 from liftbridge_provider.client.h2.inbound import Segments
 from liftbridge_provider.client.h2.tls_pipe import TlsPipe
+from liftbridge_provider.client.h2.waker import Waker
 from liftbridge_provider.client.options import parse_broker
 
 RECEIVE_BYTES = 256 * 1024  # bytes asked of one read of the socket
 CONNECT_WAIT = 5.0  # seconds to dial, shake hands and get the server's SETTINGS, by default
 _READABLE = select.POLLIN | select.POLLHUP | select.POLLERR
+_DRAINED = 1 << 24  # not poll's: _wait wrote out the last of what waited for room in the socket
 DEADLINE_DETAILS = "Deadline Exceeded"  # grpc's own words for a call past its deadline
 
 
@@ -63,8 +73,12 @@ class BlockingCall:
     :param tls: the client's TLS context (ALPN ``h2``), None for plaintext.
     :param server_name: the name checked against the broker's certificate (default: the host dialled).
     :param max_response_bytes: largest response accepted; a larger one ends the call (RESOURCE_EXHAUSTED).
-    :param timeout: seconds the call may last, from now (its deadline).
+    :param timeout: seconds the call may last, from now (its deadline); None: no deadline of its own.
     :param clock: seconds on a monotonic clock (default ``time.monotonic``).
+    :param lazy_acks: what the connection owes the server after a read that brought responses (h2's PING and
+        SETTINGS acknowledgements, window grants) waits for the next write or the next wait, instead of a write
+        of its own before the responses are handed over: a request-response stream (the shared publish stream,
+        whose broker PINGs on every message it reads) then answers a publish one system call sooner.
     """
 
     def __init__(
@@ -75,14 +89,15 @@ class BlockingCall:
         tls: ssl.SSLContext | None,
         server_name: str | None,
         max_response_bytes: int,
-        timeout: float,
+        timeout: float | None,
         clock: Callable[[], float] = time.monotonic,
+        lazy_acks: bool = False,
     ) -> None:
         host, port = parse_broker(address)
         self.address = address
         self._host, self._port = host, port
         self._clock = clock
-        self.deadline = clock() + timeout
+        self.deadline = math.inf if timeout is None else clock() + timeout
         authority = server_name if tls is not None and server_name else address
         self.state = CallState(
             authority=authority,
@@ -97,9 +112,14 @@ class BlockingCall:
         self._reading = threading.Lock()  # one waiting reader at a time
         self._sock: socket.socket | None = None
         self._poll = select.poll()
+        self._waker = Waker()
+        self._poll.register(self._waker.fileno(), select.POLLIN)
         self._out = bytearray()  # bytes for the socket that it did not take yet
         self._early: Segments = []  # responses read while connecting, for the first receive()
         self._keepalive_at = math.inf
+        self._read_at = -math.inf  # when the socket was last read
+        self._lazy_acks = lazy_acks
+        self._owed = False  # a read's answers to the server were left for the next write or wait (lazy_acks)
         self._cancelled = False
         self._connected = False  # the socket is up (and TLS done): our frames may be written
 
@@ -113,6 +133,32 @@ class BlockingCall:
     def over(self) -> bool:
         """The call has ended (``state.ended`` says how)."""
         return self.state.over
+
+    @property
+    def clear(self) -> bool:
+        """Every request queued so far has been handed to the socket (none waits for the peer's window or for
+        room in the socket)."""
+        return not self._out and not self.state.queued_bytes
+
+    def news(self, fresh: float = 0.0) -> bool:
+        """Something waits to be read (bytes, the connection's end or an error) or the keepalive rule is due: a
+        look without reading (one system call), for a writer deciding whether to read first. A call read less
+        than ``fresh`` seconds ago is not looked at (False): what came since is read with the next answer."""
+        now = self._clock()
+        if self._early or now >= self._keepalive_at:
+            return True
+        if now - self._read_at < fresh:
+            return False
+        sock = self._sock
+        if sock is None:
+            return True
+        try:
+            sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+        return True  # a byte, or b"": the peer closed
 
     def error(self) -> CallFailed | None:
         """The call's end as an error, as grpc's own client reports it (None while it runs or when it ended
@@ -217,45 +263,64 @@ class BlockingCall:
 
     def send(self, messages: Sequence[bytes]) -> None:
         """Queue serialized requests and write what the peer's windows and the socket take now (any thread;
-        before :meth:`connect` they go out as soon as the server's settings came)."""
+        before :meth:`connect` they go out as soon as the server's settings came). What the socket does not
+        take is written by the waiting reader, woken for it, or by the next one."""
         with self._lock:
             self.state.queue(messages)
             if self._connected:
-                self._flush()
+                self._flush_and_wake()
+
+    def withdraw(self, start: int) -> bool:
+        """Take back the last request queued, which starts at DATA byte ``start`` (``state.queued_through``
+        before it was queued), when none of it has been written: True, and it never will be (any thread)."""
+        with self._lock:
+            return self.state.withdraw(start)
 
     def close_sending(self) -> None:
         """Half-close the call once every queued request is written (any thread)."""
         with self._lock:
             self.state.close_sending()
             if self._connected:
-                self._flush()
+                self._flush_and_wake()
 
     def receive(self, until: float | None = None) -> Segments:
         """The responses of the next read that brings any, waiting at most until ``until`` (monotonic seconds,
-        default the call's deadline); ``[]`` when the call is over (:attr:`over`, :meth:`error`) or ``until``
-        passed first. At the deadline the call ends DEADLINE_EXCEEDED. One waiting caller at a time."""
+        default the call's deadline; one that has passed takes only what is there now); ``[]`` when the call
+        is over (:attr:`over`, :meth:`error`), ``until`` passed first, or what waited to be written went out
+        meanwhile (:attr:`clear`). At the deadline the call ends DEADLINE_EXCEEDED. One waiting caller at a
+        time."""
         with self._reading:
             if self._early:
                 early, self._early = self._early, []
                 return early
+            first = True
             while not self.state.over:
                 now = self._clock()
                 if now >= self.deadline:
                     self._end_here(grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE_DETAILS)
                     break
-                if until is not None and now >= until:
+                if until is not None and now >= until and not first:
                     break
+                first = False
                 limit = min(self.deadline, self._keepalive_at, math.inf if until is None else until)
-                events = self._wait(limit, reading=True)
+                if self._owed and limit > now:
+                    with self._lock:  # about to wait: what a read left for later goes out first
+                        self._flush()
+                events = self._wait(limit, reading=True, drained=True)
                 if events & _READABLE:
+                    blocked = not self.clear
                     segments = self._read()
                     if segments:
                         return segments
+                    if blocked and self.clear:
+                        break  # the peer's window opened and what waited went out: a writer may go on
                 elif not events and self._clock() >= self._keepalive_at:
                     with self._lock:  # nothing came: the keepalive rule, on what was read
                         delay = self.state.keepalive()
                         self._keepalive_at = math.inf if delay is None else self._clock() + delay
                         self._flush()
+                if events & _DRAINED:
+                    break  # what waited for room in the socket went out: a writer waiting for that may go on
             return []
 
     def cancel(self, details: str = "cancelled by the client") -> None:
@@ -268,11 +333,17 @@ class BlockingCall:
                 with contextlib.suppress(OSError):
                     self._sock.shutdown(socket.SHUT_RDWR)
 
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        """End the call with ``code`` from this side (any thread): RST_STREAM is written; the socket stays for
+        the owner's :meth:`close`. Does nothing to a call that has ended."""
+        self._end_here(code, details)
+
     def close(self) -> None:
         """Cancel the call if it is still open and close its socket (the owner, after its last read)."""
         self.cancel()
         with self._lock:
             sock, self._sock = self._sock, None
+            self._waker.close()  # under the lock: a writer's wake-up never reaches a closed (or reused) descriptor
         if sock is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self._poll.unregister(sock)
@@ -291,24 +362,36 @@ class BlockingCall:
                 self._out += self._tls.wrap(reset) if self._tls is not None else reset
                 self._send_some()
 
-    def _wait(self, until: float, *, reading: bool, writing: bool = False) -> int:
-        """Wait until the socket is readable (``reading``), writable (``writing``, or while output waits for
-        room) or ``until`` passes: the events (0: none in time). Output that fits is written meanwhile."""
+    def _wait(self, until: float, *, reading: bool, writing: bool = False, drained: bool = False) -> int:
+        """Wait until the socket is readable (``reading``), writable (``writing``), output that waited for room
+        has all gone out (``drained``: the events then carry ``_DRAINED``), or ``until`` passes: the socket's
+        events (0: none in time). Output that fits is written meanwhile; a writer's wake-up makes the wait ask
+        for room too."""
         sock = self._sock
         if sock is None:
             return select.POLLHUP
+        waker = self._waker.fileno()
         while True:
+            if sock.fileno() < 0:  # closed meanwhile (by cancel's owner)
+                return select.POLLHUP
             flags = (select.POLLIN if reading else 0) | (select.POLLOUT if writing or self._out else 0)
             self._poll.register(sock, flags)  # registered again: the mask is replaced
             left = until - self._clock()
-            ready = self._poll.poll(max(0, math.ceil(left * 1000)))
-            events = ready[0][1] if ready else 0
+            ready = self._poll.poll(-1 if left == math.inf else max(0, math.ceil(left * 1000)))
+            events = 0
+            for fd, happened in ready:
+                if fd == waker:
+                    self._waker.drain()
+                else:
+                    events = happened
             if events & select.POLLOUT and self._out and not writing:
                 with self._lock:
                     self._send_some()
-                if not events & _READABLE and self._clock() < until:
-                    continue  # only room to write came: wait on
-            return events
+                if drained and not self._out:
+                    return events | _DRAINED  # what waited went out: the reader says so
+            if events & _READABLE or (writing and events & select.POLLOUT) or self._clock() >= until:
+                return events
+            # room to write, or a writer's wake-up: wait on (for room too when output waits now)
 
     def _recv(self) -> bytes | None:
         """What the socket has: bytes, ``b""`` at its end (or when it failed), None when nothing after all."""
@@ -325,6 +408,7 @@ class BlockingCall:
     def _read(self) -> Segments:
         """One read of the socket, handed to the call; the responses it completes."""
         raw = self._recv()
+        self._read_at = self._clock()
         if raw is None:
             return []
         with self._lock:
@@ -340,11 +424,23 @@ class BlockingCall:
                     self.state.connection_lost(f"TLS error on the connection to {self.address}: {exc}")
                     return []
             segments = self.state.receive_spans(plain) if plain else []
-            self._flush()
+            if segments and self._lazy_acks:
+                self._owed = True
+            else:
+                self._flush()
             return segments
+
+    def _flush_and_wake(self) -> None:
+        """:meth:`_flush` for a writer (under the lock): when output now waits for room in the socket, a reader
+        waiting for input only is woken, so that it waits for room too."""
+        was_waiting = bool(self._out)
+        self._flush()
+        if self._out and not was_waiting:
+            self._waker.wake()
 
     def _flush(self) -> None:
         """Write what the call has to say now (under the lock)."""
+        self._owed = False
         out = self.state.outgoing()
         if self._tls is not None:
             out = self._tls.wrap(out)

@@ -7,7 +7,11 @@ the preface and settings, HPACK, frames, flow control, SETTINGS and PING acknowl
 connection state); this class adds the gRPC call on top: the request headers (with ``grpc-timeout`` when the
 call has a deadline), the 5-byte message prefix, the status from the trailers, a stream reset or a GOAWAY
 (:mod:`grpc_status`). The call's own DATA is cut into messages in place by :mod:`inbound`, without h2 (h2
-cost about 9.5 us per frame, and a Subscribe server writes a frame per message). Its owner moves the bytes:
+cost about 9.5 us per frame, and a Subscribe server writes a frame per message), and so are the server's
+PINGs (answered here) and WINDOW_UPDATEs (h2 took about 20 us for each, and grpc-go sends both for nearly
+every message it reads). So the call also frames its own requests as DATA and keeps its own send windows
+(the connection's and the stream's, from the server's settings and WINDOW_UPDATEs, as RFC 9113 says); h2
+still writes the preface, the settings, the headers and the end of the stream. Its owner moves the bytes:
 :mod:`aio_transport` on asyncio, :mod:`blocking` on the calling thread.
 
 Why a call of our own rather than grpc's: grpc writes each message of a stream as its own socket write and
@@ -65,7 +69,7 @@ from h2.settings import SettingCodes, Settings
 
 from liftbridge_provider.client.h2 import grpc_status
 from liftbridge_provider.client.h2.grpc_status import CallFailed, Ended
-from liftbridge_provider.client.h2.inbound import GRPC_PREFIX, STREAM, Inbound, Segments
+from liftbridge_provider.client.h2.inbound import DATA, FRAME, GRPC_PREFIX, STREAM, Inbound, Segments, ping_ack
 
 __all__ = [
     "DEFAULT_WINDOW",
@@ -82,6 +86,7 @@ __all__ = [
 ]
 
 DEFAULT_WINDOW = 65_535  # every flow-control window's size until a setting or update changes it (RFC 9113), bytes
+MAX_WINDOW = 2**31 - 1  # the largest flow-control window HTTP/2 allows, bytes
 RECEIVE_WINDOW = 1 << 24  # bytes the server may send ahead of what we read, per stream and connection (16 MiB)
 USER_AGENT = "liftbridge-provider (h2)"
 KEEPALIVE_IDLE = 10.0  # seconds without a frame from the server before a PING asks whether it is alive
@@ -146,6 +151,11 @@ class CallState:
         self._written_total = 0  # DATA bytes handed to h2 (and so to the next outgoing()) since the start
         self._written_end = 0  # where the last request written in full ends, as a count of DATA bytes
         self.written_messages = 0  # requests written out in full
+        # What the server lets us send (RFC 9113, 6.9): its connection window and the stream's, which starts at
+        # its SETTINGS_INITIAL_WINDOW_SIZE and follows its changes.
+        self._send_window = DEFAULT_WINDOW
+        self._stream_window = DEFAULT_WINDOW
+        self._peer_initial_window = DEFAULT_WINDOW
         self._closing = False  # the sending side is to be closed after the pending requests
         self._closed_sending = False
         # The server's SETTINGS came: it is alive and speaks HTTP/2. No request is written before (a frozen
@@ -182,6 +192,34 @@ class CallState:
             ends.append(total)
         self._queued_total = total
 
+    @property
+    def queued_through(self) -> int:
+        """DATA bytes queued since the start (prefixes included): where the next request queued starts."""
+        return self._queued_total
+
+    @property
+    def written_through(self) -> int:
+        """DATA bytes handed to h2 (and so to the bytes to write) since the start: a request that starts at or
+        after this has not been written at all."""
+        return self._written_total
+
+    def withdraw(self, start: int) -> bool:
+        """Take back the last request queued, which starts at DATA byte ``start``, when none of it has been
+        written (the peer's window held it back): True, and it is never written. False when some of it went out,
+        or when it is not the last one queued."""
+        ends = self._ends
+        if not ends or self._written_total > start or ends[-1] != self._queued_total:
+            return False
+        if len(ends) > 1 and ends[-2] != start:
+            return False
+        size = self._queued_total - start
+        if not 0 < size <= len(self._pending):
+            return False
+        del self._pending[len(self._pending) - size :]
+        ends.pop()
+        self._queued_total = start
+        return True
+
     def close_sending(self) -> None:
         """Half-close the call once every queued request is written (END_STREAM)."""
         self._closing = True
@@ -194,43 +232,53 @@ class CallState:
         return self._conn.data_to_send()
 
     def outgoing(self) -> bytes:
-        """Everything that may be written now: h2's frames (settings, acknowledgements, window updates), then
-        the queued requests as DATA within the peer's windows, at most its largest frame each, and the window
-        updates for the DATA the call read."""
+        """Everything that may be written now: h2's frames (settings, acknowledgements, headers), then the
+        queued requests as DATA within the peer's windows, at most its largest frame each, then the end of the
+        stream when asked, then our own frames (PING answers, window updates for the DATA the call read)."""
         conn = self._conn
         if self.ended is not None:
             return conn.data_to_send()
+        out = conn.data_to_send()
         pending = self._pending
         if pending and self.peer_ready and not self.draining:
-            allowed = min(len(pending), conn.local_flow_control_window(STREAM))
+            allowed = min(len(pending), self._send_window, self._stream_window)
             if allowed > 0:
-                step = conn.max_outbound_frame_size
-                send = conn.send_data
-                if allowed <= step:
-                    send(STREAM, bytes(pending[:allowed]))
-                else:
-                    view = memoryview(pending)
-                    try:
-                        for start in range(0, allowed, step):
-                            send(STREAM, bytes(view[start : min(start + step, allowed)]))
-                    finally:
-                        view.release()
-                del pending[:allowed]
-                self._written_total += allowed
-                ends, written, count = self._ends, self._written_total, 0
-                while ends and ends[0] <= written:
-                    self._written_end = ends.popleft()
-                    count += 1
-                self.written_messages += count
+                out += self._data_frames(allowed, conn.max_outbound_frame_size)
         if ((self._closing and not pending) or self.draining) and not self._closed_sending and self.peer_ready:
             conn.end_stream(STREAM)
             self._closed_sending = True
-        out = conn.data_to_send()
+            out += conn.data_to_send()
         if self._control:
             out += self._control
             self._control.clear()
             self._inbound.grants_written()
         return out
+
+    def _data_frames(self, allowed: int, step: int) -> bytes:
+        """The first ``allowed`` bytes of the queued requests as DATA frames of at most ``step`` bytes each, taken
+        off the queue and the send windows."""
+        pending, pack = self._pending, FRAME.pack
+        frames: bytes | bytearray
+        if allowed <= step:
+            frames = pack((allowed << 8) | DATA, 0, STREAM) + pending[:allowed]
+        else:
+            frames = bytearray()
+            with memoryview(pending) as view:
+                for start in range(0, allowed, step):
+                    size = min(step, allowed - start)
+                    frames += pack((size << 8) | DATA, 0, STREAM)
+                    with view[start : start + size] as part:
+                        frames += part
+        del pending[:allowed]
+        self._send_window -= allowed
+        self._stream_window -= allowed
+        self._written_total += allowed
+        ends, written, count = self._ends, self._written_total, 0
+        while ends and ends[0] <= written:
+            self._written_end = ends.popleft()
+            count += 1
+        self.written_messages += count
+        return bytes(frames)
 
     # -- receiving -------------------------------------------------------------------------------------------
 
@@ -293,6 +341,25 @@ class CallState:
         else:  # graceful: the call may finish; nothing more goes out on it
             self.draining = True
 
+    def ping(self, flags: int, payload: bytes) -> None:
+        """The server's PING: answered (with the next bytes written), or, an answer to ours, the keepalive's."""
+        if flags & 0x1:
+            self._ping_sent_at = None
+        else:
+            self._control += ping_ack(payload)
+
+    def window_update(self, stream: int, increment: int) -> None:
+        """The server lets us send ``increment`` more bytes on the connection (``stream`` 0) or the call."""
+        if increment == 0:
+            self.end(grpc.StatusCode.INTERNAL, "the server sent a WINDOW_UPDATE of 0 bytes (an HTTP/2 error)")
+            return
+        if stream == 0:
+            self._send_window += increment
+        else:
+            self._stream_window += increment
+        if max(self._send_window, self._stream_window) > MAX_WINDOW:
+            self.end(grpc.StatusCode.INTERNAL, "the server's flow-control window grew over 2^31-1 (an HTTP/2 error)")
+
     def end(self, code: grpc.StatusCode, details: str, *, goaway: bool = False) -> None:
         """End the call with ``code`` (the first end counts); ``goaway``: the server's GOAWAY ended it."""
         if self.ended is None:
@@ -341,6 +408,9 @@ class CallState:
     def _on_event(self, event: object) -> None:
         if isinstance(event, RemoteSettingsChanged):
             self.peer_ready = True
+            initial = self._conn.remote_settings.initial_window_size
+            self._stream_window += initial - self._peer_initial_window  # RFC 9113, 6.9.2
+            self._peer_initial_window = initial
         elif isinstance(event, PingAckReceived):
             self._ping_sent_at = None
         elif isinstance(event, (ResponseReceived, TrailersReceived)):

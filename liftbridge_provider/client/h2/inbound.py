@@ -8,11 +8,14 @@ as a DATA frame of its own, so h2 cost about 9.5 us a message here, three times 
 ending the stream) never reaches h2; its messages are cut from the bytes as read, as (start, end) spans, and
 the call's flow-control windows are granted back by WINDOW_UPDATE frames of our own (h2 never sees that DATA,
 so its own windows stay as they were opened). A message cut across frames or reads is put together in a
-buffer of its own. Any other frame (headers, trailers, settings, PING, WINDOW_UPDATE, RST_STREAM, a padded or
-stream-ending DATA frame) goes to h2 as it comes, in order; h2 keeps its own partial frames.
+buffer of its own. Any other frame (headers, trailers, settings, RST_STREAM, a padded or stream-ending DATA
+frame) goes to h2 as it comes, in order; h2 keeps its own partial frames.
 
-GOAWAY is read here too: h2 takes no frame at all once its peer said GOAWAY (a read that held one lost every
-response in it), so the owner gets the GOAWAY's payload after the frames before it.
+GOAWAY, PING and WINDOW_UPDATE are read here too, each handed to the owner whole, after the frames before it.
+h2 takes no frame at all once its peer said GOAWAY (a read that held one lost every response in it). PING and
+WINDOW_UPDATE come with nearly every message the server reads (grpc-go's flow-control estimate PINGs after
+each read, with a WINDOW_UPDATE before it), and h2 took about 20 us for each, more than the rest of a
+publish's read: the call answers a PING itself and keeps its own send windows (``call_state.py``).
 
 What :meth:`Inbound.walk` returns, ``Segments``: a list of ``(buffer, spans)``, ``spans`` a flat list
 ``[start0, end0, start1, end1, ...]`` of messages in ``buffer`` (the bytes read, or a message put together),
@@ -30,8 +33,9 @@ import grpc
 STREAM = 1  # the call's stream id (the first a client opens)
 FRAME = struct.Struct(">IBI")  # a frame header: length (24 bits) and type (8 bits), flags, stream id
 FRAME_HEADER = 9  # bytes
-DATA, GOAWAY = 0x0, 0x7  # frame types
+DATA, PING, GOAWAY, WINDOW_UPDATE_FRAME = 0x0, 0x6, 0x7, 0x8  # frame types
 END_STREAM, PADDED = 0x1, 0x8  # DATA flags
+ACK = 0x1  # PING flag
 GRPC_PREFIX = struct.Struct(">BI")  # a gRPC message's prefix: compressed flag, length
 WINDOW_UPDATE = struct.Struct(">IBII")  # length 4 and type 0x8, flags, stream id, increment
 
@@ -48,12 +52,34 @@ class Sink(Protocol):
     def goaway(self, payload: bytes) -> None:
         """The server's GOAWAY frame's payload."""
 
+    def ping(self, flags: int, payload: bytes) -> None:
+        """The server's PING frame (stream 0, 8 bytes): its flags (ACK: the answer to ours) and payload."""
+
+    def window_update(self, stream: int, increment: int) -> None:
+        """The server's WINDOW_UPDATE for the connection (stream 0) or the call's stream."""
+
     def end(self, code: grpc.StatusCode, details: str, *, goaway: bool = False) -> None:
         """End the call from what was read (a protocol error, a refused message)."""
 
     @property
     def over(self) -> bool:
         """The call has ended: the rest of the read is not looked at."""
+
+
+def _ours(head: int, stream: int) -> bool:
+    """A frame the walk hands to the owner itself (a GOAWAY, or a well-formed PING or WINDOW_UPDATE of the
+    connection or the call's stream); a malformed one goes to h2, which refuses it as HTTP/2 says."""
+    kind, length = head & 0xFF, head >> 8
+    if kind == GOAWAY:
+        return True
+    if kind == PING:
+        return length == 8 and stream == 0
+    return kind == WINDOW_UPDATE_FRAME and length == 4 and stream in (0, STREAM)
+
+
+def ping_ack(payload: bytes) -> bytes:
+    """The PING frame that answers one whose payload is ``payload``."""
+    return FRAME.pack((8 << 8) | PING, ACK, 0) + payload
 
 
 def window_update(increment: int) -> bytes:
@@ -112,7 +138,7 @@ class Inbound:
                     start = position
                     continue  # the call may have ended
                 position = start = self._data_frames(data, position, out, sink)
-            elif head & 0xFF == GOAWAY:
+            elif _ours(head, stream):
                 if end > size:
                     break  # held until it is whole
                 if start < position:
@@ -120,7 +146,13 @@ class Inbound:
                     self._spans = None
                     start = position
                     continue  # the call may have ended
-                sink.goaway(data[position + FRAME_HEADER : end])
+                kind, payload = head & 0xFF, data[position + FRAME_HEADER : end]
+                if kind == GOAWAY:
+                    sink.goaway(payload)
+                elif kind == PING:
+                    sink.ping(flags, payload)
+                else:
+                    sink.window_update(stream, int.from_bytes(payload, "big") & 0x7FFFFFFF)
                 position = start = end
             elif end > size:
                 self._skip = end - size
