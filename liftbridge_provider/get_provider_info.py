@@ -63,7 +63,8 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "queues": ["liftbridge_provider.queues.liftbridge.LiftbridgeMessageQueueProvider"],
         "plugins": [
-            {"name": "liftbridge_events", "plugin-class": "liftbridge_provider.events.plugin.LiftbridgeEventsPlugin"}
+            {"name": "liftbridge_events", "plugin-class": "liftbridge_provider.events.plugin.LiftbridgeEventsPlugin"},
+            {"name": "liftbridge_ui", "plugin-class": "liftbridge_provider.ui.plugin.LiftbridgeUiPlugin"},
         ],
         "config": provider_config(),
         "asset-uris": [

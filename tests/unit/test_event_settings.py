@@ -38,7 +38,8 @@ def test_provider_info_declares_every_option_with_its_default_and_description() 
         assert option["description"]
         assert option["type"] in ("string", "boolean", "integer", "float")
     assert get_provider_info()["plugins"] == [
-        {"name": "liftbridge_events", "plugin-class": "liftbridge_provider.events.plugin.LiftbridgeEventsPlugin"}
+        {"name": "liftbridge_events", "plugin-class": "liftbridge_provider.events.plugin.LiftbridgeEventsPlugin"},
+        {"name": "liftbridge_ui", "plugin-class": "liftbridge_provider.ui.plugin.LiftbridgeUiPlugin"},
     ]
 
 
