@@ -70,20 +70,47 @@ def liftbridge_connections() -> list[LiftbridgeConnection]:
     return [found[key] for key in sorted(found)]
 
 
+def _watcher_rows(session: Any) -> list[tuple[str, int, str, Any]]:
+    """(watcher name, asset id, asset name, trigger) of every watcher running ``LiftbridgeMessageTrigger``.
+
+    Airflow 3.2 records watchers in ``asset_watcher`` with a name; 3.1 links assets and triggers in
+    ``asset_trigger`` without one, and the asset's name stands for the watcher's there
+    (``version_compat.AIRFLOW_V_3_2_PLUS``: named asset watchers).
+    """
+    from airflow.models.asset import AssetModel  # noqa: PLC0415
+    from airflow.models.trigger import Trigger  # noqa: PLC0415
+
+    from liftbridge_provider.version_compat import AIRFLOW_V_3_2_PLUS  # noqa: PLC0415
+
+    if AIRFLOW_V_3_2_PLUS:
+        from airflow.models.asset import AssetWatcherModel  # noqa: PLC0415
+
+        query = (
+            select(AssetWatcherModel.name, AssetModel.id, AssetModel.name, Trigger)
+            .join(Trigger, Trigger.id == AssetWatcherModel.trigger_id)
+            .join(AssetModel, AssetModel.id == AssetWatcherModel.asset_id)
+        )
+    else:
+        from airflow.models.asset import (  # type: ignore[attr-defined]  # noqa: PLC0415 - Airflow 3.1 only
+            asset_trigger_association_table as links,
+        )
+
+        query = (
+            select(AssetModel.name, AssetModel.id, AssetModel.name, Trigger)
+            .join(links, links.c.asset_id == AssetModel.id)
+            .join(Trigger, Trigger.id == links.c.trigger_id)
+        )
+    return [tuple(row) for row in session.execute(query.where(Trigger.classpath == TRIGGER_CLASSPATH)).all()]
+
+
 def watchers_of(conn_id: str) -> list[WatcherInfo]:
     """The Liftbridge asset watchers on connection ``conn_id``, with their assets' last event times."""
-    from airflow.models.asset import AssetEvent, AssetModel, AssetWatcherModel  # noqa: PLC0415
-    from airflow.models.trigger import Trigger  # noqa: PLC0415
+    from airflow.models.asset import AssetEvent  # noqa: PLC0415
     from airflow.utils.session import create_session  # noqa: PLC0415
 
     found = []
     with create_session() as session:
-        rows = session.execute(
-            select(AssetWatcherModel.name, AssetModel.id, AssetModel.name, Trigger)
-            .join(Trigger, Trigger.id == AssetWatcherModel.trigger_id)
-            .join(AssetModel, AssetModel.id == AssetWatcherModel.asset_id)
-            .where(Trigger.classpath == TRIGGER_CLASSPATH)
-        ).all()
+        rows = _watcher_rows(session)
         asset_ids = {row[1] for row in rows}
         last_events = dict(
             session.execute(
