@@ -221,6 +221,15 @@ class DeltaFormat:
     def refresh(self) -> None:
         self._delta = _open(self.path, self.storage_options)
 
+    def load(self) -> bool:
+        """Load the table as it is, without creating it: False when there is none (``spark/landed.py``)."""
+        try:
+            self._delta = DeltaTable(self.path, storage_options=dict(self.storage_options or {}) or None)
+        except TableNotFoundError:
+            return False
+        _check_shape(self._delta, self.path)
+        return True
+
     def holdings(self, stream: str, partitions: Sequence[int]) -> dict[int, list[Interval]]:
         return holdings(self.delta, stream, partitions)
 

@@ -151,6 +151,15 @@ class IcebergFormat:
         self._table = catalog.load_table(self.identifier)
         check_shape(self._table, self.identifier)
 
+    def load(self) -> bool:
+        """Load the table as it is, without creating it: False when there is none (``spark/landed.py``)."""
+        catalog = self.catalog()
+        if not catalog.table_exists(self.identifier):
+            return False
+        self._table = catalog.load_table(self.identifier)
+        check_shape(self._table, self.identifier)
+        return True
+
     def _create(self, catalog: Catalog) -> None:
         """Create the namespace and the table when missing. Another run may create either at the same moment:
         catalogs say so differently (an "already exists" error, a lost commit; Iceberg's REST catalog over

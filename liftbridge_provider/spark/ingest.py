@@ -31,10 +31,11 @@ The job exits 1 when a piece holds fewer rows than offsets (unless
 an offset outside it; such a piece is not committed. It never
 moves a cursor: committing is the next task's job.
 
-Before reading, the job checks that the executors' Python can import this
-package (a cluster whose workers run another interpreter fails with Spark's
-"Failed to find the data source: liftbridge", which hides that) and says how
-to ship it (``make dist``, ``--archives``; docs/spark.md).
+A rerun that finds every range in the lake already says so and exits 0 before it
+starts Spark (liftbridge_provider/spark/landed.py). Before reading, the job
+checks that the executors' Python can import this package (a cluster whose
+workers run another interpreter fails with Spark's "Failed to find the data
+source: liftbridge", which hides that) and says how to ship it (``make dist``, ``--archives``; docs/spark.md).
 """
 
 from __future__ import annotations
@@ -42,8 +43,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import hashlib
-import json
 import logging
 import os
 import shutil
@@ -62,9 +61,10 @@ from liftbridge_provider.core.lake import LakeError, Outcome
 from liftbridge_provider.core.ranges import RangesDocument
 from liftbridge_provider.core.s3_sources import s3_location
 from liftbridge_provider.spark.lake_store import CountingStore, HadoopStore, LakeStore
+from liftbridge_provider.spark.landed import landed_before_spark
 from liftbridge_provider.spark.object_store import check_output_filesystem
 from liftbridge_provider.spark.options import OptionError, parse_options
-from liftbridge_provider.spark.parquet_ingest import Job, ingest_parquet
+from liftbridge_provider.spark.parquet_ingest import Job, ingest_parquet, write_manifest
 from liftbridge_provider.spark.reader import check_end_committed
 from liftbridge_provider.spark.s3_session import session_s3_settings, use_aws_connection
 from liftbridge_provider.spark.source import LiftbridgeDataSource
@@ -134,9 +134,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def load_ranges(value: str) -> RangesDocument:
+def load_ranges(value: str, stream: str | None = None) -> RangesDocument:
+    """The ranges document of ``--ranges``; InvalidArgumentError when ``--stream`` names another stream."""
     text = Path(value[1:]).read_text() if value.startswith("@") else value
-    return RangesDocument.parse(text)
+    document = RangesDocument.parse(text)
+    if stream and stream != document.stream:
+        raise InvalidArgumentError(f"--stream {stream} differs from the ranges document's {document.stream}")
+    return document
 
 
 def client_config(args: argparse.Namespace, environ: Mapping[str, str]) -> ClientConfig:
@@ -204,9 +208,7 @@ def run(
     environ = os.environ if environ is None else environ
     use_aws_connection(spark, environ)  # an aws connection becomes the session's S3A settings (s3_session.py)
     check_output_filesystem(spark, args.output)  # MissingFileSystemError, naming the jars, before any claim
-    document = load_ranges(args.ranges)
-    if args.stream and args.stream != document.stream:
-        raise InvalidArgumentError(f"--stream {args.stream} differs from the ranges document's {document.stream}")
+    document = load_ranges(args.ranges, args.stream)
     config = client_config(args, environ)
     check_ends_committed(config, document)
     if args.lake_format in ("delta", "iceberg"):
@@ -227,9 +229,13 @@ def run(
         )
     else:
         total = _ingest_parquet(spark, args, document, config, store)
-    for gap in total.gaps:
-        log.warning("%s (in no run's range: check the cursor history; a rerun passes once they land)", gap)
+    log_gaps(total)
     return total
+
+
+def log_gaps(outcome: Outcome) -> None:
+    for gap in outcome.gaps:
+        log.warning("%s (in no run's range: check the cursor history; a rerun passes once they land)", gap)
 
 
 def check_ends_committed(config: ClientConfig, document: RangesDocument) -> None:
@@ -266,21 +272,6 @@ def _ingest_parquet(
     total.manifest = write_manifest(counted.store, job.stream_folder, document, total, job.run)
     log.info("the ledger's requests this run: %d %s", counted.total, dict(sorted(counted.counts.items())))
     return total
-
-
-def write_manifest(store: HadoopStore, stream_folder: str, document: RangesDocument, outcome: Outcome, run: str) -> str:
-    """Write ``_manifests/<hash of the ranges>.json`` beside the data, through the output's filesystem."""
-    digest = hashlib.sha256(document.dumps().encode()).hexdigest()[:16]
-    path = f"{stream_folder}/_manifests/{digest}.json"
-    manifest = {
-        "ranges": document.to_json(),
-        "written": outcome.entries,
-        "total_rows": sum(e["rows"] for e in outcome.entries),
-        "gaps": outcome.gaps,
-        "run": run,
-    }
-    store.write(path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
-    return path
 
 
 def exit_status(outcome: Outcome, on_data_loss: str) -> int:
@@ -388,10 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
     args = parse_args(argv)
     try:  # refuse bad input before starting Spark (and so before anything is claimed in the lake)
-        load_ranges(args.ranges)
+        document = load_ranges(args.ranges, args.stream)
         check_source_arguments(args, client_config(args, os.environ))
         if args.lake_format in ("delta", "iceberg"):  # on S3, the table is checked once Spark has its settings
-            document = load_ranges(args.ranges)
             table = delta_format(args, None) if args.lake_format == "delta" else iceberg_format(args, document.stream)
             if s3_location(args.output) is None:
                 table.check()
@@ -401,6 +391,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # e.g. a DeltaError reading the table's log
         log.error("cannot start the ingest: %s: %s", type(exc).__name__, exc)
         return 1
+    landed = landed_before_spark(args, document, os.environ)  # nothing to do: no Spark at all (spark/landed.py)
+    if landed is not None:
+        log_gaps(landed)
+        return report(landed, args)
     spark = SparkSession.builder.appName("liftbridge-ingest").getOrCreate()
     try:
         return run_reported(spark, args)
@@ -421,6 +415,11 @@ def run_reported(spark: SparkSession, args: argparse.Namespace) -> int:
     except Exception as exc:  # a failed Spark job, a Liftbridge or Delta error: a failed run, with its cause
         log.error("the ingest failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
         return 1
+    return report(outcome, args)
+
+
+def report(outcome: Outcome, args: argparse.Namespace) -> int:
+    """Log what a run found (its problems, its summary line) and return the job's exit status for it."""
     for problem in outcome.problems:
         log.error("%s", problem)
     rows = sum(e["rows"] for e in outcome.entries)

@@ -67,10 +67,11 @@ class HadoopStore:
         True; False uses Hadoop's calls there too, for tests of that path).
     """
 
-    def __init__(self, spark: SparkSession, root: str, *, atomic_local: bool = True) -> None:
-        jvm: Any = spark._jvm
+    def __init__(self, spark: SparkSession | None, root: str, *, atomic_local: bool = True, hadoop: Any = None) -> None:
+        """``hadoop``: (the driver's JVM, a Hadoop configuration) when there is no session (``spark`` None)."""
+        jvm: Any
+        jvm, self._conf = hadoop if spark is None else (spark._jvm, spark._jsc.hadoopConfiguration())
         self._jvm = jvm
-        self._conf = spark._jsc.hadoopConfiguration()
         root_path = jvm.org.apache.hadoop.fs.Path(root)
         self._fs = root_path.getFileSystem(self._conf)
         self.root = str(self._fs.makeQualified(root_path).toString()).rstrip("/")

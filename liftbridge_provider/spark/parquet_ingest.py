@@ -26,6 +26,8 @@ guarantees: docs/spark.md, "Exactly-once in the lake: the claim ledger".
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -40,7 +42,7 @@ from liftbridge_provider import fault_points
 from liftbridge_provider.core.lake import Claim, Commit, LakeError, Outcome, piece_size, problems
 from liftbridge_provider.core.lake_ledger import Ledger, LedgerState
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
-from liftbridge_provider.spark.lake_store import LakeStore, PieceStats
+from liftbridge_provider.spark.lake_store import HadoopStore, LakeStore, PieceStats
 from liftbridge_provider.spark.pieces import read_pieces
 from liftbridge_provider.spark.session_settings import unsorted_partitioned_writes
 
@@ -103,6 +105,11 @@ def each(job: Job, work: Callable[[T], R], items: Iterable[T]) -> list[R]:
 
 
 def entry_of(job: Job, claim: Claim) -> dict[str, Any]:
+    return piece_entry(job.stream_folder, claim)
+
+
+def piece_entry(stream_folder: str, claim: Claim) -> dict[str, Any]:
+    """A committed piece as the manifest and the checks list it."""
     assert claim.commit is not None
     path = claim.published_path
     return {
@@ -112,7 +119,7 @@ def entry_of(job: Job, claim: Claim) -> dict[str, Any]:
         "rows": claim.commit.rows,
         "min_offset": claim.commit.min_offset,
         "max_offset": claim.commit.max_offset,
-        "path": f"{job.stream_folder}/{path}" if path else None,
+        "path": f"{stream_folder}/{path}" if path else None,
         "claim": claim.seq,
         "run": claim.commit.run,
     }
@@ -255,3 +262,18 @@ def ingest_parquet(spark: SparkSession, job: Job, document: RangesDocument) -> O
         total.gaps += outcome.gaps
     log.info("%d partition(s) compacted and settled in %.2f s", len(ranges), time.perf_counter() - began)
     return total
+
+
+def write_manifest(store: HadoopStore, stream_folder: str, document: RangesDocument, outcome: Outcome, run: str) -> str:
+    """Write ``_manifests/<hash of the ranges>.json`` beside the data, through the output's filesystem."""
+    digest = hashlib.sha256(document.dumps().encode()).hexdigest()[:16]
+    path = f"{stream_folder}/_manifests/{digest}.json"
+    manifest = {
+        "ranges": document.to_json(),
+        "written": outcome.entries,
+        "total_rows": sum(e["rows"] for e in outcome.entries),
+        "gaps": outcome.gaps,
+        "run": run,
+    }
+    store.write(path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    return path

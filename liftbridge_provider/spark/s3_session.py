@@ -44,11 +44,15 @@ def _hadoop_conf(spark: SparkSession) -> Any:
 def use_aws_connection(spark: SparkSession, environ: Mapping[str, str]) -> bool:
     """Set ``spark``'s S3A settings from the ``aws`` connection in ``environ[LIFTBRIDGE_AWS_CONN_JSON]``; False
     (nothing set) when there is none. InvalidArgumentError for a connection that cannot be mapped."""
+    return apply_aws_connection(_hadoop_conf(spark), environ)
+
+
+def apply_aws_connection(conf: Any, environ: Mapping[str, str]) -> bool:
+    """:func:`use_aws_connection` on a Hadoop configuration (the driver's, before any session: ``spark/landed.py``)."""
     text = environ.get(AWS_CONNECTION_ENV)
     if not text:
         return False
     settings = settings_from_aws_connection_json(text)
-    conf = _hadoop_conf(spark)
     for key, value in s3a_conf_with_keys(settings).items():
         conf.set(key, value)
     log.info(
@@ -65,10 +69,14 @@ def use_aws_connection(spark: SparkSession, environ: Mapping[str, str]) -> bool:
 def session_s3_settings(spark: SparkSession, uri: str, environ: Mapping[str, str]) -> S3Settings | None:
     """The S3 settings S3A uses for ``uri``'s bucket on ``spark`` (None when ``uri`` is not on S3);
     InvalidArgumentError when they name no keys delta-rs and pyiceberg could use."""
+    return conf_s3_settings(_hadoop_conf(spark), uri, environ)
+
+
+def conf_s3_settings(conf: Any, uri: str, environ: Mapping[str, str]) -> S3Settings | None:
+    """:func:`session_s3_settings` from a Hadoop configuration (the driver's, before any session)."""
     location = s3_location(uri)
     if location is None:
         return None
     bucket = location[0]
-    conf = _hadoop_conf(spark)
     values = {key: str(value) for key in s3a_keys(bucket) if (value := conf.get(key)) is not None}
     return settings_from_s3a(values, environ, bucket)

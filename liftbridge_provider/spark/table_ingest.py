@@ -169,6 +169,16 @@ def _describe(pieces: tuple[OffsetRange, ...]) -> str:
     return ", ".join(f"{r.partition}:[{r.start}, {r.end})" for r in pieces) or "nothing"
 
 
+def held_outcome(table: TableFormat, document: RangesDocument) -> Outcome | None:
+    """The outcome of a run that finds every range of ``document`` in the loaded ``table`` (as
+    :func:`ingest_table` reports it), or None when the table lacks part of one."""
+    plan = plan_table(document, table.holdings(document.stream, [r.partition for r in document.ranges if r.count]))
+    if not plan.done:
+        return None
+    log.info("%s holds %s already", table.describe(), _describe(plan.held))
+    return Outcome([], [], _gaps(plan), table.describe())
+
+
 def ingest_table(
     spark: SparkSession,
     document: RangesDocument,
