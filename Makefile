@@ -3,6 +3,7 @@
 #   make test   - install what is missing (also a headless browser), then lint and run the whole test suite
 #   make bench  - install what is missing (also the go-liftbridge reference), then run the benchmarks
 #   make fuzz   - the compiled decoder fuzzed against the pure-Python one for FUZZ_SECONDS (needs clang)
+#   make soak   - reads, publishes and leader failovers on a 3-node cluster for MINUTES (10): RSS, fds, threads
 #   make compat - the compatibility tier: the built wheel in a fresh environment per target (README, "Versions")
 # Both are idempotent; the pieces below are reused by them.
 
@@ -19,7 +20,7 @@ SPARK_BENCH_ARGS ?=
 CONSTRAINTS ?= constraints/newest.txt
 COMPAT_TARGETS ?= airflow-3.1 airflow-3.2 pyspark-4.0 pyspark-4.2
 
-.PHONY: setup venv tools golbbench browser proto native spark-classes lint test test-fast test-tier chaos bench demo dist wheel compat fuzz clean
+.PHONY: setup venv tools golbbench browser proto native spark-classes lint test test-fast test-tier chaos bench soak demo dist wheel compat fuzz clean
 
 setup: venv tools proto native
 
@@ -131,6 +132,14 @@ bench: setup golbbench
 	$(PY) bench/bench_spark.py $(SPARK_BENCH_ARGS)
 	$(PY) bench/bench_lake_history.py
 	$(PY) bench/bench_lake_partitions.py
+
+# The soak of issue 49 (bench/README.md, "bench_soak.py"): one client process doing sync publishes, batches over
+# gRPC and NATS, bounded reads, left subscriptions, Spark slice reads, cursor and metadata calls on a 3-node
+# cluster for MINUTES minutes, the partition leader killed or frozen every minute; its RSS, fds and threads after
+# a 2-minute warm-up, with their slopes. Not part of `make bench`: 10 minutes by default.
+MINUTES ?= 10
+soak: setup
+	$(PY) bench/bench_soak.py --minutes $(MINUTES)
 
 # FORMAT=parquet (default), delta or iceberg: the lake the example DAG ingests into.
 FORMAT ?= parquet
