@@ -13,7 +13,9 @@ token) or 403. Routes:
   watchers, bounds), or ``503`` with ``{"error": ...}`` when the cluster did
   not answer in time or failed; ``404`` for no such ``liftbridge`` connection;
 * ``GET /api/connections/{connection_id}/streams`` (``/cursors``,
-  ``/watchers``): one part of the overview, with the same errors.
+  ``/watchers``): one part of the overview, with the same errors;
+* ``GET /api/runs``: the last ingest runs with what their lakes record
+  (``runs_service.py``), or ``503`` with ``{"error": ...}``.
 
 Answers are bounded as :mod:`liftbridge_provider.ui.bounds` says and carry
 ``Cache-Control: no-store``.
@@ -27,6 +29,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse, JSONResponse
 
+from liftbridge_provider.ui.runs_service import RunsService
 from liftbridge_provider.ui.service import OverviewService
 
 STATIC = Path(__file__).with_name("static")
@@ -35,11 +38,12 @@ _NO_STORE = {"Cache-Control": "no-store"}
 PARTS = ("streams", "cursors", "watchers")
 
 
-def create_app(service: OverviewService | None = None) -> FastAPI:
+def create_app(service: OverviewService | None = None, runs: RunsService | None = None) -> FastAPI:
     """The app, with its routes behind Airflow's connection-read permission."""
     from airflow.api_fastapi.core_api.security import requires_access_connection  # noqa: PLC0415 - API server only
 
     pages = service or OverviewService()
+    ingest_runs = runs or RunsService()
     app = FastAPI(
         title="Liftbridge",
         description="Read-only views of the Liftbridge clusters of the liftbridge connections",
@@ -59,6 +63,13 @@ def create_app(service: OverviewService | None = None) -> FastAPI:
     @app.get("/api/connections")
     def connections() -> JSONResponse:
         return JSONResponse({"connections": pages.connections()}, headers=_NO_STORE)
+
+    @app.get("/api/runs")
+    def runs_view() -> JSONResponse:
+        body, error, age = ingest_runs.answer()
+        if body is None:
+            return JSONResponse({"error": error, "age_s": round(age, 1)}, status_code=503, headers=_NO_STORE)
+        return JSONResponse({**body, "age_s": round(age, 1)}, headers=_NO_STORE)
 
     def answer(connection_id: str, part: str | None) -> JSONResponse:
         conn = pages.find(connection_id)

@@ -15,6 +15,11 @@ Every answer of the page's API is bounded:
   (:class:`TtlCache`), so a page open in many browsers costs the cluster one
   round every 5 s at most.
 
+* the Runs view: the newest :data:`RUNS_LIMIT` ingest runs from the metadata
+  DB, and their lakes' records read concurrently within :data:`READ_TIMEOUT`;
+* the lag chart's history: ``history.SAMPLES`` samples per series, at most
+  ``history.SERIES`` series, in the API server's memory.
+
 So an answer takes at most ``METADATA_TIMEOUT + READ_TIMEOUT`` (10 s) plus
 the metadata DB's queries; the browser gives up after
 :data:`BROWSER_TIMEOUT` (20 s) and shows that instead of waiting on.
@@ -43,6 +48,8 @@ WORKERS = 8
 """Threads that read concurrently, for every connection and request of the API server together."""
 BROWSER_TIMEOUT = 20.0
 """Seconds the page's script waits for an answer before it shows that none came."""
+RUNS_LIMIT = 20
+"""Ingest runs the Runs view shows (the newest; their lakes' records read within :data:`READ_TIMEOUT`)."""
 REFRESH_INTERVAL = 5.0
 """Seconds between the page's refreshes while it is open (the cache's TTL: no faster than the cluster is asked)."""
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.connection import config_from_connection
-from liftbridge_provider.ui import bounds, cluster, views
+from liftbridge_provider.ui import bounds, cluster, history, views
 from liftbridge_provider.ui.airflow_sources import LiftbridgeConnection, connection, liftbridge_connections, watchers_of
 from liftbridge_provider.ui.cursor_log import POSITION_KINDS, cursor_kind
 
@@ -33,6 +33,7 @@ class OverviewService:
     :param watchers: the asset watchers on a connection id.
     :param client_for: the client for a connection id and its page configuration.
     :param cache: the cache of overviews (its TTL is the page's).
+    :param lag_history: where each overview's cursor lags are kept for the lag chart.
     """
 
     def __init__(
@@ -43,12 +44,14 @@ class OverviewService:
         watchers: Callable[[str], list[views.WatcherInfo]] = watchers_of,
         client_for: Callable[[str, Any], LiftbridgeClient] | None = None,
         cache: bounds.TtlCache[dict[str, Any]] | None = None,
+        lag_history: history.LagHistory | None = None,
     ) -> None:
         self._find = find
         self._list_all = list_all
         self._watchers = watchers
         self._client_for = client_for or _pooled_client
         self._cache = cache if cache is not None else bounds.TtlCache[dict[str, Any]]()
+        self.history = lag_history if lag_history is not None else history.LagHistory()
 
     def connections(self) -> list[dict[str, Any]]:
         """Every listable ``liftbridge`` connection, secret-free (a bad one says why it cannot be used)."""
@@ -94,6 +97,10 @@ class OverviewService:
         watcher_ids = {w.cursor_id for w in watchers}
         records = snapshot.cursors.records.values()
         positions = [r for r in records if cursor_kind(r.cursor_id, watcher_ids) in POSITION_KINDS]
+        cursor_rows = views.cursor_rows(positions, snapshot.metadata, watcher_ids)
+        self.history.record(conn.conn_id, time.time(), cursor_rows)
+        for row in cursor_rows:
+            row["chart"] = history.chart(self.history.of(conn.conn_id, row["cursor_id"], row["stream"]))
         return {
             "connection": views.connection_summary(conn.conn_id, config.brokers, conn.extra),
             "fetched_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -104,7 +111,7 @@ class OverviewService:
             ),
             "streams": views.stream_rows(snapshot.metadata),
             "cursors": {
-                "rows": views.cursor_rows(positions, snapshot.metadata, watcher_ids),
+                "rows": cursor_rows,
                 "complete": snapshot.cursors.complete,
                 "errors": list(snapshot.cursors.errors),
                 "hidden": views.bookkeeping_counts(records, watcher_ids),
@@ -121,6 +128,8 @@ class OverviewService:
                 "dead_letter_scan_limit": bounds.DEAD_LETTER_SCAN_LIMIT,
                 "refresh_interval_s": bounds.REFRESH_INTERVAL,
                 "browser_timeout_s": bounds.BROWSER_TIMEOUT,
+                "history_samples": history.SAMPLES,
+                "history_series": history.SERIES,
             },
         }
 

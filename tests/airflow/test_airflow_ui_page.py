@@ -6,7 +6,9 @@ holds a stream with three partitions, a cursor behind on one of them, a
 watcher's cursor and a dead letter; Airflow's metadata DB holds the asset
 watcher that names them. The tests read the JSON API with each user's token,
 scan every answer for the connection's secrets, open the page in Airflow's
-navigation, and stop a broker under an open page. Screenshots:
+navigation, and stop a broker under an open page. A real DAG run (`airflow dags test`: freeze, wait,
+spark-submit of the ingest job into a Parquet lake, commit) shows in the Runs view with its rows per range
+from the claim ledger, and the cursors' lag over time is drawn once sampled twice. Screenshots:
 artifacts/ui/page-*.png (docs/images/ keeps copies for docs/airflow.md).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,12 +33,13 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-from liftbridge_provider.client import LiftbridgeClient
+from liftbridge_provider.client import LiftbridgeClient, PublishMessage
 from liftbridge_provider.core.watching import dead_letter_headers
 from liftbridge_provider.devserver import DevServer, start_single
 from liftbridge_provider.devserver.config import LOOPBACK, free_port
 from liftbridge_provider.devserver.process import ServerProcess
 from liftbridge_provider.ui.airflow_sources import TRIGGER_CLASSPATH
+from tests.airflow.airflow_runs import connection_env, run_dag
 from tests.airflow.test_airflow_ui import AIRFLOW, ARTIFACTS, WAIT, _answers, browser
 
 __all__ = ["browser"]  # the Chromium fixture of the connection form's test, shared
@@ -51,6 +55,7 @@ STREAM, DLQ, CURSOR, WATCHER_CURSOR = "orders", "orders.dlq", "ingest-orders", "
 class UiServer:
     url: str
     tokens: dict[str, str]
+    home: Path
 
     def get(self, path: str, user: str | None = "admin") -> tuple[int, str, float]:
         """(status, body, seconds) of ``GET path`` as ``user`` (None: no token)."""
@@ -97,12 +102,12 @@ def ui_server(airflow_home: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     server.start()
     try:
         server.wait_for(lambda: _answers(f"{url}/api/v2/monitor/health"), 120, f"HTTP answers at {url}")
-        bare = UiServer(url, {})
+        bare = UiServer(url, {}, airflow_home)
         tokens = {
             user: bare.post("/auth/token", {"username": user, "password": password}, user=None)["access_token"]
             for user, password in USERS.items()
         }
-        yield UiServer(url, tokens)
+        yield UiServer(url, tokens, airflow_home)
     finally:
         server.stop()
 
@@ -319,3 +324,99 @@ def test_a_broker_stopped_under_an_open_page_shows_the_error(
     assert f"Liftbridge at {node.brokers[0]} did not answer within" in error, error
     print(f"error shown {shown:.1f} s after the broker stopped")
     _screenshot(browser, "page-broker-down")
+
+
+INGEST_JOB = Path(__file__).resolve().parents[2] / "spark_jobs" / "ingest.py"
+
+
+def test_a_real_ingest_run_shows_in_the_runs_view_with_rows_per_range_and_its_dag_runs_link(
+    browser: WebDriver, ui_server: UiServer, connections: dict[str, str], page_node: DevServer, tmp_path: Path
+) -> None:
+    """`airflow dags test` of freeze, wait, spark-submit of spark_jobs/ingest.py and commit, on 2 x 25 messages:
+    the Runs view lists the run with 25 rows per range read from the lake's claim ledger, and links its page."""
+    stream, lake = "clicks", tmp_path / "lake"
+    with LiftbridgeClient(page_node.brokers) as client:
+        client.create_stream(stream, stream, partitions=2)
+        messages = [PublishMessage(f"c{i}".encode(), partition=i % 2) for i in range(50)]
+        client.publish_batch(stream, messages, ack_policy="all")
+    body = f"""
+        from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+        freeze = LiftbridgeOffsetRangesOperator(task_id="freeze", stream={stream!r}, cursor_id="lake")
+        wait = LiftbridgePartitionOffsetSensor(task_id="wait", ranges=freeze.output, poke_interval=1, timeout=60)
+        spark = SparkSubmitOperator(
+            task_id="ingest",
+            application={str(INGEST_JOB)!r},
+            conf={{"spark.pyspark.python": {sys.executable!r}, "spark.ui.enabled": "false"}},
+            application_args=[
+                "--brokers", {",".join(page_node.brokers)!r},
+                "--ranges", "{{{{ ti.xcom_pull(task_ids='freeze') | tojson }}}}",
+                "--output", {str(lake)!r},
+            ],
+        )
+        commit = LiftbridgeCommitCursorOperator(task_id="commit", ranges=freeze.output)
+        freeze >> wait >> spark >> commit
+    """
+    env = connection_env(page_node) | {
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    began = time.monotonic()
+    run = run_dag(ui_server.home, body, env)
+    print(f"the DAG run took {time.monotonic() - began:.0f} s")
+    assert run.ok(), run.output[-4000:]
+    assert run.run_id is not None
+
+    status, text, _ = ui_server.get("/liftbridge/api/runs")
+    assert status == 200, text
+    ours = [r for r in json.loads(text)["runs"] if r["dag_id"] == run.dag_id]
+    assert len(ours) == 1, text
+    (row,) = ours
+    assert (row["run_id"], row["task_id"], row["state"], row["format"], row["lake"]) == (
+        run.run_id, "ingest", "success", "parquet", str(lake)
+    )  # fmt: skip
+    assert [(r["partition"], r["start"], r["end"], r["rows"], r["whole"]) for r in row["ranges"]] == [
+        (0, 0, 25, 25, True),
+        (1, 0, 25, 25, True),
+    ]
+    assert row["total_rows"] == 50
+    assert row["error"] is None
+    status, _, _ = ui_server.get("/liftbridge/api/runs", user="viewer")
+    assert status == 403
+
+    _signed_in(browser, ui_server)
+    browser.get(f"{ui_server.url}/plugin/liftbridge")
+    frame = _wait(browser).until(ec.presence_of_element_located((By.XPATH, "//iframe[contains(@src, 'liftbridge')]")))
+    browser.switch_to.frame(frame)
+    try:
+        _wait(browser).until(ec.presence_of_element_located((By.ID, "lb-connection")))
+        _tab(browser, "Runs")
+        run_row = f"//tr[@data-testid='run-row'][@data-dag='{run.dag_id}']"
+        first = _text(browser, f"{run_row}//li[@data-testid='run-range'][@data-partition='0']")
+        assert first == "p0 [0, 25): 25 row(s) in 1 piece(s)", first
+        link = browser.find_element(By.XPATH, f"{run_row}//a")
+        assert link.text == run.run_id
+        href = link.get_attribute("href") or ""
+        assert href.startswith(f"{ui_server.url}/dags/{run.dag_id}/runs/"), href
+        browser.switch_to.default_content()
+        _screenshot(browser, "page-runs")
+        browser.get(href)  # the DAG run's page in Airflow's UI (the link opens it in the whole window)
+        _wait(browser).until(lambda d: run.run_id in d.find_element(By.TAG_NAME, "body").text)
+    finally:
+        browser.switch_to.default_content()
+
+
+def test_the_cursors_lag_over_time_is_drawn_from_the_samples_the_page_took(
+    browser: WebDriver, ui_server: UiServer, connections: dict[str, str]
+) -> None:
+    _signed_in(browser, ui_server)
+    browser.get(f"{ui_server.url}/liftbridge/?conn=lb_page")
+    _tab(browser, "Cursors")
+    chart = f"//h2[starts-with(normalize-space(), '{CURSOR} on {STREAM}')]/following-sibling::div[1]"
+    line = f"{chart}//*[local-name()='polyline'][@data-partition='0']"
+    _wait(browser).until(lambda d: len((d.find_element(By.XPATH, line).get_attribute("points") or "").split()) >= 2)
+    _status, text, _ = ui_server.get("/liftbridge/api/connections/lb_page/cursors")
+    drawn = next(r for r in json.loads(text)["cursors"]["rows"] if r["cursor_id"] == CURSOR)["chart"]
+    assert drawn["top"] == 4
+    assert {ln["partition"]: ln["lag"] for ln in drawn["lines"]} == {0: 4, 1: 0, 2: 1}
+    _screenshot(browser, "page-lag-history")

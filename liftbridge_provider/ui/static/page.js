@@ -1,4 +1,5 @@
-// The Liftbridge page: reads the plugin's JSON API and draws tables (and small SVG bar charts) from it.
+// The Liftbridge page: reads the plugin's JSON API and draws tables, small SVG bar charts of lag per partition,
+// and SVG line charts of lag over time (the points come from the server: ui/history.py).
 // Every request gives up after BROWSER_TIMEOUT_MS and says so: the page never waits without end.
 "use strict";
 (function () {
@@ -111,6 +112,47 @@
     return svg;
   }
 
+  function svg(tag, attrs) {
+    const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+    for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+    return node;
+  }
+
+  const COLORS = ["#2680c2", "#d64545", "#3ebd93", "#f0b429", "#7b61ff", "#e668a7", "#40c3f7", "#8d6e63"];
+
+  function historyChart(chart) {
+    if (!chart) return null;
+    const pad = 36, w = chart.width, h = chart.height;
+    const root = svg("svg", { class: "history", width: w + pad + 4, height: h + 22, role: "img",
+      "aria-label": `lag over time, ${chart.samples} sample(s)`, "data-testid": "lag-history" });
+    root.append(svg("line", { x1: pad, y1: 0, x2: pad, y2: h, stroke: "#9fb3c8" }));
+    root.append(svg("line", { x1: pad, y1: h, x2: pad + w, y2: h, stroke: "#9fb3c8" }));
+    const top = svg("text", { x: pad - 4, y: 10, "text-anchor": "end", class: "axis" }); top.textContent = chart.top;
+    const zero = svg("text", { x: pad - 4, y: h, "text-anchor": "end", class: "axis" }); zero.textContent = "0";
+    const span = Math.round(chart.to - chart.from);
+    const when = svg("text", { x: pad + w, y: h + 16, "text-anchor": "end", class: "axis" });
+    when.textContent = `last ${span} s, ${new Date(chart.to * 1000).toLocaleTimeString()}`;
+    root.append(top, zero, when);
+    const plot = svg("g", { transform: `translate(${pad},0)` });
+    chart.lines.forEach((line, i) => {
+      const color = COLORS[i % COLORS.length];
+      const poly = svg("polyline", { points: line.points, fill: "none", stroke: color, "stroke-width": 2,
+        "data-partition": line.partition });
+      const title = svg("title", {}); title.textContent = `partition ${line.partition}: lag ${line.lag} now`;
+      poly.append(title);
+      plot.append(poly);
+      if (line.points.split(" ").length === 1) {
+        const [x, y] = line.points.split(",");
+        plot.append(svg("circle", { cx: x, cy: y, r: 3, fill: color }));
+      }
+    });
+    root.append(plot);
+    const legend = el("p", { class: "muted legend" }, "Lag over time: ",
+      ...chart.lines.map((line, i) => el("span", { style: `color:${COLORS[i % COLORS.length]}` }, `■ p${line.partition} `)),
+      chart.hidden ? `(${chart.hidden} partition(s) with less lag not drawn)` : "");
+    return el("div", { class: "history" }, root, legend);
+  }
+
   function drawCursors(data) {
     const root = $("view-cursors");
     root.replaceChildren();
@@ -126,6 +168,8 @@
         el("span", { class: "muted" }, `  ${row.kind}, total lag ${row.total_lag}${row.stream_exists ? "" : " (stream deleted)"}`)));
       const chart = lagChart(row.partitions);
       if (chart) root.append(chart);
+      const over = historyChart(row.chart);
+      if (over) root.append(over);
       root.append(table(["Partition", "Cursor", "High watermark", "Lag"],
         row.partitions.map((p) => ({
           attrs: { "data-testid": "cursor-row", "data-cursor": row.cursor_id, "data-stream": row.stream, "data-partition": p.partition },
@@ -160,10 +204,46 @@
     ));
   }
 
+  function rangeText(r) {
+    const rows = r.rows === null ? `${r.offsets_held} offset(s) held` : `${r.rows} row(s) in ${r.pieces} piece(s)`;
+    return `p${r.partition} [${r.start}, ${r.end}): ${rows}${r.whole ? "" : " (not whole)"}${r.beyond ? " (pieces reach beyond)" : ""}`;
+  }
+
+  function drawRuns(data) {
+    const root = $("view-runs");
+    root.replaceChildren();
+    root.append(el("p", { class: "note" }, `The newest ${data.bounds.runs_limit} ingest runs Airflow recorded ` +
+      "(tasks whose arguments run spark_jobs/ingest.py), each range's rows from the lake's own record: " +
+      "the claim ledger (Parquet), the table's held offsets (Delta's transactions, Iceberg's properties)."));
+    if (!data.runs.length) { root.append(el("p", {}, "No ingest run recorded yet.")); return; }
+    const ui = new URL("../", BASE);
+    root.append(table(
+      ["DAG", "Run", "Task", "State", "Started", "Format", "Lake", "Rows", "Ranges"],
+      data.runs.map((r) => ({
+        attrs: { "data-testid": "run-row", "data-dag": r.dag_id, "data-run": r.run_id },
+        cells: [r.dag_id, el("a", { href: new URL(r.link.slice(1), ui).href, target: "_top" }, r.run_id), r.task_id,
+          el("span", r.state === "success" ? {} : { class: "bad" }, r.state || "none"), r.started || "",
+          r.format, r.lake, r.total_rows ?? "",
+          r.error ? el("span", { class: "bad" }, r.error)
+            : el("ul", { class: "ranges" }, ...(r.ranges || []).map((x) => el("li", { "data-testid": "run-range", "data-partition": x.partition }, rangeText(x))))],
+      })),
+      [7],
+    ));
+  }
+
+  async function refreshRuns() {
+    try {
+      drawRuns(await getJson("api/runs"));
+    } catch (err) {
+      $("view-runs").replaceChildren(el("p", { class: "bad", role: "alert" }, `Runs: ${err.message}`));
+    }
+  }
+
   function show(view) {
     state.view = view;
     for (const tab of document.querySelectorAll("[role=tab]")) tab.setAttribute("aria-selected", String(tab.dataset.view === view));
     for (const section of document.querySelectorAll("section[data-view]")) section.hidden = section.dataset.view !== view;
+    if (view === "runs") refreshRuns();
   }
 
   async function refresh() {
@@ -178,6 +258,7 @@
       drawStreams(data);
       drawCursors(data);
       drawWatchers(data);
+      if (state.view === "runs") refreshRuns();
       $("lb-status").textContent = `${data.connection.conn_id}: ${data.connection.brokers.join(", ")}` +
         `${data.connection.tls ? " (TLS)" : ""} — read at ${data.fetched_at} in ${data.elapsed_ms} ms` +
         ` (cached ${data.age_s} s; refreshed every ${REFRESH_MS / 1000} s)`;
