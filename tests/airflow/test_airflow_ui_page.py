@@ -401,7 +401,8 @@ def test_a_real_ingest_run_shows_in_the_runs_view_with_rows_per_range_and_its_da
         browser.switch_to.default_content()
         _screenshot(browser, "page-runs")
         browser.get(href)  # the DAG run's page in Airflow's UI (the link opens it in the whole window)
-        _wait(browser).until(lambda d: run.run_id in d.find_element(By.TAG_NAME, "body").text)
+        run_id = run.run_id
+        _wait(browser).until(lambda d: run_id in d.find_element(By.TAG_NAME, "body").text)
     finally:
         browser.switch_to.default_content()
 
