@@ -1,5 +1,5 @@
 # Two commands set up a fresh machine and run things:
-#   make demo   - install what is missing, then run the main job
+#   make demo   - install what is missing, then run the main job (FORMAT=parquet|delta|iceberg, LAKE=local|s3)
 #   make test   - install what is missing (also a headless browser), then lint and run the whole test suite
 #   make bench  - install what is missing (also the go-liftbridge reference), then run the benchmarks
 #   make fuzz   - the compiled decoder fuzzed against the pure-Python one for FUZZ_SECONDS (needs clang)
@@ -141,10 +141,13 @@ MINUTES ?= 10
 soak: setup
 	$(PY) bench/bench_soak.py --minutes $(MINUTES)
 
-# FORMAT=parquet (default), delta or iceberg: the lake the example DAG ingests into.
+# FORMAT=parquet (default), delta or iceberg: the lake the example DAG ingests into. LAKE=local (default: a
+# folder of out/) or s3: the lake in a bucket of Versity's S3 gateway, started on 127.0.0.1 for the demo, with
+# Airflow's aws connection pointing at it (tools/demo.py; README, "The two commands").
 FORMAT ?= parquet
+LAKE ?= local
 demo: setup
-	$(PY) tools/demo.py --format $(FORMAT)
+	$(PY) tools/demo.py --format $(FORMAT) --lake $(LAKE)
 
 # What Spark executors need (this package, grpcio, protobuf, pyarrow, nats-py), packed with venv-pack into
 # dist/liftbridge-spark-env.tar.gz for spark-submit --archives (docs/spark.md, "On a cluster").
