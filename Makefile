@@ -18,9 +18,12 @@ BENCH_ARGS ?=
 SPARK_BENCH_ARGS ?=
 
 CONSTRAINTS ?= constraints/newest.txt
-COMPAT_TARGETS ?= airflow-3.1 airflow-3.2 pyspark-4.0 pyspark-4.2
+COMPAT_TARGETS ?= airflow-3.1 airflow-3.2 pyspark-4.0 pyspark-4.2 python-3.12 python-3.13
+# The Pythons the package supports (pyproject.toml's requires-python and classifiers): `make wheels` builds a wheel
+# for each (tools/python-for.sh finds the interpreters).
+PYTHON_VERSIONS ?= 3.11 3.12 3.13
 
-.PHONY: setup venv tools golbbench browser proto native spark-classes lint test test-fast test-tier chaos bench soak demo dist wheel compat fuzz clean
+.PHONY: setup venv tools golbbench browser proto native spark-classes lint test test-fast test-tier chaos bench soak demo dist wheel wheels compat fuzz clean
 
 setup: venv tools proto native
 
@@ -154,17 +157,29 @@ demo: setup
 dist:
 	@tools/pack-env.sh
 
-# The package as users install it: dist/airflow_provider_liftbridge-<version>-cp311-cp311-<platform>.whl, tagged
-# for this Python and platform as it carries the compiled decoder (built without a C compiler, it has none).
+# The package as users install it: dist/airflow_provider_liftbridge-<version>-cp3XY-cp3XY-<platform>.whl, tagged
+# for one Python and platform as it carries the compiled decoder (built without a C compiler, it has none).
+# `make wheel` builds it for the virtual environment's Python; `make wheels` for each of PYTHON_VERSIONS
+# (3.11, 3.12, 3.13), each with its own interpreter, which is what the compatibility tier installs.
+WHEEL_CLEAN := rm -rf dist/airflow_provider_liftbridge-*.whl build/lib* build/bdist.* airflow_provider_liftbridge.egg-info
 wheel: $(VENV)/.installed
 	@# build/lib would carry modules deleted since the last build into the wheel.
-	rm -rf dist/airflow_provider_liftbridge-*.whl build/lib* build/bdist.* airflow_provider_liftbridge.egg-info
+	$(WHEEL_CLEAN)
 	$(PY) -m pip wheel --quiet --no-deps . -w dist
 
+wheels: $(VENV)/.installed
+	$(WHEEL_CLEAN)
+	@for version in $(PYTHON_VERSIONS); do \
+		python="$$(tools/python-for.sh $$version)" || exit 1; \
+		echo "$$python -m pip wheel --quiet --no-deps . -w dist"; \
+		"$$python" -m pip wheel --quiet --disable-pip-version-check --no-deps . -w dist || exit 1; \
+	done
+	@ls dist/airflow_provider_liftbridge-*.whl
+
 # The compatibility tier: for each of COMPAT_TARGETS, tools/compat.sh makes .compat/<target> anew, installs the
-# wheel with its extras and constraints/<target>.txt, and runs tests/compat against real servers (one pytest
-# session per target). Every target runs; the exit status says whether any failed.
-compat: tools wheel
+# wheel built for the target's Python with its extras and constraints/<target>.txt, and runs tests/compat against
+# real servers (one pytest session per target). Every target runs; the exit status says whether any failed.
+compat: tools wheels
 	@failed=""; for target in $(COMPAT_TARGETS); do tools/compat.sh $$target || failed="$$failed $$target"; done; \
 	if [ -n "$$failed" ]; then echo "compat tier failed:$$failed"; exit 1; fi
 

@@ -3,8 +3,11 @@
 # (README, "Versions"). Run after changing pyproject.toml's ranges, then run the compat tier.
 # pyspark-4.0 is also the floors target: grpcio and protobuf at pyproject.toml's lower bounds (the versions the
 # generated code checks for); every other target gets the newest that resolve.
+# python-3.12 and python-3.13 resolve on their own Python (tools/python-for.sh finds it): the newest Airflow 3.3 and
+# PySpark 4.3 with the airflow, spark and iceberg extras, as there; the others on $PYTHON (python3, 3.11).
 #
-#   tools/constraints.sh TARGET   TARGET: newest, airflow-3.1, airflow-3.2, pyspark-4.0, pyspark-4.1, pyspark-4.2
+#   tools/constraints.sh TARGET   TARGET: newest, airflow-3.1, airflow-3.2, pyspark-4.0, pyspark-4.1, pyspark-4.2,
+#                                         python-3.12, python-3.13
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TARGET="${1:?usage: tools/constraints.sh TARGET}"
@@ -22,6 +25,9 @@ case "$TARGET" in
   pyspark-4.0) SPEC=(".[spark,iceberg,compat]" "pyspark==4.0.5" "${FLOOR_PINS[@]}") ;;
   pyspark-4.1) SPEC=(".[spark,iceberg,compat]" "pyspark==4.1.4") ;;
   pyspark-4.2) SPEC=(".[spark,iceberg,compat]" "pyspark==4.2.1") ;;
+  python-3.12 | python-3.13)
+    SPEC=(".[airflow,spark,iceberg,compat]" "apache-airflow>=3.3,<3.4" "pyspark>=4.3,<4.4")
+    PYTHON="$("$ROOT/tools/python-for.sh" "${TARGET#python-}")" ;;
   *) echo "unknown target $TARGET" >&2; exit 2 ;;
 esac
 WORK="$(mktemp -d)"

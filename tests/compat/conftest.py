@@ -7,11 +7,14 @@ from the project folder (the example DAGs, the Spark job and the servers in
 ``.tools/bin`` come from the checkout; the package from the wheel).
 
 Targets: ``airflow-3.1``, ``airflow-3.2`` (the airflow, spark and iceberg
-extras) and ``pyspark-4.0``, ``pyspark-4.1``, ``pyspark-4.2`` (spark and
-iceberg, no Airflow: Spark kept in its own environment, as
-docs/troubleshooting.md advises). Tests marked for
-the other kind of target are deselected, never skipped; the first test checks
-that the environment really holds the target's versions.
+extras; the Airflow tests), ``pyspark-4.0``, ``pyspark-4.1``, ``pyspark-4.2``
+(spark and iceberg, no Airflow: Spark kept in its own environment, as
+docs/troubleshooting.md advises; the Spark tests), all on the default Python
+(3.11), and ``python-3.12``, ``python-3.13``: the newest Airflow 3.3 and
+PySpark 4.3 together on that Python (the airflow, spark and iceberg extras),
+running the Airflow tests and the Spark tests. Tests marked for what a target
+does not install are deselected, never skipped; the first test checks that the
+environment really holds the target's versions and Python.
 """
 
 from __future__ import annotations
@@ -39,19 +42,28 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class Target:
-    """What a compatibility target installs: ``kind`` (airflow or spark) and the minor version it pins."""
+    """What a compatibility target installs: the minor versions of Airflow and PySpark it pins (None: its tests
+    of that kind do not run there), and of the Python it is about (None: whichever runs the tier, 3.11)."""
 
     name: str
-    kind: str
-    version: tuple[int, int]
+    airflow: tuple[int, int] | None
+    pyspark: tuple[int, int] | None
+    python: tuple[int, int] | None = None
+
+    @property
+    def runs(self) -> set[str]:
+        """The markers of the tests this target runs."""
+        return {m for m, v in (("airflow_target", self.airflow), ("spark_target", self.pyspark)) if v is not None}
 
 
 TARGETS = {
-    "airflow-3.1": Target("airflow-3.1", "airflow", (3, 1)),
-    "airflow-3.2": Target("airflow-3.2", "airflow", (3, 2)),
-    "pyspark-4.0": Target("pyspark-4.0", "spark", (4, 0)),
-    "pyspark-4.1": Target("pyspark-4.1", "spark", (4, 1)),
-    "pyspark-4.2": Target("pyspark-4.2", "spark", (4, 2)),
+    "airflow-3.1": Target("airflow-3.1", airflow=(3, 1), pyspark=None),
+    "airflow-3.2": Target("airflow-3.2", airflow=(3, 2), pyspark=None),
+    "pyspark-4.0": Target("pyspark-4.0", airflow=None, pyspark=(4, 0)),
+    "pyspark-4.1": Target("pyspark-4.1", airflow=None, pyspark=(4, 1)),
+    "pyspark-4.2": Target("pyspark-4.2", airflow=None, pyspark=(4, 2)),
+    "python-3.12": Target("python-3.12", airflow=(3, 3), pyspark=(4, 3), python=(3, 12)),
+    "python-3.13": Target("python-3.13", airflow=(3, 3), pyspark=(4, 3), python=(3, 13)),
 }
 
 
@@ -60,11 +72,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the tests of the other kind of target (an Airflow test needs Airflow, which a PySpark target
-    does not install)."""
-    kind = TARGETS[config.getoption("--compat-target")].kind
-    other = "spark_target" if kind == "airflow" else "airflow_target"
-    deselected = [item for item in items if item.get_closest_marker(other) is not None]
+    """Deselect the tests of a kind the target does not run (an Airflow test needs Airflow, which a PySpark
+    target does not install)."""
+    runs = TARGETS[config.getoption("--compat-target")].runs
+    others = {"airflow_target", "spark_target"} - runs
+    deselected = [item for item in items if any(item.get_closest_marker(m) is not None for m in others)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if item not in deselected]
