@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -248,7 +249,8 @@ def test_the_event_dag_runs_once_from_a_published_batch(
     home: Path, liftbridge_server: DevServer, project: Path
 ) -> None:
     """dags/liftbridge_event_ingest.py under `airflow standalone`: 300 messages make one batch (after
-    max_wait), one DAG run ingests it, and every message is in Parquet once."""
+    max_wait), one DAG run ingests it, and every message is in Parquet once. The provider's Liftbridge page
+    answers in this Airflow's API server: the stream's partitions, and the run with its 300 rows."""
     stream, lake, port = f"events-{uuid.uuid4().hex[:8]}", home / "lake", free_port()
     env = airflow_env(
         home,
@@ -261,6 +263,7 @@ def test_the_event_dag_runs_once_from_a_published_batch(
         # a task the scheduler starts before the API server listens retries it: minutes, not ~15 s (the
         # system tests' airflow_standalone.STANDALONE_ENV says why)
         AIRFLOW__WORKERS__EXECUTION_API_RETRIES="10",
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",  # a token for the page's API without a login
         LIFTBRIDGE_EVENTS_STREAM=stream,
         LIFTBRIDGE_EVENTS_OUTPUT=str(lake),
     )
@@ -276,11 +279,30 @@ def test_the_event_dag_runs_once_from_a_published_batch(
             wait_until(lambda: len(lake_rows(folder)) >= 300, "300 rows in the lake", log.read_text)
             wait_until(lambda: _runs(home, "liftbridge_event_ingest", "success") == 1, "the run's success",
                        log.read_text)  # fmt: skip
+            page = _page_api(f"http://127.0.0.1:{port}")
+            streams = {row["stream"]: row for row in page("/liftbridge/api/connections/liftbridge_default/streams")}
+            assert [p["partition"] for p in streams[stream]["partitions"]] == [0, 1, 2], streams.get(stream)
+            ours = [r for r in page("/liftbridge/api/runs")["runs"] if r["dag_id"] == "liftbridge_event_ingest"]
+            assert sum(r["total_rows"] or 0 for r in ours) == 300, ours
         finally:
             end_session(standalone, ("AIRFLOW_HOME", str(home)))
     rows = lake_rows(lake / f"stream={stream}")
     assert sorted(rows) == sorted((p, o) for p in range(3) for o in range(100))
     assert _runs(home, "liftbridge_event_ingest") == 1
+
+
+def _page_api(base: str) -> Callable[[str], Any]:
+    """A reader of the Liftbridge page's JSON API with a token of this API server (every user an admin)."""
+    with urllib.request.urlopen(f"{base}/auth/token", timeout=30) as response:
+        token = json.load(response)["access_token"]
+
+    def get(path: str) -> Any:
+        request = urllib.request.Request(f"{base}{path}", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = json.load(response)
+        return body.get("streams", body) if path.endswith("/streams") else body
+
+    return get
 
 
 def _runs(home: Path, dag_id: str, state: str | None = None) -> int:
