@@ -351,6 +351,54 @@ def test_a_publish_refused_while_the_metadata_leader_changes_is_sent_again(detai
     assert len(calls) == 1
 
 
+def test_a_refused_publish_whose_backoff_overslept_ends_with_the_refusal_not_a_last_short_attempt() -> None:
+    """On a loaded machine a backoff sleeps longer than asked. When it wakes with less than the shortest
+    resend left, the plan ends with the refusal (nothing stored) instead of sending a last attempt with a few
+    milliseconds, which would end DEADLINE_EXCEEDED and be reported as may be stored."""
+    deadline = Deadline(1.0)
+    attempts: list[float] = []
+
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Sleep):  # the scheduler wakes the caller late: 5 ms before the deadline
+            time.sleep(max(deadline.remaining() - 0.005, 0.0))
+            return None
+        assert isinstance(action, plans.Attempt)
+        attempts.append(action.timeout)
+        if action.timeout < 0.01:
+            raise Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        raise Rpc(grpc.StatusCode.INTERNAL, "nats: no responders available for request")
+
+    config = ClientConfig(brokers=("a.example:9292",))
+    with pytest.raises(LiftbridgeError) as failure:
+        drive(publish_plans.send_once(config, snapshot(), lambda s, t: None, deadline, stream="s", partition=0), answer)
+    assert "nats: no responders" in failure.value.message
+    assert not failure.value.may_be_stored, failure.value.message
+    assert attempts == [attempts[0]], f"a last short attempt after the late wake-up: {attempts}"
+
+
+def test_a_shared_stream_refusal_whose_backoff_overslept_is_returned_not_sent_again() -> None:
+    """The same on the shared streams: a refusal (nothing stored) that woke from its backoff with less than the
+    shortest resend left is the answer; the message is not written again with a few milliseconds left."""
+    deadline = Deadline(1.0)
+    refusal = api.PublishResponse()
+    refusal.asyncError.code = api.PublishAsyncError.INTERNAL
+    refusal.asyncError.message = "failed to resume stream: nats: no responders available for request"
+    sends: list[float] = []
+
+    def answer(action: Any) -> Any:
+        if isinstance(action, plans.Sleep):
+            time.sleep(max(deadline.remaining() - 0.005, 0.0))
+            return None
+        sends.append(deadline.remaining())
+        return refusal
+
+    response, _ = drive(
+        publish_plans.on_shared_streams(lambda addresses: None, deadline, stream="s", partition=0), answer
+    )
+    assert response is refusal
+    assert len(sends) == 1, f"sent again after the late wake-up with {sends[-1]:.3f} s left"
+
+
 @pytest.mark.parametrize("seconds", [0.1, 0.3])
 def test_a_publish_refused_until_its_deadline_ends_with_the_refusal(seconds: float) -> None:
     """In real time, sleeps included: an attempt given the last millisecond or so would end in

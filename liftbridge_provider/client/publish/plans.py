@@ -58,11 +58,17 @@ def send_once(
     been stored. A publish the broker refused because the metadata leader
     that must resume its paused partition is being replaced stored nothing:
     it is sent again after a backoff while :data:`SHORTEST_RESEND` s are left
-    after it, and fails with the refusal (``may_be_stored=False``) then.
+    after it (counted before the pause and again when it ends: a loaded
+    machine wakes a sleeper late), and fails with the refusal
+    (``may_be_stored=False``) then.
     """
     state = RetryState(deadline, leader_directed=False, stream=stream)
     refusals = 0
+    refused: grpc.RpcError | None = None  # the last refusal, while its backoff runs
     while True:
+        if refused is not None and deadline.remaining() < SHORTEST_RESEND:  # the backoff woke late
+            raise refused_until_the_deadline(refused, deadline, stream, partition) from refused
+        refused = None
         pause: float | None = None
         for address in broker_addresses(config, snapshot):
             try:
@@ -80,6 +86,7 @@ def send_once(
                 pause = backoff_delay(refusals)
                 if pause + SHORTEST_RESEND >= deadline.remaining():  # no time to send it again: the refusal
                     raise refused_until_the_deadline(exc, deadline, stream, partition) from exc
+                refused = exc
                 break
         yield Sleep(state.pause() if pause is None else pause)
 
@@ -111,7 +118,8 @@ def on_shared_streams(
     before the deadline; otherwise UnavailableError (nothing was sent). A
     response that says nothing was stored (:func:`refused_while_leader_changes`)
     is sent again the same way, and returned as it is when less than
-    :data:`SHORTEST_RESEND` s would be left after the pause.
+    :data:`SHORTEST_RESEND` s would be left after the pause, or are left when
+    the pause ends (a loaded machine wakes a sleeper late).
     Any other failure is ``send``'s own and raised as it is: once written, a
     message is never re-sent (``publish_stream.py`` names whether it may be
     stored).
@@ -137,6 +145,10 @@ def on_shared_streams(
             pause = backoff_delay(attempt)
             if pause + SHORTEST_RESEND >= deadline.remaining():
                 return response
+            yield Sleep(pause)
+            if deadline.remaining() < SHORTEST_RESEND:  # the backoff woke late (a loaded machine): the refusal
+                return response
+            continue
         yield Sleep(pause)
 
 
