@@ -35,6 +35,7 @@ from liftbridge_provider.core.lake_landed import pieces_to_look_at, range_landed
 from liftbridge_provider.core.lake_ledger import Ledger
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.spark.lake_store import HadoopStore
+from liftbridge_provider.spark.object_store import java_reason
 from liftbridge_provider.spark.parquet_ingest import DRIVER_THREADS, piece_entry, write_manifest
 from liftbridge_provider.spark.s3_session import apply_aws_connection, conf_s3_settings
 from liftbridge_provider.spark.table_formats import delta_format, iceberg_format
@@ -118,9 +119,10 @@ def landed_before_spark(
     try:
         outcome = already_landed(args, document, environ)
     except Exception as exc:  # the usual run reads the lake again and reports what is wrong
-        log.info(
-            "could not tell before starting Spark whether the lake holds the ranges (%s: %s)", type(exc).__name__, exc
-        )
+        # one line, the innermost Java reason for a JVM failure (a missing S3A jar): the usual run's own check
+        # then names what to add, and py4j's wrapper and trace stay out of the log
+        reason = java_reason(exc).splitlines()[0]
+        log.info("could not tell before starting Spark whether the lake holds the ranges (%s)", reason)
         return None
     if outcome is None:
         log.info("the lake lacks part of the ranges (%.2f s to tell): starting Spark", time.perf_counter() - began)

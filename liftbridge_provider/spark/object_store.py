@@ -34,10 +34,10 @@ def check_output_filesystem(spark: SparkSession, output: str) -> None:
     try:
         jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
     except Exception as exc:  # py4j's Py4JJavaError: ClassNotFoundException, UnsupportedFileSystemException
-        raise MissingFileSystemError(missing_filesystem_message(output, _java_reason(exc))) from None
+        raise MissingFileSystemError(missing_filesystem_message(output, java_reason(exc))) from None
 
 
-def _java_reason(exc: Exception) -> str:
+def java_reason(exc: Exception) -> str:
     """The innermost Java exception's class and message (``java.lang.ClassNotFoundException: Class ...``)."""
     java = getattr(exc, "java_exception", None)
     if java is None:
