@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from liftbridge_provider.client import LiftbridgeClient
+from liftbridge_provider.client import LiftbridgeClient, NoSuchStreamError
 from liftbridge_provider.devserver import DevServer
 from tests.server.leaders import metadata_leader, settled_without
 from tests.waiting import wait_until_answered
@@ -46,12 +46,25 @@ def _led_by_the_metadata_leader(cluster: DevServer, cached: LiftbridgeClient, pr
     pytest.fail(f"ten streams, none led by the metadata leader {chief}")
 
 
+def _first_publish(client: LiftbridgeClient, stream: str) -> None:
+    """Offset 0 of a stream just created. The broker a publish goes to may not have applied the creation yet
+    and refuse it as a stream it does not know (nothing stored, CI 2026-12-07): asked again until one took it."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            assert client.publish(stream, b"before", ack_policy="all", timeout=15) is not None
+            return
+        except NoSuchStreamError:
+            assert time.monotonic() < deadline, f"{stream} unknown to the brokers 15 s after its creation"
+            time.sleep(0.2)
+
+
 def _thawed_ex_leader(cluster: DevServer, cached: LiftbridgeClient, prefix: str) -> str:
     """Freeze the node leading both the metadata and a new stream's partition 0 until others lead both,
     publish there, thaw: ``cached`` (whose metadata names the old leader) is then to ask a node that still
     acts as leader with the old log, as in chaos seed 86. The stream's name."""
     stream, old = _led_by_the_metadata_leader(cluster, cached, prefix)
-    assert cached.publish(stream, b"before", ack_policy="all", timeout=15) is not None  # offset 0
+    _first_publish(cached, stream)  # offset 0
     cluster.freeze(old)
     try:
         _new_leader(cluster, stream, old)
