@@ -351,6 +351,24 @@ def test_a_publish_refused_while_the_metadata_leader_changes_is_sent_again(detai
     assert len(calls) == 1
 
 
+def refused_in_real_time(attempts: list[float], slept: Callable[[float], float]) -> Callable[[Any], Any]:
+    """Answers for a publish's plan: every attempt (its timeout noted in ``attempts``) refused with "no responders"
+    (nothing stored), one given under 10 ms ending DEADLINE_EXCEEDED; a backoff of ``pause`` s sleeps
+    ``slept(pause)`` s, for real."""
+
+    def answer(action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Sleep):
+            time.sleep(slept(action.seconds))
+            return None
+        assert isinstance(action, plans.Attempt)
+        attempts.append(action.timeout)
+        if action.timeout < 0.01:
+            raise Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        raise Rpc(grpc.StatusCode.INTERNAL, "nats: no responders available for request")
+
+    return answer
+
+
 def test_a_refused_publish_whose_backoff_overslept_ends_with_the_refusal_not_a_last_short_attempt() -> None:
     """On a loaded machine a backoff sleeps longer than asked. When it wakes with less than the shortest
     resend left, the plan ends with the refusal (nothing stored) instead of sending a last attempt with a few
@@ -358,15 +376,7 @@ def test_a_refused_publish_whose_backoff_overslept_ends_with_the_refusal_not_a_l
     deadline = Deadline(1.0)
     attempts: list[float] = []
 
-    def answer(action: plans.PlanAction) -> Any:
-        if isinstance(action, plans.Sleep):  # the scheduler wakes the caller late: 5 ms before the deadline
-            time.sleep(max(deadline.remaining() - 0.005, 0.0))
-            return None
-        assert isinstance(action, plans.Attempt)
-        attempts.append(action.timeout)
-        if action.timeout < 0.01:
-            raise Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-        raise Rpc(grpc.StatusCode.INTERNAL, "nats: no responders available for request")
+    answer = refused_in_real_time(attempts, lambda pause: max(deadline.remaining() - 0.005, 0.0))  # woken late
 
     config = ClientConfig(brokers=("a.example:9292",))
     with pytest.raises(LiftbridgeError) as failure:
@@ -407,15 +417,7 @@ def test_a_publish_refused_until_its_deadline_ends_with_the_refusal(seconds: flo
     up with the refusal when its next backoff would reach the deadline, and never sends a last short attempt."""
     attempts: list[float] = []
 
-    def answer(action: plans.PlanAction) -> Any:
-        if isinstance(action, plans.Sleep):
-            time.sleep(action.seconds)
-            return None
-        assert isinstance(action, plans.Attempt)
-        attempts.append(action.timeout)
-        if action.timeout < 0.01:
-            raise Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-        raise Rpc(grpc.StatusCode.INTERNAL, "nats: no responders available for request")
+    answer = refused_in_real_time(attempts, lambda pause: pause)
 
     config = ClientConfig(brokers=("a.example:9292",))
     for _ in range(10):
