@@ -4,7 +4,9 @@ Seeds: ``--chaos-seed S`` (or ``CHAOS_SEED``) replays one seed; otherwise
 ``--chaos-seeds N`` (``CHAOS_SEEDS``, default 2: the bounded CI part) seeds
 from ``--chaos-base-seed B`` (``CHAOS_BASE_SEED``, default 1): B, B+1, ...
 ``--chaos-steps`` (``CHAOS_STEPS``) and ``--chaos-wall-clock``
-(``CHAOS_WALL_CLOCK``, seconds) bound each seed.
+(``CHAOS_WALL_CLOCK``, seconds) bound each seed. ``--chaos-store``
+(``CHAOS_STORE``: ``seed``, the default, puts even seeds' lakes on the S3
+gateway and odd seeds' on a local disk; ``local``; ``s3``) says where.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.devserver import start_single
 from tests.chaos.lake import Lake
 from tests.chaos.runner import SeedResult, SeedSettings, replay_command
+from tests.chaos.store import local_store
 
 CI_SEEDS = 2
 RESULTS: list[SeedResult] = []
@@ -32,6 +35,7 @@ OPTIONS = {
     "--chaos-steps": ("CHAOS_STEPS", SeedSettings.steps, "steps per seed"),
     "--chaos-wall-clock": ("CHAOS_WALL_CLOCK", SeedSettings.wall_clock, "seconds of steps per seed"),
     "--chaos-keep-going": ("CHAOS_KEEP_GOING", 0, "1: record findings and go on to the end of the seed"),
+    "--chaos-store": ("CHAOS_STORE", "seed", "where the lakes live: seed (even seeds on S3), local or s3"),
 }
 
 
@@ -41,9 +45,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(flag, default=None, help=f"{text} (env {env}, default {default})")
 
 
-def _option(config: pytest.Config, flag: str) -> float | None:
+def _text(config: pytest.Config, flag: str) -> str | None:
     env, default, _ = OPTIONS[flag]
     value = config.getoption(flag, default=None) or os.environ.get(env) or default
+    return None if value is None else str(value)
+
+
+def _option(config: pytest.Config, flag: str) -> float | None:
+    value = _text(config, flag)
     return None if value is None else float(value)
 
 
@@ -75,24 +84,26 @@ def chaos_settings(pytestconfig: pytest.Config) -> SeedSettings:
         steps=int(_option(pytestconfig, "--chaos-steps") or SeedSettings.steps),
         wall_clock=float(_option(pytestconfig, "--chaos-wall-clock") or SeedSettings.wall_clock),
         keep_going=bool(_option(pytestconfig, "--chaos-keep-going")),
+        store=_text(pytestconfig, "--chaos-store") or "seed",
     )
 
 
 @pytest.fixture(scope="module")
-def chaos_spark(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> SparkSession:
-    """The session's SparkSession (tests/spark_session.py), warmed up by a first real ingest.
+def chaos_spark(s3a_spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> SparkSession:
+    """The session's SparkSession (tests/spark_session.py) with S3A on the session's gateway
+    (tests/object_store.py), warmed up by a first real ingest.
 
     The first read through the Python data source starts Spark's Python workers
     and takes half a minute; warming up keeps that out of the seeds' deadlines.
     """
-    session = spark
+    session = s3a_spark
     session.sparkContext.setLogLevel("ERROR")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines at exit land on closed streams
     with start_single() as server, LiftbridgeClient(server.brokers) as client:
         client.create_stream("chaos.warmup", "warmup")
         client.publish("warmup", b"warm", timeout=10)
         document = RangesDocument("warmup", (OffsetRange(0, 0, 1),))
-        Lake(tmp_path_factory.mktemp("chaos-warmup"), session).ingest(
+        Lake(local_store(tmp_path_factory.mktemp("chaos-warmup")), session).ingest(
             server.brokers, document, compacted=False, skip_data_loss=False, request_timeout=10
         )
     return session

@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
@@ -29,9 +28,11 @@ from liftbridge_provider.spark import ingest
 from tests.chaos.batch import PROBE, SPARK_OVERHEAD
 from tests.chaos.lake import IngestFailed
 from tests.chaos.oracle import LakeRow
+from tests.chaos.store import SeedStore
 
 MODES = ("order", "concurrent", "retry", "crash")
 CRASH_POINT = "ingest.table_written"
+NAME = "delta"  # the table's name on the seed's store
 
 
 class DriverDied(BaseException):
@@ -40,9 +41,10 @@ class DriverDied(BaseException):
 
 @dataclass
 class DeltaLake:
-    """The seed's Delta table; ``landed`` lists the documents whose ingest succeeded (the table holds them)."""
+    """The seed's Delta table (``delta`` on the seed's store); ``landed`` lists the documents whose ingest
+    succeeded (the table holds them)."""
 
-    table: Path
+    store: SeedStore
     spark: SparkSession
     landed: list[RangesDocument] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -51,7 +53,7 @@ class DeltaLake:
         self, brokers: list[str], document: RangesDocument, *, compacted: bool, skip_data_loss: bool, timeout: float
     ) -> list[dict[str, Any]]:
         """What ``ingest.main --format delta`` does, in this process; raises IngestFailed on the job's checks."""
-        argv = ["--brokers", ",".join(brokers), "--ranges", document.dumps(), "--output", str(self.table)]
+        argv = ["--brokers", ",".join(brokers), "--ranges", document.dumps(), "--output", self.store.uri(NAME)]
         argv += ["--format", "delta", "--request-timeout", str(timeout), "--read-timeout", str(4 * timeout)]
         if compacted:
             argv.append("--compacted")
@@ -81,12 +83,12 @@ class DeltaLake:
     def rows(self) -> list[LakeRow]:
         """Every row a Delta reader sees (empty before the first run created the table)."""
         try:
-            delta = DeltaTable(str(self.table))
+            delta = DeltaTable(self.store.delta_uri(NAME), storage_options=self.store.delta_options())
         except TableNotFoundError:
             return []
         data = delta.to_pyarrow_table(columns=["key", "value", "stream", "partition", "offset"])
         if data.num_rows and pc.any(pc.is_null(data.column("offset"))).as_py():
-            raise ValueError(f"the Delta table {self.table} has a row without an offset")
+            raise ValueError(f"the Delta table {self.store.uri(NAME)} has a row without an offset")
         return [
             LakeRow(r["stream"], r["partition"], r["offset"], r["key"] or None, r["value"], "delta", 0, 2**63 - 1)
             for r in data.to_pylist()

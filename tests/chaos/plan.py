@@ -15,6 +15,21 @@ from dataclasses import dataclass, field
 from tests.chaos.delta import MODES as DELTA_MODES
 from tests.chaos.streams import SHAPES, StreamShape
 
+# Where a ``crash`` step's driver dies (tests/chaos/crash.py): the ingest job's fault points, in the order a run
+# meets them, and inside the first publish's rename (after the copy, before the delete).
+MID_RENAME = "mid-rename"
+CRASH_JOB_POINTS = (
+    "ledger.claimed",  # one claim of a partition written
+    "ingest.claimed",  # every range claimed, nothing read
+    "ingest.staged",  # Spark wrote the pieces to the run's staging folder
+    "ledger.committed",  # a partition's commit record written
+    "ingest.decided",  # a partition's commits decided, nothing published
+    "ingest.published",  # one piece published
+    "ledger.compacting",  # a partition's compaction began
+    "ledger.nodes_written",  # a compaction's new summary written, the old files not deleted
+    "ledger.checkpointed",
+)
+CRASH_POINTS = (*CRASH_JOB_POINTS, MID_RENAME)
 FAULT_KINDS = ("kill_leader", "freeze", "readonly", "pause")
 WEIGHTS: dict[str, int] = {
     "publish": 30,
@@ -28,6 +43,7 @@ WEIGHTS: dict[str, int] = {
     "clear": 3,
     "concurrent": 3,
     "delta": 8,
+    "crash": 8,
 }
 
 
@@ -56,6 +72,8 @@ class Step:
             parts.append(f"runs {self.run},{self.run + 1}")
         elif self.kind == "delta":
             parts.append(self.mode)
+        elif self.kind == "crash":
+            parts.append(f"at {self.mode}{', then the next run' if self.flag else ''}")
         elif self.kind == "freeze":
             parts.append("leader" if self.flag else "follower")
         elif self.kind == "readonly":
@@ -139,6 +157,8 @@ def _draw(rng: random.Random, shapes: tuple[StreamShape, ...], model: _Model) ->
         return Step("wait", seconds=rng.choice((1.0, 2.0, 3.0)))
     if kind == "delta":
         return Step("delta", shape.name, mode=rng.choice(DELTA_MODES))
+    if kind == "crash":
+        return Step("crash", shape.name, mode=rng.choice(CRASH_POINTS), flag=rng.random() < 0.5)
     if kind == "concurrent":
         first = model.runs[shape.name] + 1
         model.runs[shape.name] += 2

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from liftbridge_provider.client import LiftbridgeClient
 from liftbridge_provider.devserver import DevServer, DevServerError, start_cluster
+from liftbridge_provider.devserver.s3 import S3Server
 from liftbridge_provider.hooks.liftbridge import CLIENTS
 from tests.chaos import faults, runs, steps
 from tests.chaos.batch import CONN_ID, BatchPath, BatchRun
@@ -28,6 +29,7 @@ from tests.chaos.ledger import Ledger
 from tests.chaos.observe import observe
 from tests.chaos.oracle import Finding
 from tests.chaos.plan import Plan, Step, make_plan
+from tests.chaos.store import SeedStore, local_store, s3_store, store_of
 from tests.chaos.timing import CallTimer
 from tests.chaos.world import Timeouts, World
 
@@ -44,6 +46,7 @@ class SeedSettings:
     streams: int = 3
     wall_clock: float = 60.0  # seconds for the steps; the drain and final check come on top
     keep_going: bool = False  # record findings and go on (to list every failure a seed shows)
+    store: str = "seed"  # where the lakes live: "seed" (even seeds on S3), "local" or "s3" (tests/chaos/store.py)
     timeouts: Timeouts = field(default_factory=Timeouts)
 
 
@@ -72,8 +75,9 @@ def replay_command(seed: int, steps: int) -> str:
     )
 
 
-def run_seed(seed: int, settings: SeedSettings, spark: SparkSession) -> SeedResult:
-    """Run ``seed`` start to end; never raises for what the oracle finds (see ``SeedResult.findings``)."""
+def run_seed(seed: int, settings: SeedSettings, spark: SparkSession, s3: S3Server) -> SeedResult:
+    """Run ``seed`` start to end, its lakes on ``s3`` (a bucket of its own) or a local folder as
+    :func:`~tests.chaos.store.store_of` says; never raises for what the oracle finds (``SeedResult.findings``)."""
     plan = make_plan(seed, settings.steps, streams=settings.streams)
     log: list[str] = []
     started = time.monotonic()
@@ -85,11 +89,11 @@ def run_seed(seed: int, settings: SeedSettings, spark: SparkSession) -> SeedResu
         tempfile.TemporaryDirectory(prefix=f"chaos-{seed}-") as folder,
         _cluster(Path(folder), log) as cluster,
     ):
-        world = _new_world(
-            seed, plan, settings=settings, cluster=cluster, lake_root=Path(folder) / "lake", spark=spark, timer=timer
-        )
+        where = store_of(seed, settings.store)
+        store = s3_store(s3) if where == "s3" else local_store(Path(folder) / "lakes")
+        world = _new_world(seed, plan, settings=settings, cluster=cluster, store=store, spark=spark, timer=timer)
         try:
-            _say(log, f"seed {seed}: {_describe(plan)}; brokers {cluster.brokers}")
+            _say(log, f"seed {seed}: {_describe(plan)}; brokers {cluster.brokers}; lakes {store.uri('*')}")
             for index, step in enumerate(plan.steps, start=1):
                 if time.monotonic() - started > settings.wall_clock:
                     _say(log, f"wall-clock cap of {settings.wall_clock:g}s reached before step #{index}: draining")
@@ -140,7 +144,7 @@ def _new_world(
     *,
     settings: SeedSettings,
     cluster: DevServer,
-    lake_root: Path,
+    store: SeedStore,
     spark: SparkSession,
     timer: CallTimer,
 ) -> World:
@@ -155,13 +159,12 @@ def _new_world(
     client = LiftbridgeClient(
         cluster.brokers, request_timeout=t.request, resubscribe_wait=t.resubscribe_wait, ack_wait=t.ack_wait
     )
-    lake_root.mkdir(parents=True)
-    lake = Lake(lake_root, spark)
+    lake = Lake(store, spark)
     shapes = {s.name: s for s in plan.shapes}
     for shape in plan.shapes:
         client.create_stream(shape.subject, shape.name, timeout=30, **shape.create_options())
     batch = BatchPath(cluster.brokers, timer, lake, t.request)
-    delta = DeltaLake(lake_root.parent / "delta", spark)
+    delta = DeltaLake(store, spark)
     world = World(seed, cluster, client, timer, Ledger(), lake, batch, shapes, t, delta)
     world.calm_since = time.monotonic() - t.settle  # a fresh cluster is healthy
     return world

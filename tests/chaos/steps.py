@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.chaos import faults, publishing, runs
+from tests.chaos import crash, faults, publishing, runs
 from tests.chaos.judging import StepReport
 from tests.chaos.plan import Step
 from tests.chaos.world import World
@@ -23,6 +23,7 @@ HANDLERS: dict[str, Callable[[World, Step, int], StepReport]] = {
     "clear": runs.clear_run,
     "concurrent": runs.concurrent_runs,
     "delta": runs.replay_delta,
+    "crash": crash.crash_ingest,
 }
 
 

@@ -25,7 +25,8 @@ from tests.chaos.oracle import (
     check_lake,
     check_stream,
 )
-from tests.chaos.plan import make_plan
+from tests.chaos.plan import CRASH_POINTS, make_plan
+from tests.chaos.store import SeedStore, store_of
 from tests.chaos.streams import SHAPES, shape_named
 from tests.chaos.timing import CallTimer
 
@@ -100,8 +101,32 @@ def test_plans_cover_every_step_kind_and_stream_shape() -> None:
     plans = [make_plan(seed, 40) for seed in range(40)]
     seen_kinds = {s.kind for p in plans for s in p.steps}
     assert seen_kinds >= {"publish", "run", "kill_leader", "restart", "freeze", "thaw", "readonly", "pause"}
-    assert seen_kinds >= {"wait", "fail_commit", "clear", "concurrent"}
+    assert seen_kinds >= {"wait", "fail_commit", "clear", "concurrent", "delta", "crash"}
     assert {s.name for p in plans for s in p.shapes} == {s.name for s in SHAPES}
+
+
+def test_crash_steps_die_at_every_point_of_an_ingest_with_and_without_the_next_run() -> None:
+    crashes = [s for seed in range(200) for s in make_plan(seed, 24).steps if s.kind == "crash"]
+    assert {s.mode for s in crashes} == set(CRASH_POINTS)
+    assert {s.flag for s in crashes} == {True, False}
+
+
+def test_even_seeds_keep_their_lakes_on_s3_unless_one_store_is_asked_for() -> None:
+    assert [store_of(seed, "seed") for seed in (1, 2, 3, 4)] == ["local", "s3", "local", "s3"]
+    assert {store_of(seed, "local") for seed in range(4)} == {"local"}
+    assert {store_of(seed, "s3") for seed in range(4)} == {"s3"}
+    with pytest.raises(ValueError, match="'gcs'"):
+        store_of(1, "gcs")
+
+
+def test_the_seed_store_names_what_the_job_and_pyarrow_see() -> None:
+    store = SeedStore("s3", "bucket")
+    assert store.uri("lake") == "s3a://bucket/lake"
+    assert store.delta_uri("delta") == "s3://bucket/delta"
+    assert store.fs_path("s3a://bucket/lake/stream=a/x.parquet") == "bucket/lake/stream=a/x.parquet"
+    local = SeedStore("local", "/tmp/seed")
+    assert local.uri("lake") == "/tmp/seed/lake"
+    assert local.fs_path("file:/tmp/seed/lake/a") == "/tmp/seed/lake/a"
 
 
 # -- the stream against the ledger -------------------------------------------------------
