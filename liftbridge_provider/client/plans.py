@@ -42,7 +42,7 @@ from liftbridge_provider.client.errors import (
 from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.retry import Action, Deadline, RetryState
+from liftbridge_provider.client.retry import Action, Deadline, Listing, RetryState, refused_as_unknown
 from liftbridge_provider.core.errors import LiftbridgeError, NoSuchPartitionError
 
 T = TypeVar("T")
@@ -192,6 +192,45 @@ def knowing(deadline: Deadline, snapshot: Metadata, stream: str) -> Plan[Metadat
     return snapshot
 
 
+def lists(snapshot: Metadata, stream: str, partition: int | None) -> bool:
+    """``snapshot`` knows ``stream`` (and its ``partition``, unless None)."""
+    info = snapshot.streams.get(stream)
+    return info is not None and (partition is None or partition in info.partitions)
+
+
+def listing(
+    deadline: Deadline, snapshot: Metadata, stream: str, partition: int | None
+) -> Plan[tuple[Metadata, Listing]]:
+    """:func:`listed`, with ``snapshot`` kept when no refresh answered."""
+    fresh, said = yield from listed(deadline, stream, partition)
+    return fresh or snapshot, said
+
+
+def listed(deadline: Deadline, stream: str, partition: int | None) -> Plan[tuple[Metadata | None, Listing]]:
+    """Fresh metadata's word on a stream and partition that a broker just refused as unknown (NOT_FOUND), and
+    the fresh snapshot (None when no refresh answered).
+
+    The refresh may reach a broker as far behind as the one that refused, so an
+    answer that does not list them is asked for again, :data:`UNKNOWN_STREAM_PAUSE` s
+    later, before it counts (as :func:`knowing` does); :data:`UNKNOWN_STREAM_ASKS`
+    refreshes at most, so a missing stream still fails within a second.
+    """
+    said, fresh = Listing.UNANSWERED, None
+    for ask in range(UNKNOWN_STREAM_ASKS):
+        if deadline.expired:
+            break
+        if ask:
+            yield Sleep(min(UNKNOWN_STREAM_PAUSE, deadline.remaining()))
+        try:
+            fresh = yield Refresh(max(deadline.remaining(), 0.001))
+        except LiftbridgeError:
+            continue
+        said = Listing.LISTED if lists(fresh, stream, partition) else Listing.UNLISTED
+        if said is Listing.LISTED:
+            break
+    return fresh, said
+
+
 def any_broker(
     config: ClientConfig,
     snapshot: Metadata,
@@ -266,6 +305,10 @@ def leader_call(
 ) -> Plan[Any]:
     """Send ``rpc`` to the partition leader (or a random ISR member), following leadership as it moves.
 
+    A broker that answers NOT_FOUND is asked again while fresh metadata lists
+    the partition (:func:`listing`, :func:`~liftbridge_provider.client.retry.after_unknown`):
+    it has not applied the stream's creation, or loaded the partition after a restart, yet.
+
     ``agreed``: to the leader that more than half of the brokers name (see
     :func:`agreed_leader`), not the one the snapshot names; the vote is kept
     there for the next calls that share it, until an attempt fails.
@@ -299,6 +342,10 @@ def leader_call(
             except grpc.RpcError as exc:
                 if agreed is not None:
                     agreed.vote = None  # the leader it named failed: ask again
+                if refused_as_unknown(exc.code()):  # a broker behind the metadata, or a missing partition
+                    snapshot, said = yield from listing(deadline, snapshot, stream, partition)
+                    yield Sleep(state.after_unknown(exc, said))
+                    continue
                 _action, delay = state.after_failure(exc)
                 if is_refusal(exc):
                     refused_by = address

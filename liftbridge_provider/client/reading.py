@@ -20,6 +20,12 @@ Rules:
   reopened with jittered backoff and fresh metadata, for up to
   ``resubscribe_wait`` seconds counted from the first loss since the last call
   the server confirmed.
+- A call refused as unknown (NOT_FOUND) is reopened like a lost one while
+  the refreshed metadata lists the partition (a broker that has not applied
+  the stream, or loaded the partition after a restart, yet); when the metadata
+  does not list it either, :data:`~liftbridge_provider.client.plans.UNKNOWN_STREAM_ASKS`
+  times in a row, the refusal ends the subscription (a stream deleted, a
+  partition that does not exist): :func:`~liftbridge_provider.client.retry.after_unknown`.
 - ``timeout`` bounds the whole subscription; ``idle_timeout`` the time without
   a new message. Both raise LiftbridgeTimeoutError.
 """
@@ -44,8 +50,12 @@ from liftbridge_provider.client.errors import (
 from liftbridge_provider.client.health import Signal
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.plans import is_refusal, paused_error
-from liftbridge_provider.client.retry import backoff_delay, leader_changing
+from liftbridge_provider.client.plans import UNKNOWN_STREAM_ASKS, is_refusal, lists, paused_error
+from liftbridge_provider.client.retry import (
+    backoff_delay,
+    leader_changing,
+    refused_as_unknown,
+)
 from liftbridge_provider.core.errors import LiftbridgeError
 
 _ENDS_CLEANLY = ("stop offset reached", "end of readonly partition", "stream is empty")
@@ -177,6 +187,8 @@ class SubscriptionState:
         self._established = False
         self._delivered_in_call = False
         self._refused_by: str | None = None
+        self._unknown_to: grpc.RpcError | None = None  # the last NOT_FOUND, until metadata settles what it means
+        self._unlisted = 0  # snapshots in a row since then that did not list the partition
         self._address: str | None = None
         self._served_by: str | None = None  # the broker of the last confirmed call
         self.ended = False
@@ -211,6 +223,10 @@ class SubscriptionState:
         self._opened_at = self._clock()
         self._confirmed = False
         self._delivered_in_call = False
+        if self._unknown_to is not None and not self._listed_after_refusal(snapshot):
+            self._address = None  # asked again before it counts: the refresh may have reached a lagging broker
+            self._call_timeout = self._next_call_timeout()
+            return Open(None, self.request, self._call_timeout, False)
         if self._established and self.stream not in snapshot.streams:
             self._address = None
             self._call_timeout = self._next_call_timeout()
@@ -225,6 +241,20 @@ class SubscriptionState:
         confirm = info.paused and not self.request.resume
         moved_from = self._served_by if address not in (None, self._served_by) else None
         return Open(address, self._next_request(), self._call_timeout, confirm, moved_from)
+
+    def _listed_after_refusal(self, snapshot: Metadata) -> bool:
+        """After a NOT_FOUND, whether ``snapshot`` lists the partition; raises the refusal once
+        :data:`UNKNOWN_STREAM_ASKS` snapshots in a row did not (see :func:`after_unknown`)."""
+        refusal = self._unknown_to
+        assert refusal is not None
+        if lists(snapshot, self.stream, self.partition):
+            self._unknown_to, self._unlisted = None, 0
+            return True
+        self._unlisted += 1
+        if self._unlisted < UNKNOWN_STREAM_ASKS:
+            return False
+        # after_unknown(Listing.UNLISTED) is MISSING: metadata that does not list it makes it missing
+        raise error_from_rpc(refusal, stream=self.stream, partition=self.partition) from refusal
 
     def confirmed(self) -> None:
         """The server sent its empty first message: the call is established."""
@@ -342,7 +372,9 @@ class SubscriptionState:
         healthy = self._confirmed and (self._delivered_in_call or ran >= 0.9 * self._call_timeout)
         if healthy and (error is None or error.code() == grpc.StatusCode.DEADLINE_EXCEEDED):
             return Reopen(0.0, refresh=None)  # the call's own liveness time is up: open the next one
-        if error is not None and not isinstance(error, NoLeaderYet) and not resubscribable(error):
+        if error is not None and refused_as_unknown(error.code()):
+            self._unknown_to = error  # the next open decides, on refreshed metadata
+        elif error is not None and not isinstance(error, NoLeaderYet) and not resubscribable(error):
             raise error_from_rpc(error, stream=self.stream, partition=self.partition) from error
         if error is not None and is_refusal(error):
             self._refused_by = self._address
@@ -350,6 +382,8 @@ class SubscriptionState:
             self._lost_since = now
         if now - self._lost_since > self.resubscribe_wait:
             reason = "the server kept ending the subscription" if error is None else str(error.details())
+            if self._unknown_to is not None:
+                reason = f"refused as unknown while the metadata lists it: {self._unknown_to.details()}"
             raise UnavailableError(
                 f"no leader served the partition for {self.resubscribe_wait:g}s ({reason})",
                 stream=self.stream,

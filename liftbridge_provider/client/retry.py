@@ -8,6 +8,12 @@
   applied) and the next one is not listening yet; back off.
 - FAILED_PRECONDITION "not leader" on leader-directed calls: refresh metadata,
   back off, retry.
+- NOT_FOUND from a call on a stream's data or partition (publish, partition
+  metadata, cursors, Subscribe): the broker may not have applied the stream's
+  creation, or loaded the partition after a restart, yet. Fresh metadata
+  decides (:func:`after_unknown`): it does not list the stream or partition,
+  the typed error at once; it does, back off and ask again within the call's
+  deadline, and a LiftbridgeTimeoutError naming the refusal when that ends.
 - Anything else is final and raised as its typed error.
 
 Backoff is exponential with full jitter between 10 ms and 500 ms. Every call
@@ -90,9 +96,61 @@ def classify(exc: grpc.RpcError, *, leader_directed: bool, attempt_expired: bool
     return Action.FAIL
 
 
+def refused_as_unknown(code: grpc.StatusCode) -> bool:
+    """The broker answered that it does not know the stream or partition (NOT_FOUND): true of a missing one, and
+    of one a lagging broker has not applied or loaded yet. Only fresh metadata tells which (:func:`after_unknown`)."""
+    return code == grpc.StatusCode.NOT_FOUND
+
+
+class Listing(enum.Enum):
+    """What a fresh metadata fetch said of the stream and partition a broker refused as unknown."""
+
+    LISTED = "the metadata lists it"
+    UNLISTED = "the metadata does not list it"
+    UNANSWERED = "no broker answered the metadata request"
+
+
+class Unknown(enum.Enum):
+    """What to do about a NOT_FOUND answer (see :func:`after_unknown`)."""
+
+    ASK_AGAIN = "back off and ask again: a broker that has not caught up with the metadata"
+    MISSING = "raise NoSuchStreamError / NoSuchPartitionError: it does not exist"
+    TIMED_OUT = "raise LiftbridgeTimeoutError naming the refusal: brokers kept refusing what the metadata lists"
+
+
+def after_unknown(listing: Listing, *, time_left: bool) -> Unknown:
+    """The one rule for NOT_FOUND on a data or partition call, given what fresh metadata said (``listing``) and
+    whether the call's deadline leaves time for another attempt (``time_left``).
+
+    Only metadata that does not list the stream (or partition) makes it missing: bad input fails at once with
+    its typed error, never as a timeout. Metadata that lists it, or that could not be fetched (nothing says it
+    is missing), makes the refusal a broker behind the metadata leader: asked again while time is left. A
+    refused publish stored nothing, so sending it again is safe.
+    """
+    if listing is Listing.UNLISTED:
+        return Unknown.MISSING
+    return Unknown.ASK_AGAIN if time_left else Unknown.TIMED_OUT
+
+
+def unknown_timeout(refusal: LiftbridgeError, timeout: float, listing: Listing) -> LiftbridgeTimeoutError:
+    """The error of a call whose ``timeout`` (seconds) ended while brokers refused as unknown (``refusal``, the
+    last one) a stream and partition the metadata lists (or could not be asked about: ``listing``). Transient,
+    unlike NoSuchStreamError: the same call may succeed once the brokers catch up. ``may_be_stored`` is the
+    refusal's (a refused publish stored nothing)."""
+    said = "lists them" if listing is Listing.LISTED else "could not be fetched"
+    return LiftbridgeTimeoutError(
+        f"no answer within {timeout:g}s: brokers kept refusing the stream or partition as unknown "
+        f"({refusal.message}) while the cluster's metadata {said}: brokers behind the metadata leader",
+        stream=refusal.stream,
+        partition=refusal.partition,
+        code=refusal.code,
+        may_be_stored=refusal.may_be_stored,
+    )
+
+
 def backoff_delay(attempt: int) -> float:
     """Seconds to wait before retry number ``attempt`` (0-based): full jitter, 10-500 ms."""
-    ceiling = min(MAX_BACKOFF, MIN_BACKOFF * 2**attempt)
+    ceiling = min(MAX_BACKOFF, MIN_BACKOFF * 2 ** min(attempt, 16))  # 2**1024 would overflow a float
     return random.uniform(MIN_BACKOFF, max(MIN_BACKOFF, ceiling))
 
 
@@ -190,6 +248,19 @@ class RetryState:
         self.last_error = error
         return action, self.pause()
 
+    def after_unknown(self, exc: grpc.RpcError, listing: Listing) -> float:
+        """A NOT_FOUND attempt (``exc``) of a data or partition call, once fresh metadata said ``listing``
+        (see :func:`after_unknown`): the backoff before asking again, or the typed error raised (MISSING), or
+        the timeout naming the refusal (TIMED_OUT: no time is left for another attempt)."""
+        refusal = error_from_rpc(exc, stream=self.stream, partition=self.partition)
+        verdict = after_unknown(listing, time_left=not self.deadline.expired)
+        if verdict is Unknown.MISSING:
+            raise refusal from exc
+        self.last_error = unknown_timeout(refusal, self.deadline.timeout, listing)
+        if verdict is Unknown.TIMED_OUT:
+            raise self.last_error from exc
+        return self.pause()
+
     def pause(self) -> float:
         """The backoff before the next attempt; raises the timeout error when no time is left."""
         if self.deadline.expired:
@@ -204,6 +275,8 @@ class RetryState:
         if self.unknown_outcome is not None:
             message = f"{message} after the request was sent: {self.unknown_outcome}"
             return LiftbridgeTimeoutError(message, stream=self.stream, partition=self.partition)
+        if isinstance(self.last_error, LiftbridgeTimeoutError):  # already says what timed out (after_unknown)
+            return self.last_error
         if self.last_error is not None:
             error = type(self.last_error)(
                 f"{message}; last error: {self.last_error.message}",

@@ -13,6 +13,10 @@ broker's advertised address to the proxy) and then break the path on purpose:
   client while the client's still reach the server, so a request is applied
   and its answer never comes (until released): a call interrupted on the
   client's side after the server did its work.
+- :meth:`FaultProxy.rename_in_requests`: a name in the client's bytes is
+  replaced by another of the same length (a stream the server does not know)
+  the next n times it is seen, so the real server answers NOT_FOUND for a
+  stream that exists: a broker that has not applied the stream's creation yet.
 - :meth:`FaultProxy.blackhole_when_client_sends`: the same, from the moment a
   client's bytes contain a marker for the n-th time (that read is not
   forwarded), so a path goes silent at an exact step of a protocol, say the
@@ -49,6 +53,9 @@ class FaultProxy:
         self._marker_reads_left = 0
         self._holding_marker: bytes | None = None  # a client read with it stops the server's bytes (forwarded)
         self._server_marker: bytes | None = None  # a server read with it silences both ways (not forwarded)
+        self._rename: tuple[bytes, bytes] | None = None  # (old, new) in the client's reads, while renames are left
+        self._renames_left = 0
+        self.renamed = 0  # client reads renamed so far
         self._listener = socket.create_server((LOOPBACK, 0))
         self.port: int = self._listener.getsockname()[1]
         self._cut_armed = threading.Event()
@@ -100,6 +107,23 @@ class FaultProxy:
         included; once."""
         self._marker_reads_left = nth
         self._silencing_marker = marker
+
+    def rename_in_requests(self, old: bytes, new: bytes, *, times: int) -> None:
+        """Replace ``old`` by ``new`` (the same length, so no frame or protobuf length changes) in the next
+        ``times`` client reads (on any connection) that contain it: the server answers as for ``new``."""
+        if len(old) != len(new):
+            raise ValueError(f"a rename keeps the length: {old!r} and {new!r} differ")
+        with self._lock:
+            self._rename, self._renames_left = (old, new), times
+
+    def _renamed(self, data: bytes) -> bytes:
+        with self._lock:
+            rename = self._rename
+            if rename is None or self._renames_left <= 0 or rename[0] not in data:
+                return data
+            self._renames_left -= 1
+            self.renamed += 1
+        return data.replace(*rename)
 
     def close_connections(self) -> None:
         """Reset every connection open now (new ones are still accepted), as a dropped network path does."""
@@ -157,6 +181,8 @@ class FaultProxy:
                 data = source.recv(65536)
                 if not data:
                     break
+                if not from_server:
+                    data = self._renamed(data)
                 marker = self._silencing_marker
                 if not from_server and marker is not None and marker in data:
                     self._marker_seen()

@@ -584,8 +584,12 @@ def test_final_errors_and_clean_ends() -> None:
     assert reading.closed(Rpc(grpc.StatusCode.RESOURCE_EXHAUSTED, "End of readonly partition")) is None
     reading = state(Clock())
     reading.open(snapshot())
+    # NOT_FOUND ends it once refreshed metadata (asked twice) does not list the stream either (retry.after_unknown)
+    assert reading.closed(Rpc(grpc.StatusCode.NOT_FOUND, "stream deleted")) is not None
+    assert reading.open(snapshot(streams=())).address is None
+    reading.closed(Rpc(grpc.StatusCode.UNAVAILABLE))
     with pytest.raises(NoSuchStreamError):
-        reading.closed(Rpc(grpc.StatusCode.NOT_FOUND, "stream deleted"))
+        reading.open(snapshot(streams=()))
 
 
 def test_a_refusing_leader_with_the_paused_flag_ends_a_subscription_without_resume() -> None:

@@ -1,9 +1,12 @@
 """Publishes as plans without I/O: a publish is never sent twice once it may have reached a server.
 
-The one refusal sent again is the server's own word that nothing was stored:
+The refusals sent again are the server's own word that nothing was stored:
 the broker could not resume the paused partition because the metadata leader
 is being replaced (:func:`refused_while_leader_changes` for PublishAsync,
-:func:`~liftbridge_provider.client.retry.leader_changing` for a unary call).
+:func:`~liftbridge_provider.client.retry.leader_changing` for a unary call),
+or it does not know the stream or partition (NOT_FOUND) while fresh metadata
+lists them: a broker that has not applied the stream's creation yet
+(:func:`~liftbridge_provider.client.retry.after_unknown`).
 
 :func:`send_once` is a unary Publish or PublishToSubject call;
 :func:`on_shared_streams` a single publish on the PublishAsync streams every
@@ -23,8 +26,29 @@ from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.errors import AckTimeoutError, UnavailableError, error_from_rpc
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.plans import CONNECT_TRY, AnyPlan, Attempt, Dispatch, NotSent, Plan, Rpc, Sleep
-from liftbridge_provider.client.retry import Deadline, RetryState, backoff_delay, leader_changing
+from liftbridge_provider.client.plans import (
+    CONNECT_TRY,
+    AnyPlan,
+    Attempt,
+    Dispatch,
+    NotSent,
+    Plan,
+    Rpc,
+    Sleep,
+    listed,
+    listing,
+)
+from liftbridge_provider.client.retry import (
+    Deadline,
+    Listing,
+    RetryState,
+    Unknown,
+    after_unknown,
+    backoff_delay,
+    leader_changing,
+    refused_as_unknown,
+    unknown_timeout,
+)
 from liftbridge_provider.core.errors import LiftbridgeError
 from liftbridge_provider.core.publish_outcomes import may_be_stored_after
 
@@ -64,11 +88,11 @@ def send_once(
     """
     state = RetryState(deadline, leader_directed=False, stream=stream)
     refusals = 0
-    refused: grpc.RpcError | None = None  # the last refusal, while its backoff runs
+    late: LiftbridgeError | None = None  # what the last refusal ends in if its backoff wakes too late
     while True:
-        if refused is not None and deadline.remaining() < SHORTEST_RESEND:  # the backoff woke late
-            raise refused_until_the_deadline(refused, deadline, stream, partition) from refused
-        refused = None
+        if late is not None and deadline.remaining() < SHORTEST_RESEND:  # the backoff woke late
+            raise late
+        late = None
         pause: float | None = None
         for address in broker_addresses(config, snapshot):
             try:
@@ -80,22 +104,34 @@ def send_once(
             except NotSent as exc:
                 state.after_failure(exc)
             except grpc.RpcError as exc:
-                if stream is None or not leader_changing(exc.code(), (exc.details() or "").lower()):
+                unknown = stream is not None and refused_as_unknown(exc.code())
+                if stream is None or not (unknown or leader_changing(exc.code(), (exc.details() or "").lower())):
                     raise after_send_error(exc, stream, partition) from exc
+                said = None
+                if unknown:  # a broker behind the metadata, or a missing stream: fresh metadata tells
+                    snapshot, said = yield from listing(deadline, snapshot, stream, partition)
                 refusals += 1
                 pause = backoff_delay(refusals)
-                if pause + SHORTEST_RESEND >= deadline.remaining():  # no time to send it again: the refusal
-                    raise refused_until_the_deadline(exc, deadline, stream, partition) from exc
-                refused = exc
+                time_left = pause + SHORTEST_RESEND < deadline.remaining()
+                if said is not None and after_unknown(said, time_left=time_left) is Unknown.MISSING:
+                    raise after_send_error(exc, stream, partition) from exc
+                late = refused_until_the_deadline(exc, deadline, stream, partition, said)
+                if not time_left:  # no time to send it again: the refusal
+                    raise late from exc
+                late.__cause__ = exc
                 break
         yield Sleep(state.pause() if pause is None else pause)
 
 
 def refused_until_the_deadline(
-    exc: grpc.RpcError, deadline: Deadline, stream: str | None, partition: int | None
+    exc: grpc.RpcError, deadline: Deadline, stream: str | None, partition: int | None, said: Listing | None = None
 ) -> LiftbridgeError:
-    """The server's last refusal (nothing stored), raised once the call has no time left to send it again."""
+    """The server's last refusal (nothing stored), raised once the call has no time left to send it again; a
+    refusal as unknown of a stream the metadata listed (``said``) is a LiftbridgeTimeoutError naming it."""
     refusal = error_from_rpc(exc, stream=stream, partition=partition)
+    if said is not None:
+        refusal.may_be_stored = False
+        return unknown_timeout(refusal, deadline.timeout, said)
     return type(refusal)(
         f"{refusal.message}; not sent again: refused for {deadline.timeout:g}s (the call's timeout)",
         stream=stream,
@@ -119,7 +155,11 @@ def on_shared_streams(
     response that says nothing was stored (:func:`refused_while_leader_changes`)
     is sent again the same way, and returned as it is when less than
     :data:`SHORTEST_RESEND` s would be left after the pause, or are left when
-    the pause ends (a loaded machine wakes a sleeper late).
+    the pause ends (a loaded machine wakes a sleeper late). A NOT_FOUND refusal
+    is sent again the same way while fresh metadata lists the stream and
+    partition (:func:`~liftbridge_provider.client.plans.listed`), returned at
+    once when it does not, and ends in a LiftbridgeTimeoutError naming it when
+    the time runs out.
     Any other failure is ``send``'s own and raised as it is: once written, a
     message is never re-sent (``publish_stream.py`` names whether it may be
     stored).
@@ -139,17 +179,33 @@ def on_shared_streams(
                     code=grpc.StatusCode.UNAVAILABLE,
                 ) from exc
         else:
-            if not (response.HasField("asyncError") and refused_while_leader_changes(response)):
+            said: Listing | None = None
+            if response.HasField("asyncError") and response.asyncError.code == api.PublishAsyncError.NOT_FOUND:
+                _fresh, said = yield from listed(deadline, stream, partition)  # a broker behind the metadata?
+            elif not (response.HasField("asyncError") and refused_while_leader_changes(response)):
                 return response
             attempt += 1
             pause = backoff_delay(attempt)
-            if pause + SHORTEST_RESEND >= deadline.remaining():
-                return response
+            time_left = pause + SHORTEST_RESEND < deadline.remaining()
+            if not time_left or (said is not None and after_unknown(said, time_left=True) is Unknown.MISSING):
+                return _refusal(response, deadline, stream, partition, said)
             yield Sleep(pause)
             if deadline.remaining() < SHORTEST_RESEND:  # the backoff woke late (a loaded machine): the refusal
-                return response
+                return _refusal(response, deadline, stream, partition, said)
             continue
         yield Sleep(pause)
+
+
+def _refusal(
+    response: api.PublishResponse, deadline: Deadline, stream: str, partition: int, said: Listing | None
+) -> api.PublishResponse:
+    """The refusal ``response`` a single publish ends with (the caller raises its typed error), or, for a
+    refusal as unknown of a stream and partition the metadata lists (``said``) once the deadline ends, a
+    LiftbridgeTimeoutError naming it (nothing stored)."""
+    if said is None or after_unknown(said, time_left=False) is Unknown.MISSING:
+        return response
+    refusal = LiftbridgeError(response.asyncError.message or "NOT_FOUND", stream=stream, partition=partition)
+    raise unknown_timeout(refusal, deadline.timeout, said)
 
 
 def after_send_error(exc: grpc.RpcError, stream: str | None, partition: int | None) -> LiftbridgeError:

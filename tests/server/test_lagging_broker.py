@@ -1,0 +1,153 @@
+"""A broker behind the metadata answers NOT_FOUND for a stream that exists: the client asks again (issue 49).
+
+Right after ``create_stream`` a broker that has not applied the creation yet refused a publish as an unknown
+stream (CI 2026-12-07), and right after a killed partition leader restarted, the node asked for the high
+watermark had not loaded the partition yet (the soak's 5 ``read_slice`` failures). The client raised
+NoSuchStreamError / NoSuchPartitionError although its fresh metadata listed both. The rule
+(``client/retry.after_unknown``): fresh metadata that lists the stream and partition makes a NOT_FOUND a
+broker that has not caught up, asked again within the call's deadline (a LiftbridgeTimeoutError naming the
+refusal when it ends); metadata that does not list them makes the stream missing, raised at once.
+
+The lag is made exact with a real node behind the fault proxy: it renames the stream in the client's next
+requests to a name of the same length that the node does not know, so the real server answers NOT_FOUND,
+the way a lagging broker does; the metadata requests of the client name no stream, so they still list it.
+The last test tries the real race on a three-node cluster, bounded.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from liftbridge_provider.client import LiftbridgeClient, LiftbridgeTimeoutError, NoSuchStreamError
+from liftbridge_provider.client.messages import StartPosition, StopPosition
+from liftbridge_provider.devserver import DevServer, start_cluster
+from liftbridge_provider.devserver.proxy import FaultProxy
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture
+def proxy(liftbridge_server: DevServer) -> Iterator[FaultProxy]:
+    with FaultProxy(liftbridge_server.brokers[0]) as running:
+        yield running
+
+
+@pytest.fixture
+def via(proxy: FaultProxy) -> Iterator[LiftbridgeClient]:
+    """A client that reaches the node only through the proxy."""
+    with LiftbridgeClient(proxy.address, address_resolver=lambda host, port: proxy.address) as proxied:
+        yield proxied
+
+
+def new_stream(client: LiftbridgeClient, via: LiftbridgeClient) -> tuple[str, bytes]:
+    """A new stream that ``via``'s metadata lists, and a name of the same length that no stream has."""
+    name = f"lag-{uuid.uuid4().hex[:10]}"
+    client.create_stream(f"lag.subject.{name[4:]}", name)
+    via.fetch_metadata()
+    return name, f"gal-{name[4:]}".encode()
+
+
+def stored(client: LiftbridgeClient, stream: str) -> list[bytes]:
+    """Every value partition 0 of ``stream`` holds, in offset order."""
+    high = client.fetch_partition_metadata(stream, 0).high_watermark
+    return [m.value for m in client.read_range(stream, 0, 0, high + 1, timeout=30)]
+
+
+@pytest.mark.parametrize("ack_policy", ["leader", "none"], ids=["shared-streams", "unary"])
+def test_a_publish_refused_as_an_unknown_stream_that_the_metadata_lists_goes_again_and_is_stored_once(
+    client: LiftbridgeClient, via: LiftbridgeClient, proxy: FaultProxy, ack_policy: str
+) -> None:
+    """The first two publishes reach a node that answers "no such stream" (nothing stored): the client asks
+    again, as its metadata lists the stream, and the third is stored, once. Before the fix: NoSuchStreamError."""
+    stream, unknown = new_stream(client, via)
+    proxy.rename_in_requests(stream.encode(), unknown, times=2)
+    via.publish(stream, b"once", ack_policy=ack_policy, timeout=10)
+    assert proxy.renamed == 2, "both refusals reached the node"
+    deadline = time.monotonic() + 10
+    while client.fetch_partition_metadata(stream, 0).high_watermark < 0 and time.monotonic() < deadline:
+        time.sleep(0.05)  # ack policy NONE: nothing to wait on but the partition
+    assert stored(client, stream) == [b"once"], "stored exactly once: the refusals stored nothing"
+
+
+def test_partition_calls_and_reads_refused_as_unknown_ask_again(
+    client: LiftbridgeClient, via: LiftbridgeClient, proxy: FaultProxy
+) -> None:
+    """The high-watermark check of a read (FetchPartitionMetadata on the leader) and a Subscribe, each refused
+    twice as unknown by a node behind the metadata, answer once it catches up (the soak's read_slice failure).
+    Before the fix: NoSuchPartitionError / NoSuchStreamError at once."""
+    stream, unknown = new_stream(client, via)
+    for index in range(3):
+        client.publish(stream, b"m%d" % index, ack_policy="all", timeout=10)
+    proxy.rename_in_requests(stream.encode(), unknown, times=2)
+    assert via.fetch_partition_metadata(stream, 0, timeout=10).high_watermark == 2
+    assert proxy.renamed == 2
+    proxy.rename_in_requests(stream.encode(), unknown, times=2)
+    assert [m.value for m in via.read_range(stream, 0, 0, 3, timeout=10)] == [b"m0", b"m1", b"m2"]
+    proxy.rename_in_requests(stream.encode(), unknown, times=2)
+    read = via.subscribe(stream, start=StartPosition.earliest(), stop=StopPosition.at_offset(2), timeout=10)
+    assert [m.value for m in read] == [b"m0", b"m1", b"m2"], "the Subscribe refused twice was opened again"
+    assert proxy.renamed == 4 + 2
+
+
+def test_a_stream_missing_from_the_metadata_too_still_fails_at_once(
+    client: LiftbridgeClient, via: LiftbridgeClient
+) -> None:
+    """A stream deleted after the client cached it: the node's NOT_FOUND, confirmed by fresh metadata, raises
+    NoSuchStreamError within a second or two, not at the deadline (bad input never becomes a timeout)."""
+    stream, _ = new_stream(client, via)
+    client.delete_stream(stream)
+    for call in (
+        lambda: via.publish(stream, b"x", timeout=30),
+        lambda: via.publish(stream, b"x", ack_policy="none", timeout=30),
+        lambda: via.fetch_partition_metadata(stream, 0, timeout=30),
+    ):
+        via.fetch_metadata()  # a stale cache would fail before sending; this asks the node itself
+        started = time.monotonic()
+        with pytest.raises(NoSuchStreamError):
+            call()
+        assert time.monotonic() - started < 5, "failed fast, not at the 30 s deadline"
+
+
+def test_brokers_that_keep_refusing_what_the_metadata_lists_end_by_the_deadline_with_a_timeout(
+    client: LiftbridgeClient, via: LiftbridgeClient, proxy: FaultProxy
+) -> None:
+    """A node that never catches up: the call ends by its deadline with LiftbridgeTimeoutError (transient,
+    unlike NoSuchStreamError) naming the refusal; a publish says nothing was stored."""
+    stream, unknown = new_stream(client, via)
+    proxy.rename_in_requests(stream.encode(), unknown, times=10**6)
+    for policy in ("leader", "none"):
+        started = time.monotonic()
+        with pytest.raises(LiftbridgeTimeoutError, match="unknown") as caught:
+            via.publish(stream, b"x", ack_policy=policy, timeout=2)
+        assert time.monotonic() - started < 4
+        assert caught.value.may_be_stored is False
+    started = time.monotonic()
+    with pytest.raises(LiftbridgeTimeoutError, match="unknown"):
+        via.fetch_partition_metadata(stream, 0, timeout=2)
+    assert time.monotonic() - started < 4
+    proxy.rename_in_requests(stream.encode(), unknown, times=0)
+    assert stored(client, stream) == [], "no refused publish was stored"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[DevServer]:
+    with start_cluster(size=3) as started:
+        yield started
+
+
+def test_calls_right_after_create_stream_on_a_cluster_find_the_stream(cluster: DevServer) -> None:
+    """The real race, bounded: 15 streams, each created and then at once published to, its high watermark
+    asked, read and a cursor set, on a 3-node cluster whose brokers apply the creation a moment apart. No call
+    may fail as if the stream did not exist (CI 2026-12-07 saw a publish refused so)."""
+    with LiftbridgeClient(cluster.brokers) as client:
+        for round_ in range(15):
+            stream = f"race-{round_}-{uuid.uuid4().hex[:6]}"
+            client.create_stream(f"race.{stream[5:]}", stream, replication_factor=3)
+            assert client.publish(stream, b"first", ack_policy="all", timeout=15) is not None
+            assert client.fetch_partition_metadata(stream, 0, timeout=15).high_watermark >= 0
+            assert [m.value for m in client.read_range(stream, 0, 0, 1, timeout=15)] == [b"first"]
+            client.set_cursor("race", stream, 0, 0, timeout=15)
