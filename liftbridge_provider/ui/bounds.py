@@ -16,7 +16,9 @@ Every answer of the page's API is bounded:
   round every 5 s at most.
 
 * the Runs view: the newest :data:`RUNS_LIMIT` ingest runs from the metadata
-  DB, and their lakes' records read concurrently within :data:`READ_TIMEOUT`;
+  DB, and their lakes' records read concurrently within :data:`READ_TIMEOUT`
+  (of a Delta or Iceberg table, the metadata and at most
+  :data:`STRADDLING_FILE_READS` data files' offset columns per run);
 * the lag chart's history: ``history.SAMPLES`` samples per series, at most
   ``history.SERIES`` series, in the API server's memory.
 
@@ -50,6 +52,10 @@ BROWSER_TIMEOUT = 20.0
 """Seconds the page's script waits for an answer before it shows that none came."""
 RUNS_LIMIT = 20
 """Ingest runs the Runs view shows (the newest; their lakes' records read within :data:`READ_TIMEOUT`)."""
+STRADDLING_FILE_READS = 8
+"""Data files of a Delta or Iceberg table whose ``offset`` column the Runs view reads per run at most: files
+that hold offsets on both sides of a range's boundary (after an OPTIMIZE or a compaction), counted exactly;
+a range that needs more shows its rows as unknown."""
 REFRESH_INTERVAL = 5.0
 """Seconds between the page's refreshes while it is open (the cache's TTL: no faster than the cluster is asked)."""
 

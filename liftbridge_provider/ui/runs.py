@@ -4,9 +4,10 @@ A run of the ingest job (``spark_jobs/ingest.py``) is recognised by its command 
 among a task's rendered template fields (``application_args`` of a ``SparkSubmitOperator``, or any list field
 holding ``--ranges`` and ``--output``): :func:`ingest_call` reads the lake (``--output``), its format
 (``--format``, Parquet when absent) and the ranges (``--ranges``, when given as JSON text). The rows each range
-landed come from the lake's own record (``lake_records.py``): the claim ledger's committed pieces (Parquet),
-the table's held offsets (Delta's application transactions, Iceberg's table properties). :func:`run_row` makes
-the row the page shows, with the DAG run's page in Airflow's UI.
+landed come from the lake's own record (``lake_records.py``): the claim ledger's committed pieces (Parquet);
+for Delta and Iceberg the table's held offsets (its application transactions, its table properties) and the
+rows of its live data files over each range (their statistics, ``file_counts.py``). :func:`run_row` makes the
+row the page shows, with the DAG run's page in Airflow's UI.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ class IngestCall:
     output: str
     lake_format: str
     ranges: RangesDocument | None
+    iceberg_catalog: str = "liftbridge"  # --iceberg-catalog: the name an embedded SQL catalog keys its tables by
+    iceberg_table: str | None = None  # --iceberg-table; None: liftbridge.<stream>
+    iceberg_catalog_given: bool = False  # --iceberg-catalog-property given: the catalog is not the embedded one
 
 
 def _flag(args: Sequence[str], name: str) -> str | None:
@@ -62,7 +66,14 @@ def ingest_call(rendered: Mapping[str, Any]) -> IngestCall | None:
         if output is None or ("--ranges" not in value and not any(a.startswith("--ranges=") for a in value)):
             continue
         lake_format = (_flag(value, "--format") or "parquet").lower()
-        return IngestCall(output, lake_format, parse_ranges(_flag(value, "--ranges")))
+        return IngestCall(
+            output,
+            lake_format,
+            parse_ranges(_flag(value, "--ranges")),
+            _flag(value, "--iceberg-catalog") or "liftbridge",
+            _flag(value, "--iceberg-table"),
+            _flag(value, "--iceberg-catalog-property") is not None,
+        )
     return None
 
 
@@ -96,22 +107,35 @@ def parquet_range(partition: int, start: int, end: int, claims: Iterable[Claim])
         "whole": covered == end - start,
         "beyond": any(c.start < start or c.end > end for c in held),
         "offsets_held": covered,
+        "rows_unknown": None,
     }
 
 
-def held_range(partition: int, start: int, end: int, held: Iterable[tuple[int, int]]) -> dict[str, Any]:
-    """One range as a table's record holds it (Delta's transactions, Iceberg's properties: offset intervals,
-    no rows): the offsets of it the table holds, and whether that is all of them."""
+def held_range(
+    partition: int,
+    start: int,
+    end: int,
+    held: Iterable[tuple[int, int]],
+    *,
+    rows: int | None = None,
+    pieces: int | None = None,
+    rows_unknown: str | None = None,
+) -> dict[str, Any]:
+    """One range as a table holds it (Delta, Iceberg): the offsets of it its record holds (``held``: the
+    transactions' or properties' offset intervals) and whether that is all of them, and the rows of it in
+    ``pieces`` data files, counted from the table's metadata (``file_counts.py``); ``rows`` None with
+    ``rows_unknown`` saying why when they could not be counted."""
     covered = sum(max(0, min(end, e) - max(start, s)) for s, e in held)
     return {
         "partition": partition,
         "start": start,
         "end": end,
-        "rows": None,
-        "pieces": None,
+        "rows": rows,
+        "pieces": pieces,
         "whole": covered == end - start,
         "beyond": False,
         "offsets_held": covered,
+        "rows_unknown": rows_unknown,
     }
 
 
@@ -136,7 +160,7 @@ def run_row(record: RunRecord, lake: Mapping[str, Any]) -> dict[str, Any]:
     """
     call = record.call
     ranges = lake.get("ranges")
-    rows = [r["rows"] for r in ranges or () if r.get("rows") is not None]
+    rows = [r.get("rows") for r in ranges or ()]  # a total only when every range's rows are known
     return {
         "dag_id": record.dag_id,
         "run_id": record.run_id,
@@ -150,6 +174,6 @@ def run_row(record: RunRecord, lake: Mapping[str, Any]) -> dict[str, Any]:
         "lake": lake_display(call.output),
         "stream": call.ranges.stream if call.ranges else None,
         "ranges": ranges,
-        "total_rows": sum(rows) if rows else None,
+        "total_rows": sum(n for n in rows if n is not None) if rows and None not in rows else None,
         "error": lake.get("error"),
     }

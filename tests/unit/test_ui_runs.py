@@ -71,18 +71,21 @@ def test_a_parquet_ranges_rows_are_its_committed_pieces() -> None:
     assert parquet_range(0, 300, 400, claims)["rows"] == 0
 
 
-def test_a_tables_range_is_the_offsets_its_record_holds() -> None:
-    assert held_range(0, 10, 20, [(0, 15), (18, 30)]) | {} == {
+def test_a_tables_range_is_the_offsets_its_record_holds_and_the_rows_counted_from_its_files() -> None:
+    assert held_range(0, 10, 20, [(0, 15), (18, 30)], rows=6, pieces=2) | {} == {
         "partition": 0,
         "start": 10,
         "end": 20,
-        "rows": None,
-        "pieces": None,
+        "rows": 6,
+        "pieces": 2,
         "whole": False,
         "beyond": False,
         "offsets_held": 7,
+        "rows_unknown": None,
     }
     assert held_range(0, 10, 20, [(0, 100)])["whole"] is True
+    unknown = held_range(0, 10, 20, [(0, 100)], rows_unknown="no stats")
+    assert (unknown["rows"], unknown["rows_unknown"]) == (None, "no stats")
 
 
 def _record(**changes: Any) -> RunRecord:
@@ -111,6 +114,9 @@ def test_a_run_row_sums_the_rows_and_links_the_dag_run() -> None:
         None,
     )
     assert run_row(_record(), {"ranges": None, "error": "gone"})["total_rows"] is None
+    # a range whose rows are unknown: no total (a sum of the others would pass for the run's rows)
+    unknown = held_range(1, 5, 9, [(5, 9)], rows_unknown="a data file has no stats")
+    assert run_row(_record(), {"ranges": [ranges[0], unknown]})["total_rows"] is None
 
 
 def test_the_history_keeps_the_newest_samples_of_the_newest_series() -> None:

@@ -204,8 +204,13 @@
     ));
   }
 
-  function rangeText(r) {
-    const rows = r.rows === null ? `${r.offsets_held} offset(s) held` : `${r.rows} row(s) in ${r.pieces} piece(s)`;
+  // A range's rows: in the claim ledger's pieces (Parquet) or the table's data files (Delta, Iceberg); when a
+  // table's rows could not be counted, the offsets its record holds and why.
+  function rangeText(r, format) {
+    const unit = format === "parquet" ? "piece(s)" : "file(s)";
+    const rows = r.rows === null || r.rows === undefined
+      ? `${r.offsets_held} offset(s) held${r.rows_unknown ? `, rows unknown: ${r.rows_unknown}` : ""}`
+      : `${r.rows} row(s) in ${r.pieces} ${unit}`;
     return `p${r.partition} [${r.start}, ${r.end}): ${rows}${r.whole ? "" : " (not whole)"}${r.beyond ? " (pieces reach beyond)" : ""}`;
   }
 
@@ -214,7 +219,8 @@
     root.replaceChildren();
     root.append(el("p", { class: "note" }, `The newest ${data.bounds.runs_limit} ingest runs Airflow recorded ` +
       "(tasks whose arguments run spark_jobs/ingest.py), each range's rows from the lake's own record: " +
-      "the claim ledger (Parquet), the table's held offsets (Delta's transactions, Iceberg's properties)."));
+      "the claim ledger (Parquet), the table's data files over the offsets its record holds (Delta's " +
+      "transactions, Iceberg's properties)."));
     if (!data.runs.length) { root.append(el("p", {}, "No ingest run recorded yet.")); return; }
     const ui = new URL("../", BASE);
     root.append(table(
@@ -225,7 +231,7 @@
           el("span", r.state === "success" ? {} : { class: "bad" }, r.state || "none"), r.started || "",
           r.format, r.lake, r.total_rows ?? "",
           r.error ? el("span", { class: "bad" }, r.error)
-            : el("ul", { class: "ranges" }, ...(r.ranges || []).map((x) => el("li", { "data-testid": "run-range", "data-partition": x.partition }, rangeText(x))))],
+            : el("ul", { class: "ranges" }, ...(r.ranges || []).map((x) => el("li", { "data-testid": "run-range", "data-partition": x.partition }, rangeText(x, r.format))))],
       })),
       [7],
     ));
