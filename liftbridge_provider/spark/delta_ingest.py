@@ -24,9 +24,10 @@ service (DynamoDB) is needed; the store must honour ``If-None-Match`` (AWS S3 do
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
+import os
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -48,6 +49,7 @@ from liftbridge_provider.core.s3_sources import s3_location, spark_uri
 from liftbridge_provider.core.table_plan import Interval, TablePlan
 from liftbridge_provider.delta_table import PARTITION_COLUMN, holdings, table_path
 from liftbridge_provider.spark.reader import arrow_schema
+from liftbridge_provider.spark.s3_session import session_s3_settings
 from liftbridge_provider.spark.session_settings import micros_timestamps, unsorted_partitioned_writes
 from liftbridge_provider.spark.table_ingest import CommitConflict, FileStats, Written, footer_stats
 
@@ -174,12 +176,6 @@ def _commit(table: DeltaTable, actions: list[AddAction], versions: Mapping[str, 
     table.create_write_transaction(changes, "append", schema, [PARTITION_COLUMN], commit_properties=properties)
 
 
-def _write_files(spark: SparkSession, frame: DataFrame, folder: Path) -> None:
-    """Parquet files for Delta (microsecond timestamps), one folder per partition."""
-    with micros_timestamps(spark), unsorted_partitioned_writes(spark):
-        frame.write.partitionBy(PARTITION_COLUMN).mode("errorifexists").parquet(folder.as_uri())
-
-
 def _writer_uri(table: str, name: str) -> str:
     """The URI Spark writes folder ``name`` of ``table`` to (``s3a://`` for S3A, ``file:`` for a local table)."""
     if s3_location(table) is not None:
@@ -262,41 +258,63 @@ class DeltaBatchWriter:
     ``liftbridge-query:<query_name>``, as Delta's own ``txnAppId``/``txnVersion``) commit together, and a
     batch Spark replays after a crash (its id at or below the committed one) is skipped.
 
-    :param table: the Delta table, a local path (created when missing, partitioned by ``partition``; on S3 not
-        yet: refused).
+    :param table: the Delta table, a local path or an S3 location (``s3a://bucket/key``), created when
+        missing, partitioned by ``partition``.
     :param query_name: names the query's progress in the table; one per checkpoint (a new checkpoint
         restarts batch ids at 0: give it a new name).
+    :param settings: the S3 settings of a table on S3; default None: the S3A settings of the micro-batch's
+        Spark session for the table's bucket (the one source the ingest job uses, ``spark/s3_session.py``),
+        read at the first batch.
     """
 
-    def __init__(self, table: str, query_name: str) -> None:
+    def __init__(self, table: str, query_name: str, *, settings: S3Settings | None = None) -> None:
         if not query_name or not isinstance(query_name, str):
             raise InvalidArgumentError(f"query_name must be a non-empty string, got {query_name!r}")
-        if s3_location(table) is not None:
-            raise InvalidArgumentError(f"DeltaBatchWriter writes local Delta tables only, got {table!r}")
-        self.table = table_path(table)
+        self.table = table_path(table)  # InvalidArgumentError for a scheme Delta is not written to here
         self.app_id = f"liftbridge-query:{query_name}"
+        self._settings = settings
+        self._format: DeltaFormat | None = None
+        self._lock = threading.Lock()
+
+    def _table(self, spark: SparkSession | None) -> DeltaFormat:
+        """The table as :class:`DeltaFormat` holds it (its S3 settings resolved once), read anew."""
+        with self._lock:
+            if self._format is None:
+                settings = self._settings
+                if settings is None and s3_location(self.table) is not None:
+                    session = spark or SparkSession.getActiveSession()
+                    if session is None:
+                        raise InvalidArgumentError(
+                            f"the Delta table {self.table} is on S3: give DeltaBatchWriter settings=, or call it "
+                            "from a Spark session whose S3A settings reach the bucket"
+                        )
+                    settings = session_s3_settings(session, self.table, os.environ)
+                self._format = DeltaFormat(self.table, settings)
+            table = self._format
+        table.refresh()
+        return table
 
     def committed_batch(self) -> int | None:
         """The last micro-batch id the table holds for this query (None: none yet)."""
-        return _open(self.table).transaction_version(self.app_id)
+        return self._table(None).delta.transaction_version(self.app_id)
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        delta = _open(self.table)
-        done = delta.transaction_version(self.app_id)
+        spark = frame.sparkSession
+        table = self._table(spark)
+        done = table.delta.transaction_version(self.app_id)
         if done is not None and batch_id <= done:
             log.info(
                 "micro-batch %d of %s is in %s already (up to %d): skipped", batch_id, self.app_id, self.table, done
             )
             return
         name = f"liftbridge-batch-{batch_id}-{uuid.uuid4().hex[:12]}"
-        _write_files(frame.sparkSession, frame, Path(self.table) / name)
+        with micros_timestamps(spark):
+            written = table.write(spark, frame, name)
         fault_points.reached("delta.batch_written")
-        files = pafs.LocalFileSystem()
         try:
-            _commit(delta, [a for a, _ in add_actions(files, self.table, name)], {self.app_id: batch_id}, self.app_id)
+            _commit(table.delta, written.handle, {self.app_id: batch_id}, self.app_id)
         except CommitFailedError:
-            with contextlib.suppress(OSError):
-                files.delete_dir(f"{self.table}/{name}")
+            table.discard(written)
             committed = self.committed_batch()
             if committed is None or committed < batch_id:
                 raise

@@ -19,7 +19,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
-from liftbridge_provider.spark.delta_ingest import _write_files
 from liftbridge_provider.spark.session_settings import micros_timestamps, unsorted_partitioned_writes
 
 TIMESTAMPS = "spark.sql.parquet.outputTimestampType"
@@ -29,6 +28,13 @@ WRITERS = "spark.sql.maxConcurrentOutputFileWriters"
 def rows(spark: SparkSession) -> DataFrame:
     """Rows with a timestamp and a partition column, as the ingest job writes them."""
     return spark.range(4).selectExpr("cast(id % 2 as int) as partition", "timestamp_micros(id) as timestamp")
+
+
+def write_files(spark: SparkSession, frame: DataFrame, folder: Path) -> None:
+    """Parquet files as the Delta and Iceberg writers write them: microsecond timestamps, one folder per
+    partition, unsorted."""
+    with micros_timestamps(spark), unsorted_partitioned_writes(spark):
+        frame.write.partitionBy("partition").mode("errorifexists").parquet(folder.as_uri())
 
 
 def timestamp_types(folder: Path) -> set[str]:
@@ -51,7 +57,7 @@ def test_a_write_in_a_second_session_overlapping_one_in_the_first_writes_microse
     spark.conf.set(TIMESTAMPS, "INT96")  # the first session's own value, set explicitly
     try:
         with micros_timestamps(spark):  # the first session's write is running
-            _write_files(second, rows(second), tmp_path / "second")
+            write_files(second, rows(second), tmp_path / "second")
             assert spark.conf.get(TIMESTAMPS) == "TIMESTAMP_MICROS"
         assert timestamp_types(tmp_path / "second") == {"INT64"}, "the second session wrote INT96 timestamps"
         assert spark.conf.get(TIMESTAMPS) == "INT96", "the first session's own value came back"

@@ -375,3 +375,56 @@ def test_the_next_ranges_are_frozen_from_a_delta_table_on_s3_through_the_same_aw
     )
     frozen = RangesDocument.parse(freeze.execute({"run_id": "r1", "task_state_store": StateStore()}))
     assert [(r.partition, r.start, r.end) for r in frozen.ranges] == [(0, 150, 200), (1, 120, 200)]
+
+
+def test_a_stream_query_lands_each_micro_batch_once_in_a_delta_table_on_s3_even_when_spark_replays_one(  # noqa: PLR0917 - fixtures
+    s3a_spark: SparkSession,
+    liftbridge_server: DevServer,
+    stream: str,
+    s3_settings: S3Settings,
+    s3_module_bucket: str,
+    tmp_path: Path,
+) -> None:
+    """readStream + foreachBatch(DeltaBatchWriter) into ``s3a://``: the writer takes S3A's settings from the
+    micro-batch's session (delta-rs's storage options, pyarrow's filesystem), writes each batch's files through
+    S3A and commits them with the batch id. A batch Spark runs again after a crash between the Delta commit
+    and its checkpoint's commit log (commits/N removed) is skipped: each offset once. (The writer refused any
+    table on S3 before.)"""
+    from liftbridge_provider.spark.delta_ingest import DeltaBatchWriter  # noqa: PLC0415
+
+    table = f"s3a://{s3_module_bucket}/stream-query-{uuid.uuid4().hex[:8]}"
+    checkpoint = tmp_path / "checkpoint"
+    writer = DeltaBatchWriter(table, "s3-stream-ingest")
+    calls: list[tuple[int, int]] = []
+
+    def write(frame: Any, batch_id: int) -> None:
+        calls.append((batch_id, frame.count()))
+        writer(frame, batch_id)
+
+    def run_query() -> None:
+        frame = s3a_spark.readStream.format("liftbridge").options(
+            brokers=",".join(liftbridge_server.brokers), stream=stream, startingOffsets="earliest",
+            maxOffsetsPerTrigger="150",
+        )  # fmt: skip
+        query = (
+            frame.load()
+            .writeStream.foreachBatch(write)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+
+    run_query()
+    assert calls == [(0, 150), (1, 150), (2, 100)]
+    assert writer.committed_batch() == 2
+    lake = Lake("delta", table, [], s3_settings, {}, "")
+    assert lake.rows() == expected((0, 0, 200), (1, 0, 200))
+    (checkpoint / "commits" / "2").unlink()
+    (checkpoint / "commits" / ".2.crc").unlink(missing_ok=True)
+    calls.clear()
+    run_query()
+    assert calls == [(2, 100)], "Spark ran batch 2 again"
+    assert writer.committed_batch() == 2
+    assert lake.rows() == expected((0, 0, 200), (1, 0, 200)), "the replayed batch was not added twice"
