@@ -3,8 +3,10 @@
 Both are read in the API server, from Airflow's own records:
 
 * :func:`liftbridge_connections`: the connections of type ``liftbridge`` in the
-  metadata DB and in ``AIRFLOW_CONN_*`` variables (a secrets backend's
-  connections cannot be listed; :func:`connection` still finds them by id);
+  metadata DB, in ``AIRFLOW_CONN_*`` variables, and those the Liftbridge asset
+  watchers name, wherever Airflow finds them (a secrets backend cannot be
+  listed, so one of its connections that no watcher names is found by id only,
+  :func:`connection`);
 * :func:`watchers_of`: the asset watchers whose trigger is
   ``LiftbridgeMessageTrigger`` (directly or through
   ``MessageQueueTrigger(scheme="liftbridge")``, which stores the same trigger)
@@ -22,6 +24,7 @@ from sqlalchemy import func, select
 from liftbridge_provider.ui.views import WatcherInfo
 
 CONN_TYPE = "liftbridge"
+DEFAULT_CONN_ID = "liftbridge_default"  # the triggers' and hooks' default liftbridge_conn_id
 TRIGGER_CLASSPATH = "liftbridge_provider.triggers.message.LiftbridgeMessageTrigger"
 _ENV_PREFIX = "AIRFLOW_CONN_"
 
@@ -54,7 +57,8 @@ def connection(conn_id: str) -> LiftbridgeConnection | None:
 
 
 def liftbridge_connections() -> list[LiftbridgeConnection]:
-    """Every ``liftbridge`` connection of the metadata DB and the environment, by id."""
+    """Every ``liftbridge`` connection of the metadata DB, of the environment, and named by a Liftbridge
+    asset watcher (from any secrets backend), by id."""
     from airflow.models.connection import Connection  # noqa: PLC0415
     from airflow.utils.session import create_session  # noqa: PLC0415
 
@@ -62,12 +66,19 @@ def liftbridge_connections() -> list[LiftbridgeConnection]:
     with create_session() as session:
         for conn in session.scalars(select(Connection).where(Connection.conn_type == CONN_TYPE)):
             found[conn.conn_id] = _of(conn)
+        named = {_conn_id_of(trigger) for *_, trigger in _watcher_rows(session)}
     for name in sorted(os.environ):
         if name.startswith(_ENV_PREFIX) and name[len(_ENV_PREFIX) :]:
-            conn_id = name[len(_ENV_PREFIX) :].lower()
-            if conn_id not in found and (entry := connection(conn_id)) is not None:
-                found[conn_id] = entry
+            named.add(name[len(_ENV_PREFIX) :].lower())
+    for conn_id in sorted(named - found.keys()):
+        if (entry := connection(conn_id)) is not None:
+            found[conn_id] = entry
     return [found[key] for key in sorted(found)]
+
+
+def _conn_id_of(trigger: Any) -> str:
+    """The connection a watcher's trigger uses."""
+    return str(trigger.kwargs.get("liftbridge_conn_id") or DEFAULT_CONN_ID)
 
 
 def _watcher_rows(session: Any) -> list[tuple[str, int, str, Any]]:
@@ -121,7 +132,7 @@ def watchers_of(conn_id: str) -> list[WatcherInfo]:
         )
         for name, asset_id, asset, trigger in rows:
             kwargs = trigger.kwargs
-            if kwargs.get("liftbridge_conn_id", "liftbridge_default") != conn_id:
+            if _conn_id_of(trigger) != conn_id:
                 continue
             mode = str(kwargs.get("mode") or "message")
             partitions = kwargs.get("partitions")

@@ -49,6 +49,7 @@ KEY_LINE = "MIIEv" + uuid.uuid4().hex.upper() + "QIBADANBgkqhkiG9w0BAQEFAASC"
 PEM = f"-----BEGIN PRIVATE KEY-----\n{KEY_LINE}\n-----END PRIVATE KEY-----\n"
 USERS = {"admin": "admin-" + uuid.uuid4().hex[:8], "viewer": "viewer-" + uuid.uuid4().hex[:8]}
 STREAM, DLQ, CURSOR, WATCHER_CURSOR = "orders", "orders.dlq", "ingest-orders", "orders-watcher"
+VAULT = ("lb_vault_watched", "lb_vault_unwatched")  # liftbridge connections only in a secrets backend
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ def ui_server(airflow_home: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     """`airflow api-server` with the provider's plugins, SimpleAuthManager users admin and viewer."""
     passwords = tmp_path_factory.mktemp("auth") / "passwords.json"
     passwords.write_text(json.dumps(USERS))
+    vault = tmp_path_factory.mktemp("secrets") / "connections.json"  # a secrets backend's connections
+    vault.write_text(json.dumps({conn_id: {"conn_type": "liftbridge", "host": "127.0.0.1:9"} for conn_id in VAULT}))
     port = free_port()
     url = f"http://{LOOPBACK}:{port}"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -96,6 +99,8 @@ def ui_server(airflow_home: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__SECRETS__BACKEND": "airflow.secrets.local_filesystem.LocalFilesystemBackend",
+        "AIRFLOW__SECRETS__BACKEND_KWARGS": json.dumps({"connections_file_path": str(vault)}),
     }
     argv = [AIRFLOW, "api-server", "--host", LOOPBACK, "--port", str(port)]
     server = ServerProcess(argv, ARTIFACTS / "api-server-page.log", env=env)
@@ -146,6 +151,11 @@ def watcher_in_db(airflow_home: Path) -> str:
         session.flush()
         session.add(AssetWatcherModel(name="orders_watcher", asset_id=asset.id, trigger_id=trigger.id))
         session.add(AssetEvent(asset_id=asset.id, extra={}))
+        vaulted = Trigger(classpath=TRIGGER_CLASSPATH, kwargs={"stream": "audit", "liftbridge_conn_id": VAULT[0]})
+        audit = AssetModel(name="audit_asset", uri="liftbridge://audit", group="asset")
+        session.add_all([vaulted, audit])
+        session.flush()
+        session.add(AssetWatcherModel(name="audit_watcher", asset_id=audit.id, trigger_id=vaulted.id))
     return "orders_watcher"
 
 
@@ -207,6 +217,21 @@ def test_the_api_shows_streams_cursor_lag_and_watchers_to_a_user_who_may_read_co
         assert set(json.loads(secret_free(body))) == {"connection", part, "age_s"}
     status, body, _ = ui_server.get("/liftbridge/api/connections/no_such_conn")
     assert status == 404, body
+
+
+def test_a_secrets_backends_connection_is_listed_when_a_watcher_names_it_and_found_by_id_otherwise(
+    ui_server: UiServer, connections: dict[str, str]
+) -> None:
+    """A secrets backend cannot be listed, so the page lists the connections the Liftbridge watchers name
+    (from any backend: here Airflow's local-file one) besides the metadata DB's and the environment's; one
+    nothing names is still found by id."""
+    status, body, _ = ui_server.get("/liftbridge/api/connections")
+    assert status == 200, body
+    listed = {c["conn_id"] for c in json.loads(secret_free(body))["connections"]}
+    assert VAULT[0] in listed, listed
+    assert VAULT[1] not in listed, listed
+    status, body, _ = ui_server.get(f"/liftbridge/api/connections/{VAULT[1]}")
+    assert status != 404, body  # found (its broker at 127.0.0.1:9 answers nothing: an error, not "no such")
 
 
 def test_a_connection_with_secrets_answers_an_error_without_them(
