@@ -32,6 +32,7 @@ from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.operators.ranges import LiftbridgeOffsetRangesOperator
 from liftbridge_provider.spark import delta_ingest, ingest
 from tests.chaos.batch import StateStore
+from tests.spark.stream_queries import run_available_now
 
 ROOT = Path(__file__).resolve().parents[2]
 INGEST = ROOT / "spark_jobs" / "ingest.py"
@@ -323,19 +324,7 @@ def test_a_stream_query_lands_each_micro_batch_once_even_when_spark_replays_one(
         writer(frame, batch_id)
 
     def run_query() -> None:
-        frame = spark.readStream.format("liftbridge").options(
-            brokers=",".join(liftbridge_server.brokers), stream=name, startingOffsets="earliest",
-            maxOffsetsPerTrigger="400",
-        )  # fmt: skip
-        query = (
-            frame.load()
-            .writeStream.foreachBatch(write)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(300)
-        assert query.exception() is None, query.exception()
+        run_available_now(spark, liftbridge_server.brokers, name, write, checkpoint, max_offsets=400)
 
     run_query()
     assert calls == [(0, 400), (1, 400), (2, 100)]

@@ -47,6 +47,7 @@ from liftbridge_provider.spark import ingest
 from tests.chaos.batch import StateStore
 from tests.iceberg_rest import IcebergRest, start_iceberg_rest
 from tests.object_store import s3a_submit_options
+from tests.spark.stream_queries import run_available_now
 
 ROOT = Path(__file__).resolve().parents[2]
 INGEST = ROOT / "spark_jobs" / "ingest.py"
@@ -402,19 +403,7 @@ def test_a_stream_query_lands_each_micro_batch_once_in_a_delta_table_on_s3_even_
         writer(frame, batch_id)
 
     def run_query() -> None:
-        frame = s3a_spark.readStream.format("liftbridge").options(
-            brokers=",".join(liftbridge_server.brokers), stream=stream, startingOffsets="earliest",
-            maxOffsetsPerTrigger="150",
-        )  # fmt: skip
-        query = (
-            frame.load()
-            .writeStream.foreachBatch(write)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(300)
-        assert query.exception() is None, query.exception()
+        run_available_now(s3a_spark, liftbridge_server.brokers, stream, write, checkpoint, max_offsets=150)
 
     run_query()
     assert calls == [(0, 150), (1, 150), (2, 100)]
