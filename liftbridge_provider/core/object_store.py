@@ -155,6 +155,9 @@ class S3Settings:
         stores accept).
     :param path_style: address buckets as ``endpoint/bucket/key`` rather than ``bucket.endpoint/key``
         (default True: S3-compatible stores on one host need it).
+    :param session_token: the session token of temporary credentials (an assumed role, SSO, an instance
+        profile's), sent with every request beside the keys; default None: long-lived keys. Left out of
+        ``repr``. The token expires with the credentials: a run must end before they do.
     """
 
     endpoint: str | None
@@ -162,6 +165,7 @@ class S3Settings:
     secret_key: str = field(repr=False)
     region: str = "us-east-1"
     path_style: bool = True
+    session_token: str | None = field(default=None, repr=False)
 
     @property
     def secure(self) -> bool:
@@ -171,7 +175,10 @@ class S3Settings:
     def environment(self) -> dict[str, str]:
         """The environment variables that carry the keys: S3A's :data:`ENVIRONMENT_CREDENTIALS` reads them
         in the driver's and executors' JVMs, and every AWS SDK reads them too."""
-        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
+        variables = {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
+        if self.session_token:
+            variables["AWS_SESSION_TOKEN"] = self.session_token
+        return variables
 
     def hadoop_conf(self) -> dict[str, str]:
         """S3A's settings (Hadoop keys, ``fs.s3a.*``), without the keys: those come from
@@ -204,6 +211,8 @@ class S3Settings:
         }
         if self.endpoint is not None:
             options["endpoint_override"] = self.endpoint
+        if self.session_token:
+            options["session_token"] = self.session_token
         return options
 
     def delta_storage_options(self) -> dict[str, str]:
@@ -220,6 +229,8 @@ class S3Settings:
             options["AWS_ENDPOINT_URL"] = self.endpoint
         if not self.secure:
             options["AWS_ALLOW_HTTP"] = "true"
+        if self.session_token:
+            options["AWS_SESSION_TOKEN"] = self.session_token
         return options
 
     def pyiceberg_properties(self) -> dict[str, str]:
@@ -232,4 +243,6 @@ class S3Settings:
         }
         if self.endpoint is not None:
             properties["s3.endpoint"] = self.endpoint
+        if self.session_token:
+            properties["s3.session-token"] = self.session_token
         return properties

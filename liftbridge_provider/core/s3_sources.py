@@ -15,9 +15,10 @@ The job has one source of the object store's endpoint and keys, whoever runs it:
 No secret goes on a command line: the connection travels in the environment, S3A's keys in its settings or
 the environment. Errors name settings, never their values.
 
-Not mapped, so refused by name rather than half used: what makes boto3 sign differently (a role to assume,
-a profile, a web identity) and temporary credentials (a session token), which
-:class:`~liftbridge_provider.core.object_store.S3Settings` does not carry.
+Temporary credentials (keys with a session token: the connection's extra ``aws_session_token``, S3A's
+``fs.s3a.session.token`` with its temporary-credentials provider, ``AWS_SESSION_TOKEN``) are carried to every
+consumer. Not mapped, so refused by name rather than half used: what makes boto3 sign differently (a role to
+assume, a profile, a web identity): the job cannot reproduce those itself.
 
 Also here: the URIs of object-store locations (:func:`s3_location`), and the scheme each side writes:
 Spark's S3A takes ``s3a://`` (:func:`spark_uri`), delta-rs, pyiceberg and pyarrow take ``s3://``
@@ -67,6 +68,7 @@ MAPPED_EXTRAS = {
     "config_kwargs",
     "aws_access_key_id",
     "aws_secret_access_key",
+    "aws_session_token",
 }
 """The ``aws`` connection extras this module maps; any other extra is refused by name."""
 
@@ -74,7 +76,8 @@ MAPPED_EXTRAS = {
 def settings_from_aws_connection(login: str | None, password: str | None, extra: Mapping[str, Any]) -> S3Settings:
     """The S3 settings of an Amazon provider ``aws`` connection (its login, password and extra).
 
-    Keys: login and password, else the extras ``aws_access_key_id`` / ``aws_secret_access_key``. Endpoint:
+    Keys: login and password, else the extras ``aws_access_key_id`` / ``aws_secret_access_key``; the extra
+    ``aws_session_token`` makes them temporary credentials. Endpoint:
     ``service_config.s3.endpoint_url``, else ``endpoint_url``, else AWS itself. Region: ``region_name`` (default
     us-east-1). Addressing: ``config_kwargs.s3.addressing_style`` (``path`` or ``virtual``), else path style
     with an endpoint (S3-compatible stores on one host need it) and virtual hosting on AWS. InvalidArgumentError
@@ -104,7 +107,15 @@ def settings_from_aws_connection(login: str | None, password: str | None, extra:
         raise InvalidArgumentError(f"config_kwargs.s3.addressing_style must be path or virtual, got {style!r}")
     path_style = style == "path" or (style != "virtual" and endpoint is not None)
     region = str(extra.get("region_name") or DEFAULT_REGION)
-    return S3Settings(endpoint, str(access_key), str(secret_key), region=region, path_style=path_style)
+    token = extra.get("aws_session_token") or None
+    return S3Settings(
+        endpoint,
+        str(access_key),
+        str(secret_key),
+        region=region,
+        path_style=path_style,
+        session_token=str(token) if token else None,
+    )
 
 
 def _section(extra: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -158,7 +169,9 @@ def settings_from_s3a(conf: Mapping[str, str], environ: Mapping[str, str], bucke
     unless ``fs.s3a.path.style.access`` is true. The region is ``fs.s3a.endpoint.region``, else
     ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, else us-east-1. The keys come from the credential providers S3A
     is configured with (``fs.s3a.aws.credentials.provider``; unset: its default order, the settings' keys
-    before the environment's). InvalidArgumentError when there are none, or only temporary ones.
+    before the environment's), with the session token the same provider reads (``fs.s3a.session.token`` for
+    the temporary-credentials provider, ``AWS_SESSION_TOKEN`` for the environment's; the simple provider
+    reads none). InvalidArgumentError when there are none.
     """
 
     def option(name: str) -> str | None:
@@ -173,26 +186,30 @@ def settings_from_s3a(conf: Mapping[str, str], environ: Mapping[str, str], bucke
     region = option("endpoint.region") or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
     path_style = (option("path.style.access") or "false").lower() == "true"
     providers = [p.strip() for p in (option("aws.credentials.provider") or "").split(",") if p.strip()]
-    keys = _keys(option, environ, providers or list(S3A_DEFAULT_PROVIDERS))
-    return S3Settings(endpoint, keys[0], keys[1], region=region or DEFAULT_REGION, path_style=path_style)
+    access_key, secret_key, token = _keys(option, environ, providers or list(S3A_DEFAULT_PROVIDERS))
+    return S3Settings(
+        endpoint, access_key, secret_key, region=region or DEFAULT_REGION, path_style=path_style, session_token=token
+    )
 
 
-def _keys(option: Any, environ: Mapping[str, str], providers: list[str]) -> tuple[str, str]:
-    """The first keys a provider of ``providers`` finds, as S3A asks them in turn."""
-    from_conf = (option("access.key"), option("secret.key"))
-    from_env = (environ.get("AWS_ACCESS_KEY_ID"), environ.get("AWS_SECRET_ACCESS_KEY"))
+def _keys(option: Any, environ: Mapping[str, str], providers: list[str]) -> tuple[str, str, str | None]:
+    """The first keys (and their session token) a provider of ``providers`` finds, as S3A asks them in turn.
+    S3A's temporary-credentials provider takes keys only with a token; the simple one takes keys without."""
+    conf_keys = (option("access.key"), option("secret.key"))
     for provider in providers:
-        found = None
-        if provider in (SIMPLE_CREDENTIALS, TEMPORARY_CREDENTIALS):
-            if option("session.token"):
-                raise InvalidArgumentError(_TEMPORARY)
-            found = from_conf
+        found: tuple[str | None, str | None, str | None] | None = None
+        if provider == TEMPORARY_CREDENTIALS:
+            found = (*conf_keys, option("session.token")) if option("session.token") else None
+        elif provider == SIMPLE_CREDENTIALS:
+            found = (*conf_keys, None)
         elif provider in ENVIRONMENT_PROVIDERS:
-            if environ.get("AWS_SESSION_TOKEN"):
-                raise InvalidArgumentError(_TEMPORARY)
-            found = from_env
+            found = (
+                environ.get("AWS_ACCESS_KEY_ID"),
+                environ.get("AWS_SECRET_ACCESS_KEY"),
+                environ.get("AWS_SESSION_TOKEN") or None,
+            )
         if found is not None and found[0] and found[1]:
-            return found[0], found[1]
+            return found[0], found[1], found[2]
     raise InvalidArgumentError(
         "delta-rs and pyiceberg need the object store's keys, and S3A's settings give none they can use "
         f"(credential providers {providers}): give the job an aws connection ({AWS_CONNECTION_ENV}), or put "
@@ -201,17 +218,11 @@ def _keys(option: Any, environ: Mapping[str, str], providers: list[str]) -> tupl
     )
 
 
-_TEMPORARY = (
-    "temporary credentials (a session token) are not supported by the ingest job's object-store settings yet: "
-    "give long-lived keys (docs/spark.md, 'Object storage')"
-)
-
-
 def s3a_conf_with_keys(settings: S3Settings) -> dict[str, str]:
-    """S3A's settings for ``settings`` with the keys in them (``fs.s3a.access.key`` / ``secret.key``, and the
-    provider that reads them): what the job sets on its session's Hadoop configuration for an ``aws``
-    connection. Set at run time, they reach every S3A filesystem and task of the session, and no Spark setting,
-    UI or event log shows them."""
+    """S3A's settings for ``settings`` with the keys in them (``fs.s3a.access.key`` / ``secret.key``, with
+    ``fs.s3a.session.token`` for temporary credentials, and the provider that reads them): what the job sets
+    on its session's Hadoop configuration for an ``aws`` connection. Set at run time, they reach every S3A
+    filesystem and task of the session, and no Spark setting, UI or event log shows them."""
     conf = settings.hadoop_conf()
     conf.update(
         {
@@ -220,6 +231,9 @@ def s3a_conf_with_keys(settings: S3Settings) -> dict[str, str]:
             "fs.s3a.secret.key": settings.secret_key,
         }
     )
+    if settings.session_token:
+        conf["fs.s3a.aws.credentials.provider"] = TEMPORARY_CREDENTIALS
+        conf["fs.s3a.session.token"] = settings.session_token
     return conf
 
 

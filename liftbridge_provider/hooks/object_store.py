@@ -33,7 +33,7 @@ def aws_connection_json(conn_id: str | None = DEFAULT_AWS_CONN_ID) -> str:
     connection = BaseHook.get_connection(conn_id)
     extra = connection.extra_dejson
     settings_from_aws_connection(connection.login, connection.password, extra)  # InvalidArgumentError, early
-    for secret in (connection.password, extra.get("aws_secret_access_key")):
+    for secret in (connection.password, extra.get("aws_secret_access_key"), extra.get("aws_session_token")):
         if secret:
             mask_secret(str(secret))
     text = json.dumps({"conn_type": "aws", "login": connection.login, "password": connection.password, "extra": extra})
@@ -47,4 +47,6 @@ def aws_s3_settings(conn_id: str) -> S3Settings:
     connection = BaseHook.get_connection(conn_id)
     settings = settings_from_aws_connection(connection.login, connection.password, connection.extra_dejson)
     mask_secret(settings.secret_key)
+    if settings.session_token:
+        mask_secret(settings.session_token)
     return settings

@@ -180,3 +180,53 @@ def test_pyiceberg_writes_to_the_bucket_with_the_same_settings(
     table.append(pa.table({"offset": pa.array(range(5), pa.int64())}))
     assert table.location().startswith(f"s3://{s3_bucket}/iceberg/")
     assert sorted(catalog.load_table("lake.t").scan().to_arrow().column("offset").to_pylist()) == list(range(5))
+
+
+def test_a_session_token_reaches_the_store_through_s3a_pyarrow_delta_rs_and_pyiceberg(
+    s3a_spark: SparkSession, s3_settings: S3Settings, s3_bucket: str
+) -> None:
+    """Temporary credentials: each consumer's settings from one ``S3Settings`` with a session token send the
+    token with the keys. The gateway issues no tokens and refuses one it did not issue (400 InvalidToken), so a
+    refusal naming the token proves it was sent, where the same request without it succeeds (a consumer that
+    dropped the token would pass and fail this test)."""
+    import dataclasses  # noqa: PLC0415
+
+    import pyarrow.parquet as pq  # noqa: PLC0415
+    from deltalake import write_deltalake  # noqa: PLC0415 - optional dependency
+    from pyarrow import fs as pafs  # noqa: PLC0415
+    from pyiceberg.io import load_file_io  # noqa: PLC0415 - optional dependency
+
+    from liftbridge_provider.core.s3_sources import s3a_conf_with_keys  # noqa: PLC0415
+
+    tokened = dataclasses.replace(s3_settings, session_token="not-a-token-the-gateway-issued")
+    table = pa.table({"offset": pa.array(range(3), pa.int64())})
+    refused: dict[str, str] = {}
+
+    def attempt(name: str, settings: S3Settings) -> None:
+        key = f"{s3_bucket}/temporary/{name}-{'with' if settings.session_token else 'without'}"
+        if name == "pyarrow":
+            pq.write_table(table, f"{key}.parquet", filesystem=pafs.S3FileSystem(**settings.pyarrow_options()))
+        elif name == "delta-rs":
+            write_deltalake(f"s3://{key}", table, storage_options=settings.delta_storage_options())
+        elif name == "pyiceberg":
+            with load_file_io(settings.pyiceberg_properties(), f"s3://{key}").new_output(f"s3://{key}").create() as out:
+                out.write(b"x")
+        else:
+            fs = hadoop_fs(s3a_spark, f"s3a://{s3_bucket}/", **s3a_conf_with_keys(settings))
+            try:
+                write(fs, s3a_spark, f"s3a://{key}", b"x", conditional=False)
+            finally:
+                fs.close()
+
+    for name in ("pyarrow", "delta-rs", "pyiceberg", "s3a"):
+        attempt(name, s3_settings)  # the same request without the token is accepted
+        try:
+            attempt(name, tokened)
+        except Exception as exc:  # each library wraps the store's answer in its own error
+            refused[name] = str(exc)
+    assert set(refused) == {"pyarrow", "delta-rs", "pyiceberg", "s3a"}, refused
+    for name, message in refused.items():  # the token's refusal (a HEAD's 400 has no body to name it)
+        assert any(sign in message for sign in ("InvalidToken", "provided token", "status 400", "400 Bad")), (
+            name,
+            message[:500],
+        )

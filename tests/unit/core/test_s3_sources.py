@@ -50,12 +50,11 @@ def test_an_aws_connection_to_aws_itself_addresses_buckets_virtually_and_takes_t
 
 
 def test_an_aws_connection_the_job_cannot_reproduce_is_refused_without_echoing_its_secret() -> None:
-    """A role to assume, a profile or temporary credentials change how boto3 signs: S3A, delta-rs and pyiceberg
-    would sign otherwise, so the connection is refused by name rather than half used."""
+    """A role to assume or a profile change how boto3 signs: S3A, delta-rs and pyiceberg would sign otherwise,
+    so the connection is refused by name rather than half used."""
     cases = {
         "role_arn": {"role_arn": "arn:aws:iam::1:role/x"},
         "profile_name": {"profile_name": "dev"},
-        "aws_session_token": {"aws_session_token": "TOKEN"},
     }
     for name, extra in cases.items():
         with pytest.raises(InvalidArgumentError, match=name) as refused:
@@ -127,8 +126,60 @@ def test_s3a_keys_follow_the_credential_providers_s3a_uses() -> None:
     with pytest.raises(InvalidArgumentError, match="AWS_ACCESS_KEY_ID") as missing:
         settings_from_s3a(conf, {}, "b")
     assert "CONFSECRET" not in str(missing.value)
-    with pytest.raises(InvalidArgumentError, match="session token"):
-        settings_from_s3a({}, {**environ, "AWS_SESSION_TOKEN": "T"}, "b")
+
+
+TOKEN = "FwoGZXIvYXdzEJr-session-token"
+
+
+def test_temporary_credentials_carry_their_session_token_to_every_consumer_and_nowhere_else() -> None:
+    """Keys with a session token (an assumed role, SSO): from the aws connection's extra aws_session_token, from
+    S3A's temporary-credentials provider and fs.s3a.session.token, or from AWS_SESSION_TOKEN; each consumer's
+    settings carry it (S3A through its temporary provider, the environment, pyarrow, delta-rs, pyiceberg), and
+    no repr or keyless Spark setting shows it. (The job refused a token before.)"""
+    from_connection = settings_from_aws_connection("ASIAKEY", SECRET, {"aws_session_token": TOKEN})
+    from_env = settings_from_s3a(
+        {}, {"AWS_ACCESS_KEY_ID": "ASIAKEY", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_SESSION_TOKEN": TOKEN}, "b"
+    )
+    temporary = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    from_s3a = settings_from_s3a(
+        {
+            "fs.s3a.aws.credentials.provider": temporary,
+            "fs.s3a.access.key": "ASIAKEY",
+            "fs.s3a.secret.key": SECRET,
+            "fs.s3a.session.token": TOKEN,
+        },
+        {},
+        "b",
+    )
+    for settings in (from_connection, from_env, from_s3a):
+        assert settings.session_token == TOKEN
+        assert settings.environment()["AWS_SESSION_TOKEN"] == TOKEN
+        assert settings.pyarrow_options()["session_token"] == TOKEN
+        assert settings.delta_storage_options()["AWS_SESSION_TOKEN"] == TOKEN
+        assert settings.pyiceberg_properties()["s3.session-token"] == TOKEN
+        conf = s3a_conf_with_keys(settings)
+        assert (conf["fs.s3a.aws.credentials.provider"], conf["fs.s3a.session.token"]) == (temporary, TOKEN)
+        assert TOKEN not in repr(settings)
+        assert TOKEN not in json.dumps(settings.spark_conf())
+    long_lived = settings_from_aws_connection("AKID", SECRET, {})
+    assert long_lived.session_token is None
+    assert "AWS_SESSION_TOKEN" not in long_lived.environment()
+    assert "fs.s3a.session.token" not in s3a_conf_with_keys(long_lived)
+    assert s3a_conf_with_keys(long_lived)["fs.s3a.aws.credentials.provider"] == SIMPLE_CREDENTIALS
+
+
+def test_s3a_reads_a_session_token_only_through_the_provider_that_takes_it() -> None:
+    """S3A's simple provider ignores fs.s3a.session.token, and its temporary provider takes no keys without one:
+    the mapping follows S3A's order (temporary, simple, environment when unset)."""
+    keys = {"fs.s3a.access.key": "CONFKEY", "fs.s3a.secret.key": "CONFSECRET"}
+    simple_only = settings_from_s3a(
+        {**keys, "fs.s3a.session.token": TOKEN, "fs.s3a.aws.credentials.provider": SIMPLE_CREDENTIALS}, {}, "b"
+    )
+    assert (simple_only.access_key, simple_only.session_token) == ("CONFKEY", None)
+    default_order = settings_from_s3a({**keys, "fs.s3a.session.token": TOKEN}, {}, "b")
+    assert (default_order.access_key, default_order.session_token) == ("CONFKEY", TOKEN)
+    no_token = settings_from_s3a(keys, {}, "b")
+    assert no_token.session_token is None
 
 
 def test_object_store_uris() -> None:
