@@ -98,7 +98,9 @@ class PublishMethods:
         bounds the whole batch (default: none). Failed messages are listed in
         ``BatchResult.failures`` with their error; with ``raise_on_error``
         (default) a BatchPublishError carrying that result is raised instead.
-        Messages are never re-sent automatically (see ``may_be_stored``). ``partition``
+        A message is re-sent only when the server said it stored nothing for a reason that passes (a
+        metadata leader change; NOT_FOUND while fresh metadata lists the stream), never once it may be stored
+        (see ``may_be_stored`` and docs/client.md). ``partition``
         sends every message to that partition (as :meth:`publish`); else
         ``partitioner``, a callable or ``"key"`` / ``"round_robin"``, chooses for
         each message without a ``partition`` of its own (default: partition 0).

@@ -24,6 +24,7 @@ import pytest
 
 from liftbridge_provider.client import LiftbridgeClient, LiftbridgeTimeoutError, NoSuchStreamError
 from liftbridge_provider.client.messages import StartPosition, StopPosition
+from liftbridge_provider.client.publish.batch_result import BatchResult
 from liftbridge_provider.devserver import DevServer, start_cluster
 from liftbridge_provider.devserver.proxy import FaultProxy
 
@@ -131,6 +132,60 @@ def test_brokers_that_keep_refusing_what_the_metadata_lists_end_by_the_deadline_
     assert time.monotonic() - started < 4
     proxy.rename_in_requests(stream.encode(), unknown, times=0)
     assert stored(client, stream) == [], "no refused publish was stored"
+
+
+def test_a_batch_refused_as_an_unknown_stream_that_the_metadata_lists_goes_again_in_order_and_is_stored_once(
+    client: LiftbridgeClient, via: LiftbridgeClient, proxy: FaultProxy
+) -> None:
+    """publish_batch over the pipelined HTTP/2 call: the node refuses the first writes of the batch as an
+    unknown stream (nothing stored); the messages are held, the metadata lists the stream, so they go again
+    and the whole batch is stored once, in order. Before the fix: NoSuchStreamError for the refused ones."""
+    stream, unknown = new_stream(client, via)
+    values = [b"b%02d" % index for index in range(30)]
+    proxy.rename_in_requests(stream.encode(), unknown, times=2)
+    result = via.publish_batch(stream, values, window=10, timeout=15, raise_on_error=False)
+    assert proxy.renamed == 2, "both refused writes reached the node"
+    assert result.ok, [f"#{f.index}: {f.error!r}" for f in result.failures]
+    assert [ack.offset for ack in result.acks if ack is not None] == list(range(30)), "acked in input order"
+    assert stored(client, stream) == values, "each message stored once, in the batch's order"
+
+
+def test_a_batch_that_brokers_keep_refusing_as_unknown_ends_by_its_deadline_with_a_timeout(
+    client: LiftbridgeClient, via: LiftbridgeClient, proxy: FaultProxy
+) -> None:
+    """A node that never catches up: publish_batch sends the refused messages again until the batch's
+    deadline, then each ends in LiftbridgeTimeoutError naming the refusal, not stored (may_be_stored=False),
+    and nothing is stored."""
+    stream, unknown = new_stream(client, via)
+    proxy.rename_in_requests(stream.encode(), unknown, times=10**6)
+    started = time.monotonic()
+    result: BatchResult = via.publish_batch(stream, [b"x"] * 5, timeout=3, raise_on_error=False)
+    assert 2 < time.monotonic() - started < 6, "asked again until the 3 s deadline, not past it"
+    assert proxy.renamed > 1, "sent again while the metadata lists the stream"
+    assert [f.index for f in result.failures] == list(range(5))
+    for failure in result.failures:
+        assert isinstance(failure.error, LiftbridgeTimeoutError), repr(failure.error)
+        assert "unknown" in failure.error.message
+        assert failure.may_be_stored is False, "a refusal stored nothing"
+    proxy.rename_in_requests(stream.encode(), unknown, times=0)
+    assert stored(client, stream) == [], "no refused publish was stored"
+
+
+def test_a_batch_to_a_stream_missing_from_the_metadata_too_still_fails_at_once(
+    client: LiftbridgeClient, via: LiftbridgeClient
+) -> None:
+    """A stream deleted after ``via`` cached it (so the batch is sent): publish_batch's NOT_FOUND refusals,
+    confirmed by fresh metadata, fail every message with NoSuchStreamError (not stored) within a second or two,
+    not at the batch's 30 s deadline."""
+    stream, _ = new_stream(client, via)
+    client.delete_stream(stream)
+    started = time.monotonic()
+    result = via.publish_batch(stream, [b"x"] * 50, window=8, timeout=30, raise_on_error=False)
+    assert time.monotonic() - started < 5, "failed fast, not at the 30 s deadline"
+    assert [f.index for f in result.failures] == list(range(50))
+    for failure in result.failures:
+        assert isinstance(failure.error, NoSuchStreamError), repr(failure.error)
+        assert failure.may_be_stored is False
 
 
 @pytest.fixture(scope="module")

@@ -57,6 +57,13 @@ SHORTEST_RESEND = 0.05
 stored) stands: an attempt cut off by the deadline would end as "may be stored" instead."""
 
 
+def async_refused_as_unknown(response: api.PublishResponse) -> bool:
+    """A PublishAsync refusal NOT_FOUND (nothing stored): the broker does not know the stream or partition, a
+    missing one or one it has not applied yet; fresh metadata tells which
+    (:func:`~liftbridge_provider.client.retry.after_unknown`)."""
+    return response.HasField("asyncError") and response.asyncError.code == api.PublishAsyncError.NOT_FOUND
+
+
 def refused_while_leader_changes(response: api.PublishResponse) -> bool:
     """The server did not store the message: the broker could not resume its paused partition because the
     metadata leader is being replaced (see :func:`~liftbridge_provider.client.retry.leader_changing`). Sending
@@ -180,7 +187,7 @@ def on_shared_streams(
                 ) from exc
         else:
             said: Listing | None = None
-            if response.HasField("asyncError") and response.asyncError.code == api.PublishAsyncError.NOT_FOUND:
+            if async_refused_as_unknown(response):
                 _fresh, said = yield from listed(deadline, stream, partition)  # a broker behind the metadata?
             elif not (response.HasField("asyncError") and refused_while_leader_changes(response)):
                 return response

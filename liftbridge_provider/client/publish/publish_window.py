@@ -20,6 +20,17 @@ Rules:
   before the messages not sent yet, unless a later message of its partition
   may be stored (sending it again would store the two out of order) or it was
   first sent ``ack_wait`` seconds ago or more; then it fails with its refusal;
+- a message refused as unknown (NOT_FOUND, nothing stored) is held the same way
+  (``hold(..., unknown=True)``), and the driver asks fresh metadata about its
+  partition before it releases it (:class:`UnknownWord`): metadata that does
+  not list it fails it with its refusal at once (NoSuchStreamError /
+  NoSuchPartitionError); metadata that lists it (or could not be asked) makes
+  it a broker behind the metadata leader, and it goes again while the batch's
+  deadline leaves time (without one: ``ack_wait`` from its first send), by
+  :func:`~liftbridge_provider.client.retry.after_unknown`. Out of time it fails
+  with a LiftbridgeTimeoutError naming the refusal; when a later message of
+  its partition may be stored, or the batch ends otherwise, with an
+  UnavailableError naming it (transient: the stream exists); never stored;
 - with ack policy NONE a message is resolved when it is sent, unless the
   server refuses it (:meth:`PublishWindow.on_error` takes the refusal) or
   its call breaks before the server confirmed the batch
@@ -35,13 +46,15 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import grpc
 
 from liftbridge_provider.client.errors import AckTimeoutError, UnavailableError
 from liftbridge_provider.client.messages import Ack
 from liftbridge_provider.client.publish.batch_result import BatchResult, Failures
+from liftbridge_provider.client.retry import Listing, Unknown, after_unknown, unknown_timeout
 from liftbridge_provider.core.errors import LiftbridgeError
 
 UNWRITTEN = math.inf  # the "time sent" of a message taken but not written yet: it never times out
@@ -49,6 +62,21 @@ ErrorFor = Callable[[int], LiftbridgeError]
 """Builds the error of message ``index`` (the publisher knows its stream and partition)."""
 PartitionOf = Callable[[int], int]
 """The partition of message ``index``."""
+
+
+@dataclass(frozen=True)
+class UnknownWord:
+    """What the driver learnt before a :meth:`PublishWindow.release` of messages held after a NOT_FOUND refusal.
+
+    :param listings: partition -> what fresh metadata said of it (a partition missing here: UNANSWERED).
+    :param time_left: the batch's deadline leaves time to send them again (True when it has none).
+    :param timeout: the batch's timeout in seconds, which the timeout error names; None (default) when the
+        batch has none: then each message may be refused for ``ack_wait`` s from its first send.
+    """
+
+    listings: Mapping[int, Listing]
+    time_left: bool = True
+    timeout: float | None = None
 
 
 class PublishWindow:
@@ -75,6 +103,7 @@ class PublishWindow:
         self._resend: deque[int] = deque()  # released: sent again before index _next, in index order
         self._refusals: dict[int, LiftbridgeError] = {}  # index -> its last passing refusal (held or resent)
         self._first_sent: dict[int, float] = {}  # index -> when a held or resent message was first sent
+        self._unknown: dict[int, Listing] = {}  # held or resent after NOT_FOUND -> what the metadata last said
         self.acked = 0  # acks counted so far (a driver resets its retry count when this moves)
 
     # -- state -------------------------------------------------------------------
@@ -94,6 +123,12 @@ class PublishWindow:
     def holding(self) -> bool:
         """Some refused message awaits :meth:`release`; nothing is taken until then."""
         return bool(self._held)
+
+    @property
+    def unknown_held(self) -> list[int]:
+        """The held messages refused as unknown (NOT_FOUND), in index order: the driver asks fresh metadata about
+        their partitions before :meth:`release`."""
+        return [index for index in self._held if index in self._unknown]
 
     @property
     def has_room(self) -> bool:
@@ -188,6 +223,7 @@ class PublishWindow:
         if self._refusals:
             self._refusals.pop(index, None)
             self._first_sent.pop(index, None)
+            self._unknown.pop(index, None)
         self._failures.pop(index, None)
         self._acks[index] = ack
         self.acked += 1
@@ -201,6 +237,7 @@ class PublishWindow:
         sent_without_ack = not self._expects_ack and 0 <= index < self._next and index not in self._failures
         if not waiting and not isinstance(self._failures.get(index), AckTimeoutError) and not sent_without_ack:
             return False
+        self._unknown.pop(index, None)
         self._failures[index] = error
         return True
 
@@ -214,33 +251,53 @@ class PublishWindow:
                 lost += 1
         return lost
 
-    def hold(self, index: int, refusal: LiftbridgeError) -> bool:
+    def hold(self, index: int, refusal: LiftbridgeError, *, unknown: bool = False) -> bool:
         """The server refused message ``index`` without storing it, for a reason that passes (see the module
-        docstring): held for :meth:`release`. After its ack timed out it is not held but failed with the
+        docstring): held for :meth:`release`; ``unknown`` (default False): the refusal was NOT_FOUND, and
+        fresh metadata decides at the release. After its ack timed out it is not held but failed with the
         refusal, the more precise answer (as :meth:`on_error`). False for a message neither awaiting an ack
         nor timed out."""
         sent = self._in_flight.pop(index, None)
         if sent is None:
             if not isinstance(self._failures.get(index), AckTimeoutError):
                 return False
+            if unknown:
+                self._unknown.setdefault(index, Listing.UNANSWERED)
             self._fail_refused(index, refusal, f"the answer came after ack_wait ({self._ack_wait:g}s)")
             return True
+        if unknown:
+            self._unknown.setdefault(index, Listing.UNANSWERED)
         self._first_sent.setdefault(index, sent)
         self._refusals[index] = refusal
         bisect.insort(self._held, index)
         return True
 
-    def release(self, now: float, partition_of: PartitionOf) -> tuple[int, int]:
+    def release(self, now: float, partition_of: PartitionOf, word: UnknownWord | None = None) -> tuple[int, int]:
         """Decide on every held message (call once nothing awaits an ack): to be sent again next, or failed
         with its refusal when a later message of its partition may be stored, or when it was first sent
-        ``ack_wait`` s or more before ``now``; (sent again, failed)."""
+        ``ack_wait`` s or more before ``now``; one refused as unknown by what ``word`` says of its partition
+        (see the module docstring; None: nothing was learnt); (sent again, failed)."""
         held, self._held = self._held, []
         stored_after = self._possibly_stored_after(held[0], partition_of) if held else {}
         again: list[int] = []
         for index in held:
             refusal = self._refusals.pop(index)
             sent = self._first_sent.get(index, now)
-            if stored_after.get(partition_of(index), -1) > index:
+            if index in self._unknown:
+                word = word or UnknownWord({})
+                listing = self._unknown[index] = word.listings.get(partition_of(index), Listing.UNANSWERED)
+                time_left = word.time_left and (word.timeout is not None or now - sent < self._ack_wait)
+                verdict = after_unknown(listing, time_left=time_left)
+                if verdict is Unknown.MISSING:
+                    self._fail_refused(index, refusal, "the cluster's metadata does not list it either")
+                elif verdict is Unknown.TIMED_OUT:
+                    self._fail_unknown_timeout(index, refusal, self._ack_wait if word.timeout is None else word.timeout)
+                elif stored_after.get(partition_of(index), -1) > index:
+                    self._fail_refused(index, refusal, "a later message of its partition may be stored")
+                else:
+                    self._refusals[index] = refusal
+                    again.append(index)
+            elif stored_after.get(partition_of(index), -1) > index:
                 self._fail_refused(index, refusal, "a later message of its partition may be stored")
             elif now - sent >= self._ack_wait:
                 self._fail_refused(index, refusal, f"refused for {self._ack_wait:g}s (ack_wait)")
@@ -265,14 +322,29 @@ class PublishWindow:
         return highest
 
     def _fail_refused(self, index: int, refusal: LiftbridgeError, why: str) -> None:
+        """Fail a refused message that is not sent again (``why``): with its refusal, or, refused as unknown
+        while the metadata did not say it is missing, with an UnavailableError naming it (the stream exists)."""
         self._first_sent.pop(index, None)
-        self._failures[index] = type(refusal)(
-            f"{refusal.message}; not sent again: {why}",
-            stream=refusal.stream,
-            partition=refusal.partition,
-            code=refusal.code,
-            may_be_stored=False,
+        listing = self._unknown.pop(index, None)
+        kind: type[LiftbridgeError] = type(refusal)
+        message = f"{refusal.message}; not sent again: {why}"
+        if listing is not None and listing is not Listing.UNLISTED:
+            said = "lists it" if listing is Listing.LISTED else "was not asked or did not answer"
+            kind = UnavailableError
+            message = (
+                f"refused as unknown ({refusal.message}) while the cluster's metadata {said}: a broker behind the "
+                f"metadata leader; not sent again: {why}"
+            )
+        self._failures[index] = kind(
+            message, stream=refusal.stream, partition=refusal.partition, code=refusal.code, may_be_stored=False
         )
+
+    def _fail_unknown_timeout(self, index: int, refusal: LiftbridgeError, timeout: float) -> None:
+        """A message refused as unknown ran out of time (``timeout`` s): the timeout error naming the refusal."""
+        self._first_sent.pop(index, None)
+        listing = self._unknown.pop(index, Listing.UNANSWERED)
+        refusal.may_be_stored = False
+        self._failures[index] = unknown_timeout(refusal, timeout, listing)
 
     def expire(self, now: float, error_for: ErrorFor) -> int:
         """Fail the messages whose ack is overdue at ``now``; how many."""
@@ -316,8 +388,12 @@ class PublishWindow:
         return count + len(waiting)
 
     def end_at_deadline(self, errors: BatchErrors, timeout: float) -> None:
-        """The batch deadline (``timeout`` s) passed: what awaits an ack may be stored; the rest was not sent."""
+        """The batch deadline (``timeout`` s) passed: what awaits an ack may be stored; the rest was not sent
+        (held or to be sent again after NOT_FOUND: the timeout error naming the refusal)."""
         self.lose_in_flight(errors.deadline_in_flight(timeout))
+        for index in [*self._held, *self._resend]:
+            if index in self._unknown and index not in self._failures:
+                self._fail_unknown_timeout(index, self._refusals.pop(index), timeout)
         self.fail_unsent(errors.deadline_unsent(timeout))
 
     def untake(self, indices: Sequence[int]) -> int:

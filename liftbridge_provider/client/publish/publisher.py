@@ -13,7 +13,12 @@ within ``ack_wait`` seconds is reported as an AckTimeoutError, unless its ack
 still arrives before the batch ends. A message the server refused because the
 metadata leader that must resume its paused partition is being replaced
 (nothing stored) is sent again after a backoff, in its partition's order (see
-:class:`PublishWindow`).
+:class:`PublishWindow`). So is one refused as unknown (NOT_FOUND: a broker
+that has not applied the stream's creation yet) while fresh metadata lists its
+stream and partition (:func:`~liftbridge_provider.client.retry.after_unknown`),
+within the batch's deadline; when the metadata does not list them, the
+refusals stand at once (NoSuchStreamError), and so do the partition's later
+ones. With ack policy NONE refusals are reported as they come, never re-sent.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -43,11 +48,16 @@ from liftbridge_provider.client.errors import (
 from liftbridge_provider.client.h2.aio_transport import DirectStream, NotConnected
 from liftbridge_provider.client.health import HEALTH, Signal
 from liftbridge_provider.client.messages import Ack
+from liftbridge_provider.client.plans import listed
 from liftbridge_provider.client.publish.batch_result import BatchResult
-from liftbridge_provider.client.publish.plans import refused_while_leader_changes
+from liftbridge_provider.client.publish.plans import (
+    SHORTEST_RESEND,
+    async_refused_as_unknown,
+    refused_while_leader_changes,
+)
 from liftbridge_provider.client.publish.private_loop import run_in_private_loop
-from liftbridge_provider.client.publish.publish_window import BatchErrors, PublishWindow
-from liftbridge_provider.client.retry import Deadline, backoff_delay
+from liftbridge_provider.client.publish.publish_window import BatchErrors, PublishWindow, UnknownWord
+from liftbridge_provider.client.retry import Deadline, Listing, Unknown, after_unknown, backoff_delay
 from liftbridge_provider.client.routing import Router
 from liftbridge_provider.core.errors import InvalidArgumentError, LiftbridgeError, NoSuchPartitionError
 from liftbridge_provider.core.publish_outcomes import Unanswered, async_refusal, unanswered
@@ -154,6 +164,8 @@ class BatchPublisher:
         self._finished: asyncio.Event | None = None  # set when every message is resolved
         self._releases = 0  # times held messages were released (the backoff grows with it)
         self._release_at: float | None = None  # when to release the held messages (monotonic)
+        self._asking: asyncio.Future[dict[int, Listing]] | None = None  # fresh metadata on held NOT_FOUND refusals
+        self._missing: set[int] = set()  # partitions fresh metadata did not list: their NOT_FOUND refusals stand
 
     def run(self) -> BatchResult:
         """Publish the batch (blocking) and return the result; ClientClosedError when the client closes first."""
@@ -251,17 +263,49 @@ class BatchPublisher:
             finished.cancel()
 
     def _release_held(self) -> None:
-        """Send the held messages again once their backoff has passed (and none awaits an ack)."""
+        """Send the held messages again once their backoff has passed (and none awaits an ack); those refused
+        as unknown once fresh metadata answered (at once when it does not list their partition)."""
         now = time.monotonic()
         if self._release_at is None:
             self._release_at = now + backoff_delay(self._releases)
             self._releases += 1
-        elif now >= self._release_at:
-            self._release_at = None
-            again, failed = self._window.release(now, lambda index: self._requests[index].partition)
-            level = logging.INFO if failed or self._releases == 1 else logging.DEBUG
-            log.log(level, "sending %d refused messages again (%d failed: out of order or out of time)", again, failed)
-            self._pump()
+            self._ask_metadata({self._requests[index].partition for index in self._window.unknown_held})
+        if self._asking is not None and not self._asking.done():
+            return  # the metadata's word on the NOT_FOUND refusals comes first
+        listings = self._asking.result() if self._asking is not None else {}
+        missing = {p for p, said in listings.items() if after_unknown(said, time_left=True) is Unknown.MISSING}
+        if now < self._release_at and not missing:
+            return
+        self._asking = self._release_at = None
+        self._missing |= missing
+        deadline = self._deadline
+        time_left = deadline is None or deadline.remaining() >= SHORTEST_RESEND
+        word = UnknownWord(listings, time_left, deadline.timeout if deadline is not None else None)
+        again, failed = self._window.release(now, lambda index: self._requests[index].partition, word)
+        level = logging.INFO if failed or self._releases == 1 else logging.DEBUG
+        log.log(
+            level, "sending %d refused messages again (%d failed: missing, out of order or out of time)", again, failed
+        )
+        self._pump()
+
+    def _ask_metadata(self, partitions: Iterable[int]) -> None:
+        """Start asking fresh metadata (:func:`~liftbridge_provider.client.plans.listed`, on the loop's executor:
+        the metadata calls block) whether it lists the batch's stream and each of ``partitions``."""
+        wanted = sorted(partitions)
+        if not wanted:
+            return
+        deadline = self._deadline if self._deadline is not None else Deadline(self._ack_wait)
+        self._asking = asyncio.get_running_loop().run_in_executor(None, self._listings, wanted, deadline)
+
+    def _listings(self, partitions: Sequence[int], deadline: Deadline) -> dict[int, Listing]:
+        """partition -> what fresh metadata says of it (UNANSWERED when it could not be asked)."""
+        said: dict[int, Listing] = {}
+        for partition in partitions:
+            try:
+                _fresh, said[partition] = self._router.run(listed(deadline, self._stream, partition))
+            except LiftbridgeError:
+                said[partition] = Listing.UNANSWERED
+        return said
 
     def _on_input(self, responses: list[bytes]) -> None:
         """The responses of one read (possibly none): count them, then send what the window allows now."""
@@ -356,6 +400,8 @@ class BatchPublisher:
             error = async_error(response, self._stream, partition)
             if self._expects_ack and refused_while_leader_changes(response):
                 self._window.hold(index, error)
+            elif self._expects_ack and async_refused_as_unknown(response) and partition not in self._missing:
+                self._window.hold(index, error, unknown=True)  # a broker behind the metadata? (_release_held)
             else:
                 self._window.on_error(index, error)
         elif self._window.on_ack(index, Ack(response.ack, partition)) and self._window.acked % 1024 == 0:
