@@ -1,20 +1,22 @@
-"""The ``crash`` step: a Parquet ingest whose driver dies at one step of claim, stage, commit, publish, compact.
+"""The ``crash`` step: a batch run's ingest task whose driver dies at one step of claim, stage, commit, publish,
+compact.
 
-The run is the ingest job's own ``run`` on the seed's lake (a local folder or an S3 bucket). Its driver
-"dies" at the drawn point: a fault point of the job (``fault_points.reached``) raises
-:class:`~tests.chaos.delta.DriverDied`, and from then on no request of that run reaches the store (the
-store is wrapped in :class:`DyingStore`), as after a SIGKILL; its other threads die at their next request.
+The step takes run N of a stream (the plan's, as for ``run`` steps), freezes and waits first if it has not,
+then runs its ingest task, the ingest job's own ``run`` on the seed's lake (a local folder or an S3 bucket),
+with the driver dying at the drawn point: a fault point of the job (``fault_points.reached``) raises
+:class:`~tests.chaos.delta.DriverDied`, and from then on no request of that run reaches the store (the store
+is wrapped in :class:`DyingStore`), as after a SIGKILL; its other threads die at their next request.
 ``mid-rename`` dies inside the first publish, after the copy and before the delete: the state a crash in the
 middle of S3A's rename leaves (CopyObject done, DeleteObject not), which on a local disk is a crash between
-``link`` and ``unlink``. Half the steps run the same ranges again at once (the next run must finish what the
-dead one left); otherwise the batch run that owns the ranges, or the drain, meets what it left. The oracle then
-checks, as after every step, that no offset is in the lake twice, every row is what was published and lies in
-its range, and nothing below a committed cursor is missing.
+``link`` and ``unlink``. The task stays failed: half the steps retry it at once (as Airflow's retry would),
+the others leave the retry to a later ``run`` step of the same run, or the drain's run meets what it left. The
+oracle then checks, as after every step, that no offset is in the lake twice, every row is what was
+published and lies in its range, and nothing below a committed cursor is missing.
 """
 
 from __future__ import annotations
 
-import random
+import dataclasses
 import threading
 from contextlib import ExitStack, suppress
 from functools import partial
@@ -23,15 +25,22 @@ from typing import Any
 from liftbridge_provider import fault_points
 from liftbridge_provider.core.ranges import RangesDocument
 from liftbridge_provider.spark.lake_store import CountingStore, HadoopStore
-from tests.chaos.batch import TASKS, BatchRun
+from tests.chaos import runs
+from tests.chaos.batch import TASKS
 from tests.chaos.delta import DriverDied, deadline
 from tests.chaos.judging import StepReport, judge
+from tests.chaos.oracle import Finding
 from tests.chaos.plan import CRASH_JOB_POINTS as JOB_POINTS
 from tests.chaos.plan import MID_RENAME, Step
 from tests.chaos.store import SeedStore
 from tests.chaos.world import World
 
 INGEST = TASKS.index("ingest")
+# Run numbers of the crash steps' own runs (OWN_RUNS + the step's index; the drain's are 1000 on): a crash
+# step whose planned run is past its ingest freezes a run of its own from the cursor and kills its ingest.
+# Such a run never commits: its ranges overlap the next planned run's, which lands and commits them, so two
+# runs never commit different ranges from one cursor (one writer per cursor).
+OWN_RUNS = 500
 
 
 class Death:
@@ -102,41 +111,48 @@ class DyingStore(CountingStore):
 
 
 def crash_ingest(world: World, step: Step, index: int) -> StepReport:
-    """Ingest ranges of ``step.stream`` with the driver dying at ``step.mode``; then maybe the next run."""
+    """Run ``step.run`` of ``step.stream`` up to its ingest (freeze and wait first, if not done yet), then its
+    ingest task with the driver dying at ``step.mode``; with ``step.flag``, the task's retry at once. When that
+    run is past its ingest, a run of the step's own takes its place."""
     shape = world.shapes[step.stream]
-    rng = random.Random(world.seed * 100_019 + index)  # the same choice when the seed replays
-    document = _pick(rng, world, step.stream)
-    if document is None:
-        return StepReport(f"crash {step.mode}: nothing frozen yet for {shape.name}")
-    ranges = " ".join(f"{r.partition}:[{r.start},{r.end})" for r in document.ranges if r.count)
+    run = world.run(step.stream, step.run)
+    if run.stage > INGEST:  # past its ingest: a run of the step's own, which never commits (see OWN_RUNS)
+        step = dataclasses.replace(step, run=OWN_RUNS + index)
+        run = world.run(step.stream, step.run)
+    before: list[StepReport] = []
+    while run.next_task in ("freeze", "wait"):
+        before.append(runs.advance_run(world, step, index))
+        if before[-1].failed:
+            return StepReport(" | ".join(r.summary for r in before), _findings(before))
+    assert run.document is not None
+    document = run.document
+    ranges = " ".join(f"{r.partition}:[{r.start},{r.end})" for r in document.ranges if r.count) or "nothing"
     options: dict[str, Any] = {
         "compacted": shape.compacted,
         "skip_data_loss": shape.removal == "retention",
         "request_timeout": world.timeouts.request,
     }
-    seconds = deadline(document, world.timeouts.request)
     dying = partial(_dying_run, world, document, step.mode, options)
-    outcome = world.timer.call(f"crash {shape.name} at {step.mode} {ranges}", seconds, dying)
+    seconds = deadline(document, world.timeouts.request)
+    outcome = world.timer.call(f"crash {run.run_id} at {step.mode} {ranges}", seconds, dying)
     if outcome.hung:
         world.lake.cancel()
+    done = [r.summary for r in before]
     if not outcome.ok:
-        report = StepReport(f"crash {step.mode} {ranges}: {outcome.describe()} FAILED before it died", failed=True)
+        died_early = f"crash {ranges}: {outcome.describe()} FAILED before it died"
+        report = StepReport(" | ".join([*done, died_early]), failed=True)
         judge(world, report, outcome, batch_task="ingest", replication=shape.replication, stream=shape.name)
         return report
     died = outcome.value or "the end (the point was not reached)"
-    summary = f"crash {shape.name} {ranges}: died at {died} [{outcome.seconds:.1f}s]"
+    done.append(f"{run.run_id} ingest {ranges}: driver died at {died} [{outcome.seconds:.1f}s]")
     if not step.flag:
-        return StepReport(summary)
-    again = partial(world.lake.ingest, world.cluster.brokers, document, **options)
-    rerun = world.timer.call(f"after crash {shape.name} {ranges}", seconds, again)
-    if rerun.hung:
-        world.lake.cancel()
-    if rerun.ok:
-        rows = sum(e["rows"] for e in rerun.value or [])
-        return StepReport(f"{summary} | next run: {rows} rows [{rerun.seconds:.1f}s]")
-    report = StepReport(f"{summary} | next run: {rerun.describe()} FAILED", failed=True)
-    judge(world, report, rerun, batch_task="ingest", replication=shape.replication, stream=shape.name)
-    return report
+        return StepReport(" | ".join(done), _findings(before))
+    retry = runs.advance_run(world, step, index)  # the ingest task's retry (its stage did not move)
+    return StepReport(" | ".join([*done, f"retry: {retry.summary}"]), _findings([*before, retry]), retry.failed)
+
+
+def _findings(reports: list[StepReport]) -> list[Finding]:
+    return [f for r in reports for f in r.findings]
 
 
 def _dying_run(world: World, document: RangesDocument, point: str, options: dict[str, Any]) -> str | None:
@@ -149,17 +165,3 @@ def _dying_run(world: World, document: RangesDocument, point: str, options: dict
         with suppress(DriverDied):
             world.lake.ingest(world.cluster.brokers, document, lake_store=store, **options)
     return death.died
-
-
-def _pick(rng: random.Random, world: World, stream: str) -> RangesDocument | None:
-    """A frozen document of ``stream`` whose run has not ingested it yet if there is one (the crash then
-    claims offsets nobody wrote), else any frozen one (the crash then finds them written)."""
-    pending = [run.document for run in _runs(world, stream) if run.document is not None and run.stage <= INGEST]
-    pending = [d for d in pending if d.total > 0]
-    frozen = [d for d in world.batch.frozen.get(stream, []) if d.total > 0]
-    choices = pending or frozen
-    return rng.choice(choices) if choices else None
-
-
-def _runs(world: World, stream: str) -> list[BatchRun]:
-    return [run for (name, _), run in sorted(world.runs.items()) if name == stream]

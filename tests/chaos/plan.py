@@ -68,12 +68,12 @@ class Step:
             parts.append(f"{self.count}x {self.mode}{' keyed' if self.flag else ''}")
         elif self.kind in ("run", "fail_commit", "clear"):
             parts.append(f"run {self.run}")
+        elif self.kind == "crash":
+            parts.append(f"run {self.run} at {self.mode}{', then its retry' if self.flag else ''}")
         elif self.kind == "concurrent":
             parts.append(f"runs {self.run},{self.run + 1}")
         elif self.kind == "delta":
             parts.append(self.mode)
-        elif self.kind == "crash":
-            parts.append(f"at {self.mode}{', then the next run' if self.flag else ''}")
         elif self.kind == "freeze":
             parts.append("leader" if self.flag else "follower")
         elif self.kind == "readonly":
@@ -157,15 +157,16 @@ def _draw(rng: random.Random, shapes: tuple[StreamShape, ...], model: _Model) ->
         return Step("wait", seconds=rng.choice((1.0, 2.0, 3.0)))
     if kind == "delta":
         return Step("delta", shape.name, mode=rng.choice(DELTA_MODES))
-    if kind == "crash":
-        return Step("crash", shape.name, mode=rng.choice(CRASH_POINTS), flag=rng.random() < 0.5)
     if kind == "concurrent":
         first = model.runs[shape.name] + 1
         model.runs[shape.name] += 2
         return Step("concurrent", shape.name, run=first)
     if kind == "run" and (model.runs[shape.name] == 0 or rng.random() < 0.2):
         model.runs[shape.name] += 1  # a new scheduled run (the previous one may be unfinished)
-    # A fail_commit or clear on a stream with no run yet starts run 1: count it, so that a later
+    # A fail_commit, clear or crash on a stream with no run yet starts run 1: count it, so that a later
     # concurrent step takes two runs no step has started (seed 54 ran an already frozen run 1 beside a new one).
     model.runs[shape.name] = max(1, model.runs[shape.name])
+    if kind == "crash":  # the run's ingest task dies at a point; flag: its retry follows at once
+        point = rng.choice(CRASH_POINTS)
+        return Step("crash", shape.name, run=model.runs[shape.name], mode=point, flag=rng.random() < 0.5)
     return Step(kind, shape.name, run=model.runs[shape.name])

@@ -93,7 +93,7 @@ def test_concurrent_runs_are_two_runs_no_earlier_step_started(seed: int) -> None
         if step.kind == "concurrent":
             assert not {step.run, step.run + 1} & runs, f"seed {seed} step {index}: {step} after runs {runs}"
             runs.update((step.run, step.run + 1))
-        elif step.kind in ("run", "fail_commit", "clear"):
+        elif step.kind in ("run", "fail_commit", "clear", "crash"):
             runs.add(step.run)
 
 
