@@ -125,9 +125,9 @@ def delta_ranges(call: IngestCall, settings: S3Settings | None) -> list[dict[str
     from liftbridge_provider.core.delta_plan import read_holdings  # noqa: PLC0415
 
     assert call.ranges is not None
+    store = parquet_store(call.output, settings)  # first: a table on S3 without settings is refused, not asked
     options = settings.delta_storage_options() if settings and s3_location(call.output) else None
     table = DeltaTable(library_uri(_local(call.output)), storage_options=options)
-    store = parquet_store(call.output, settings)
     stream = call.ranges.stream
     files = delta_files(table)
     return table_ranges(

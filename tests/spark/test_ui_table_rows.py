@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage
+from liftbridge_provider.core.object_store import S3Settings
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.spark import ingest
@@ -62,3 +63,32 @@ def test_the_runs_view_shows_the_rows_the_ingest_job_landed(
         assert metrics["numFilesRemoved"] > metrics["numFilesAdded"] > 0
         assert _page(output, lake_format, first) == [(0, 30, 30, True), (1, 20, 20, True)]
         assert _page(output, lake_format, second) == [(0, 10, 10, True), (1, 20, 20, True)]
+
+
+@pytest.mark.parametrize("lake_format", ["parquet", "delta"])
+def test_the_runs_view_reads_a_lake_on_s3_with_the_aws_connections_settings(  # noqa: PLR0917 - fixtures
+    s3a_spark: SparkSession,
+    liftbridge_server: DevServer,
+    client: LiftbridgeClient,
+    s3_settings: S3Settings,
+    s3_bucket: str,
+    lake_format: str,
+) -> None:
+    """A lake in a bucket of the real S3 gateway: the page reads the Parquet claim ledger through pyarrow's S3
+    filesystem, and the Delta log and its files' stats through delta-rs, with the settings an ``aws``
+    connection gives (keys, endpoint, path style), and shows the rows each run landed; without them it says
+    it needs them instead of reading anything."""
+    name = f"ui-s3-{uuid.uuid4().hex[:8]}"
+    client.create_stream(name, name, partitions=2)
+    batch = [PublishMessage(f"p{p}-{n}".encode(), partition=p) for n in range(25) for p in range(2)]
+    client.publish_batch(name, batch, ack_policy="all")
+    output = f"s3a://{s3_bucket}/{lake_format}"
+    ranges = RangesDocument(name, (OffsetRange(0, 0, 25), OffsetRange(1, 5, 25)))
+    args = ["--brokers", ",".join(liftbridge_server.brokers), "--ranges", ranges.dumps(), "--output", output]
+    outcome = ingest.run(s3a_spark, ingest.parse_args([*args, "--format", lake_format]))
+    assert outcome.problems == []
+    found = lake_records.read_record(IngestCall(output, lake_format, ranges), s3_settings)
+    assert found.get("error") is None, found
+    assert [(r["partition"], r["rows"], r["whole"]) for r in found["ranges"]] == [(0, 25, True), (1, 20, True)]
+    with pytest.raises(ValueError, match="settings"):
+        lake_records.read_record(IngestCall(output, lake_format, ranges), None)
