@@ -75,8 +75,12 @@ class SeedStore:
         return path[len(self.fs_path(self.uri(name))) :].lstrip("/")
 
     def copy(self, source: str, target: str) -> None:
-        """Copy one object (job paths or URIs): the first half of a rename on S3 (CopyObject)."""
-        self.filesystem.copy_file(self.fs_path(source), self.fs_path(target))
+        """Copy one object (job paths or URIs): the first half of a rename on S3 (CopyObject); on a local disk
+        the target's folder is made first, as the job's own rename makes it."""
+        target_path = self.fs_path(target)
+        if self.kind == "local":
+            self.filesystem.create_dir(target_path.rpartition("/")[0], recursive=True)
+        self.filesystem.copy_file(self.fs_path(source), target_path)
 
 
 def local_store(folder: Path) -> SeedStore:

@@ -26,7 +26,7 @@ from tests.chaos.oracle import (
     check_stream,
 )
 from tests.chaos.plan import CRASH_POINTS, make_plan
-from tests.chaos.store import SeedStore, store_of
+from tests.chaos.store import SeedStore, local_store, store_of
 from tests.chaos.streams import SHAPES, shape_named
 from tests.chaos.timing import CallTimer
 
@@ -689,3 +689,15 @@ def test_delta_steps_draw_documents_from_the_frozen_ones_and_every_mode_appears(
     assert draw_documents(rng, [], "order") == []
     modes = {s.mode for seed in range(40) for s in make_plan(seed, 40).steps if s.kind == "delta"}
     assert modes == set(DELTA_MODES)
+
+
+def test_the_seed_stores_copy_leaves_source_and_target_as_a_crash_mid_rename_does(tmp_path: Any) -> None:
+    """The mid-rename crash copies the staged object to its final key, in a folder no one made yet, and keeps
+    the source (seed 101 failed in the harness when the local copy had no folder to go to)."""
+    store = local_store(tmp_path)
+    staged = tmp_path / "lake" / "_staging" / "piece.parquet"
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(b"rows")
+    final = tmp_path / "lake" / "stream=s" / "partition=0" / "range=0-5" / "piece.parquet"
+    store.copy(f"file:{staged}", f"file:{final}")
+    assert (staged.read_bytes(), final.read_bytes()) == (b"rows", b"rows")
