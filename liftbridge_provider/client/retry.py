@@ -211,6 +211,9 @@ class RetryState:
         # What may have happened when a call that is not idempotent runs out of time after sending (set by its
         # plan): the deadline then ends it in a LiftbridgeTimeoutError saying so.
         self.unknown_outcome: str | None = None
+        # The timeout to end with when the last answer was a refusal as unknown of what the metadata lists
+        # (after_unknown); None after any other answer.
+        self.unknown_timeout: LiftbridgeTimeoutError | None = None
         self._attempt_ends = 0.0
 
     def attempt_timeout(self, limit: float | None = None) -> float:
@@ -246,6 +249,7 @@ class RetryState:
                 raise self.timeout_error() from exc
             raise error from exc
         self.last_error = error
+        self.unknown_timeout = None
         return action, self.pause()
 
     def after_unknown(self, exc: grpc.RpcError, listing: Listing) -> float:
@@ -256,9 +260,10 @@ class RetryState:
         verdict = after_unknown(listing, time_left=not self.deadline.expired)
         if verdict is Unknown.MISSING:
             raise refusal from exc
-        self.last_error = unknown_timeout(refusal, self.deadline.timeout, listing)
+        self.last_error = refusal
+        self.unknown_timeout = unknown_timeout(refusal, self.deadline.timeout, listing)
         if verdict is Unknown.TIMED_OUT:
-            raise self.last_error from exc
+            raise self.unknown_timeout from exc
         return self.pause()
 
     def pause(self) -> float:
@@ -275,8 +280,8 @@ class RetryState:
         if self.unknown_outcome is not None:
             message = f"{message} after the request was sent: {self.unknown_outcome}"
             return LiftbridgeTimeoutError(message, stream=self.stream, partition=self.partition)
-        if isinstance(self.last_error, LiftbridgeTimeoutError):  # already says what timed out (after_unknown)
-            return self.last_error
+        if self.unknown_timeout is not None:  # the last answer was a refusal as unknown, and this says so
+            return self.unknown_timeout
         if self.last_error is not None:
             error = type(self.last_error)(
                 f"{message}; last error: {self.last_error.message}",

@@ -167,6 +167,11 @@ class S3Settings:
     path_style: bool = True
     session_token: str | None = field(default=None, repr=False)
 
+    def secrets(self) -> list[str]:
+        """Every secret these settings hold (the secret key, the session token), for masking and redaction:
+        one list, so a new secret field cannot be left out of one of them."""
+        return [value for value in (self.secret_key, self.session_token) if value]
+
     @property
     def secure(self) -> bool:
         """Whether requests go over TLS (an ``https`` endpoint, or AWS itself)."""

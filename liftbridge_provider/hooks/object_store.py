@@ -46,7 +46,6 @@ def aws_s3_settings(conn_id: str) -> S3Settings:
     its secret key is masked in this task's logs."""
     connection = BaseHook.get_connection(conn_id)
     settings = settings_from_aws_connection(connection.login, connection.password, connection.extra_dejson)
-    mask_secret(settings.secret_key)
-    if settings.session_token:
-        mask_secret(settings.session_token)
+    for secret in settings.secrets():
+        mask_secret(secret)
     return settings

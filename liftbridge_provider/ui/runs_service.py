@@ -59,7 +59,7 @@ class RunsService:
         try:
             return self._read(record.call, settings)
         except Exception as exc:
-            secrets = [settings.access_key, settings.secret_key] if settings is not None else []
+            secrets = [settings.access_key, *settings.secrets()] if settings is not None else []
             raise RuntimeError(redact(f"{type(exc).__name__}: {exc}", [s for s in secrets if s])) from None
 
     def _look(self) -> dict[str, Any]:

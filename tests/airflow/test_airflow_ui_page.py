@@ -231,7 +231,8 @@ def test_a_secrets_backends_connection_is_listed_when_a_watcher_names_it_and_fou
     assert VAULT[0] in listed, listed
     assert VAULT[1] not in listed, listed
     status, body, _ = ui_server.get(f"/liftbridge/api/connections/{VAULT[1]}")
-    assert status != 404, body  # found (its broker at 127.0.0.1:9 answers nothing: an error, not "no such")
+    assert status == 503, body  # found: its broker at 127.0.0.1:9 answers nothing (an error, not 404 "no such")
+    assert json.loads(secret_free(body))["error"]
 
 
 def test_a_connection_with_secrets_answers_an_error_without_them(

@@ -13,6 +13,7 @@ import pytest
 
 from liftbridge_provider.core.lake import Claim, Commit
 from liftbridge_provider.core.lake_ledger import Ledger
+from liftbridge_provider.core.object_store import S3Settings
 from liftbridge_provider.core.ranges import RangesDocument
 from liftbridge_provider.ui import bounds, lake_records
 from liftbridge_provider.ui.history import LagHistory, chart, polyline
@@ -206,13 +207,11 @@ def test_the_runs_answer_is_bounded_and_shows_each_lakes_error_in_its_row(monkey
         if call.output == "/slow":
             release.wait(5)
         if settings is not None:
-            raise OSError(f"denied for {settings.access_key}")
+            raise OSError(f"denied for {settings.access_key} ({settings.secret_key}, {settings.session_token})")
         return {"ranges": []}
 
-    class Settings:
-        access_key, secret_key = "AKIAEXAMPLE", "s3cr3t-key"
-
-    service = RunsService(runs=lambda limit: records[:limit], read=read, settings=lambda _: Settings())  # type: ignore[arg-type,return-value]
+    settings = S3Settings(None, "AKIAEXAMPLE", "s3cr3t-key", session_token="FwoGZXIvYXdzE-token")
+    service = RunsService(runs=lambda limit: records[:limit], read=read, settings=lambda _: settings)
     began = time.monotonic()
     body, error, _ = service.answer()
     release.set()
@@ -222,5 +221,6 @@ def test_the_runs_answer_is_bounded_and_shows_each_lakes_error_in_its_row(monkey
     by_run = {r["run_id"]: r for r in body["runs"]}
     assert by_run["fast"]["error"] is None
     assert "not read within" in by_run["slow"]["error"]
-    assert "AKIAEXAMPLE" not in by_run["s3"]["error"]
+    for secret in ("AKIAEXAMPLE", "s3cr3t-key", "FwoGZXIvYXdzE-token"):  # the keys and the session token
+        assert secret not in by_run["s3"]["error"]
     assert "***" in by_run["s3"]["error"]

@@ -27,7 +27,14 @@ from liftbridge_provider.client.metadata import BrokerInfo, Metadata, PartitionI
 from liftbridge_provider.client.partition_plans import partition_metadata
 from liftbridge_provider.client.publish.plans import on_shared_streams, send_once
 from liftbridge_provider.client.reading import Reopen, SubscriptionState
-from liftbridge_provider.client.retry import Deadline, Listing, Unknown, after_unknown, refused_as_unknown
+from liftbridge_provider.client.retry import (
+    Deadline,
+    Listing,
+    RetryState,
+    Unknown,
+    after_unknown,
+    refused_as_unknown,
+)
 from tests.unit.plan_driving import Rpc, drive
 
 CONFIG = ClientConfig(brokers=("a.example:9292",), liveness_interval=30)
@@ -219,3 +226,21 @@ def test_a_subscribe_refused_as_unknown_ends_when_the_metadata_twice_does_not_li
     assert isinstance(state.closed(plans.NotSent("a.example:9292")), Reopen)
     with pytest.raises(NoSuchStreamError):
         state.open(snapshot())
+
+
+def test_a_call_whose_attempts_hung_ends_naming_its_last_error_after_a_refusal_as_unknown_before_them() -> None:
+    """The refusal-as-unknown timeout is the ending only while a refusal as unknown was the last answer: a call
+    whose later attempts hung (each retried) ends with "no answer within Xs; last error: ...", not with the
+    bare "Deadline Exceeded" of its last attempt or an earlier refusal's text (b132789 did both)."""
+    state = RetryState(Deadline(0.3), leader_directed=True, stream="s", partition=0)
+    state.attempt_timeout()
+    state.after_unknown(Rpc(grpc.StatusCode.NOT_FOUND, "no such stream: s"), Listing.LISTED)
+    state.attempt_timeout(0.0)  # an attempt whose own time is up at once: it hung
+    state.after_failure(Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+    ended = state.timeout_error()
+    assert ended.message.startswith("no answer within 0.3s; last error: "), ended.message
+    assert "no such stream" not in ended.message
+    fresh = RetryState(Deadline(0.3), leader_directed=True, stream="s", partition=0)
+    fresh.attempt_timeout()
+    fresh.after_unknown(Rpc(grpc.StatusCode.NOT_FOUND, "no such stream: s"), Listing.LISTED)
+    assert "no such stream: s" in fresh.timeout_error().message, "the refusal as unknown was the last answer"

@@ -211,7 +211,9 @@ def _refusal(
     LiftbridgeTimeoutError naming it (nothing stored)."""
     if said is None or after_unknown(said, time_left=False) is Unknown.MISSING:
         return response
-    refusal = LiftbridgeError(response.asyncError.message or "NOT_FOUND", stream=stream, partition=partition)
+    refusal = LiftbridgeError(
+        response.asyncError.message or "NOT_FOUND", stream=stream, partition=partition, code=grpc.StatusCode.NOT_FOUND
+    )
     raise unknown_timeout(refusal, deadline.timeout, said)
 
 
