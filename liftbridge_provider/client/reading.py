@@ -50,7 +50,7 @@ from liftbridge_provider.client.errors import (
 from liftbridge_provider.client.health import Signal
 from liftbridge_provider.client.metadata import Metadata
 from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.plans import UNKNOWN_STREAM_ASKS, is_refusal, lists, paused_error
+from liftbridge_provider.client.plans import UNKNOWN_STREAM_ASKS, UNKNOWN_STREAM_PAUSE, is_refusal, lists, paused_error
 from liftbridge_provider.client.retry import (
     backoff_delay,
     leader_changing,
@@ -216,8 +216,12 @@ class SubscriptionState:
         """The next call to open; raises when a budget is spent or the partition is paused.
 
         Once established, a snapshot that does not know the stream (a broker
-        replaying its log after a restart) only means no leader is known yet;
-        the server's own NotFound ends the subscription.
+        replaying its log after a restart) only means no leader is known yet.
+        The server's own NotFound ends the subscription once
+        :data:`~liftbridge_provider.client.plans.UNKNOWN_STREAM_ASKS` refreshed
+        snapshots in a row, :data:`~liftbridge_provider.client.plans.UNKNOWN_STREAM_PAUSE`
+        s apart, do not list the partition (a broker behind the metadata answers
+        NotFound for what exists).
         """
         self._check_budgets()
         self._opened_at = self._clock()
@@ -391,6 +395,8 @@ class SubscriptionState:
                 code=None if error is None else error.code(),
             )
         delay = backoff_delay(self._attempt)
+        if self._unknown_to is not None:  # the metadata is asked again this much later, as plans.listed does
+            delay = max(delay, UNKNOWN_STREAM_PAUSE)
         self._attempt += 1
         return Reopen(delay, refresh=self.request_budget())
 

@@ -298,12 +298,16 @@ class BatchPublisher:
         self._asking = asyncio.get_running_loop().run_in_executor(None, self._listings, wanted, deadline)
 
     def _listings(self, partitions: Sequence[int], deadline: Deadline) -> dict[int, Listing]:
-        """partition -> what fresh metadata says of it (UNANSWERED when it could not be asked)."""
+        """partition -> what fresh metadata says of it (UNANSWERED when it could not be asked: then the refusal
+        is asked again, or ends by the deadline, as for metadata that lists it; any failure of the asking is
+        that, so none escapes the batch untyped)."""
         said: dict[int, Listing] = {}
         for partition in partitions:
             try:
                 _fresh, said[partition] = self._router.run(listed(deadline, self._stream, partition))
-            except LiftbridgeError:
+            except Exception as exc:  # a LiftbridgeError as a rule; nothing else may end the batch untyped
+                if not isinstance(exc, LiftbridgeError):
+                    log.warning("asking the metadata of %s/%d failed: %r", self._stream, partition, exc)
                 said[partition] = Listing.UNANSWERED
         return said
 
