@@ -25,7 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import quote
 
+from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.core.table_plan import Interval, LedgerError, TablePlan, merge
+
+DEFAULT_NAMESPACE = "liftbridge"  # the namespace of the job's default table
 
 PROPERTY_PREFIX = "liftbridge.held."
 RETRY_PROPERTY = "commit.retry.num-retries"  # Iceberg's: how often a writer re-applies a commit that lost a race
@@ -77,3 +80,13 @@ def retry_problem(properties: Mapping[str, str], table: str) -> str | None:
         f"could write offsets twice; set it to {REQUIRED_RETRIES} (ALTER TABLE ... SET TBLPROPERTIES "
         f"('{RETRY_PROPERTY}'='{REQUIRED_RETRIES}')) or use a table this job created"
     )
+
+
+def table_identifier(stream: str, given: str | None) -> str:
+    """``namespace.table``: ``given``, else ``liftbridge.<stream>`` (dots and dashes of the name as ``_``): the
+    ingest job's table, and the one the Liftbridge page opens for its runs."""
+    if given:
+        if "." not in given.strip("."):
+            raise InvalidArgumentError(f"--iceberg-table must be namespace.table, got {given!r}")
+        return given
+    return f"{DEFAULT_NAMESPACE}.{stream.replace('.', '_').replace('-', '_')}"

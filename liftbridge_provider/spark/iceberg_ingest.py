@@ -59,7 +59,6 @@ from liftbridge_provider.spark.table_ingest import CommitConflict, FileStats, Wr
 log = logging.getLogger("liftbridge.ingest.iceberg")
 
 DEFAULT_CATALOG = "liftbridge"
-DEFAULT_NAMESPACE = "liftbridge"
 PARTITION_COLUMN = "partition"
 
 
@@ -104,15 +103,6 @@ def catalog_properties(
     if settings is not None:
         properties.update(settings.pyiceberg_properties())
     return properties
-
-
-def table_identifier(stream: str, given: str | None) -> str:
-    """``namespace.table``: ``given``, else ``liftbridge.<stream>`` (dots and dashes of the name as ``_``)."""
-    if given:
-        if "." not in given.strip("."):
-            raise InvalidArgumentError(f"--iceberg-table must be namespace.table, got {given!r}")
-        return given
-    return f"{DEFAULT_NAMESPACE}.{stream.replace('.', '_').replace('-', '_')}"
 
 
 class IcebergFormat:

@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from liftbridge_provider.core.errors import InvalidArgumentError
+from liftbridge_provider.core.iceberg_plan import table_identifier
 from liftbridge_provider.core.object_store import S3Settings
 from liftbridge_provider.delta_table import require_deltalake, table_path
 
@@ -28,11 +29,7 @@ def iceberg_format(args: argparse.Namespace, stream: str, settings: S3Settings |
     require_pyiceberg()
     from pyiceberg.utils.config import Config  # noqa: PLC0415 - optional dependency
 
-    from liftbridge_provider.spark.iceberg_ingest import (  # noqa: PLC0415 - needs pyiceberg
-        IcebergFormat,
-        catalog_properties,
-        table_identifier,
-    )
+    from liftbridge_provider.spark.iceberg_ingest import IcebergFormat, catalog_properties  # noqa: PLC0415 - pyiceberg
 
     given = {}
     for item in args.iceberg_catalog_property:

@@ -26,6 +26,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from liftbridge_provider.core.iceberg_plan import table_identifier
 from liftbridge_provider.core.lake import MissingFileError
 from liftbridge_provider.core.lake_ledger import Ledger
 from liftbridge_provider.core.object_store import S3Settings
@@ -158,7 +159,7 @@ def iceberg_ranges(call: IngestCall, settings: S3Settings | None) -> list[dict[s
         call.iceberg_catalog, type="sql", uri=f"sqlite:///{folder}/catalog.db", warehouse=f"file://{folder}"
     )
     stream = call.ranges.stream
-    table = catalog.load_table(call.iceberg_table or f"liftbridge.{stream.replace('.', '_').replace('-', '_')}")
+    table = catalog.load_table(table_identifier(stream, call.iceberg_table))
     properties = dict(table.properties)
     return table_ranges(
         call.ranges.ranges,

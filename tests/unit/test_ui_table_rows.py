@@ -235,7 +235,8 @@ def _iceberg_run(folder: Path, name: str, files: dict[int, list[list[int]]], hel
     output folder, the table created by the job's own code): Parquet files with the partition column where
     Spark writes them (``<table location>/data/<name>/``), added and the partitions' intervals set as table
     properties in one Iceberg commit (``IcebergFormat.commit``)."""
-    from liftbridge_provider.spark.iceberg_ingest import IcebergFormat, catalog_properties, table_identifier  # noqa: PLC0415
+    from liftbridge_provider.core.iceberg_plan import table_identifier  # noqa: PLC0415
+    from liftbridge_provider.spark.iceberg_ingest import IcebergFormat, catalog_properties  # noqa: PLC0415
     from liftbridge_provider.spark.table_ingest import Written  # noqa: PLC0415
 
     table = IcebergFormat("liftbridge", catalog_properties(str(folder), {}), table_identifier(STREAM, None))
