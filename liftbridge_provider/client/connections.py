@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import ssl
 import threading
 import time
@@ -31,6 +32,7 @@ from liftbridge_provider.client.aio_timeout import within
 from liftbridge_provider.client.errors import ClientClosedError
 from liftbridge_provider.client.h2.aio_transport import DirectStream, NotConnected, OnInput, open_call
 from liftbridge_provider.client.h2.blocking import BlockingCall
+from liftbridge_provider.client.h2.grpc_status import CallFailed
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import Connection
@@ -40,59 +42,45 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PooledChannel:
-    """One channel, its stub, how many calls use it and when it was last released."""
+    """One channel, its stub, how many calls use it, when it was last released and when a call on it last got
+    its broker's answer."""
 
     address: str
     channel: grpc.Channel
     stub: Any  # api_grpc.APIStub (the generated stub module is untyped)
     in_use: int = 0
     last_used: float = field(default_factory=time.monotonic)
+    answered_at: float = -math.inf  # time.monotonic() of the last answer a call on it got, -inf: none or doubted
 
     def ready(self) -> bool:
-        """Whether the channel is connected right now (its live state: a broker that died since the last
-        call shows at once, as gRPC reads the connection's reset).
+        """Whether the channel is known to reach its broker: a call on it got the broker's answer less than
+        :data:`PROOF_FRESH` seconds ago and none failed on the connection since (:meth:`answered`,
+        :meth:`doubted`). Read from the calls' own outcomes, not from grpc: grpc's sync API has no public way
+        to read a channel's state but ``Channel.subscribe``, which keeps a thread inside grpc for the channel's
+        life, and a process that forks while one is there skips grpc's fork handlers, so its child crashes at
+        its first call (tests/server/test_event_publisher.py, the forked children of an Airflow process).
+        A broker that went away since the proof is still found before anything is sent: grpc fails a call it
+        could not connect for with words of its own (:func:`~liftbridge_provider.client.plans.never_sent`)."""
+        return time.monotonic() - self.answered_at < PROOF_FRESH
 
-        Read through grpc's core channel (a private name, the package's one exception,
-        tests/unit/test_no_private_grpc.py): grpc's public ``Channel.subscribe`` keeps a thread inside grpc
-        for the channel's life, and a process that forks while one is there skips grpc's fork handlers, so its
-        child crashes at its first call (tests/server/test_event_publisher.py, the forked children of an
-        Airflow process)."""
-        try:
-            return bool(self.channel._channel.check_connectivity_state(False) == _CORE_READY)  # type: ignore[attr-defined]
-        except ValueError:  # closed
-            return False
+    def answered(self) -> None:
+        """A call on the channel got its broker's answer (any status the broker itself sent)."""
+        self.answered_at = time.monotonic()
 
-    def connect(self, timeout: float) -> Connection:
-        """Wait at most ``timeout`` s for the channel to connect; how the wait ended.
-
-        Reads the channel's live state every time (nothing is remembered from
-        an earlier connection: the broker may have died since), and ends at
-        once when the broker refuses (the channel reports a transient
-        failure). The state is watched in the calling thread through the channel's core:
-        gRPC's public watchers (``subscribe``, ``channel_ready_future``) leave
-        a polling thread that fails noisily when the channel closes right after.
-        """
-        if self.ready():
-            return Connection.READY
-        core = self.channel._channel  # type: ignore[attr-defined]  # grpc's cygrpc.Channel
-        started = time.monotonic()
-        ends = time.time() + max(timeout, 0.001)  # gRPC's core takes wall-clock deadlines
-        try:
-            state = core.check_connectivity_state(True)
-            while state not in _CORE_SETTLED and time.time() < ends:
-                core.watch_connectivity_state(state, min(ends, time.time() + 0.5))
-                state = core.check_connectivity_state(True)
-        except ValueError:  # the channel was closed meanwhile
-            return Connection.REFUSED
-        connection = _CORE_SETTLED.get(state, Connection.SILENT)
-        if connection is Connection.READY:
-            HEALTH.note_connect_time(self.address, time.monotonic() - started)
-        return connection
+    def doubted(self) -> None:
+        """A call on the channel failed on its connection: the next call checks the broker first."""
+        self.answered_at = -math.inf
 
 
-# gRPC core connectivity states (grpc_connectivity_state) that end a wait: READY, TRANSIENT_FAILURE, SHUTDOWN.
-_CORE_READY = 2
-_CORE_SETTLED = {_CORE_READY: Connection.READY, 3: Connection.REFUSED, 4: Connection.REFUSED}
+PROOF_FRESH = 2.0
+"""Seconds an answer on a channel vouches for its connection: a call later than that checks the broker with a
+connection of its own first (:meth:`ConnectionPool.connect`), so a client that idled finds a broker that froze
+or went away meanwhile within the attempt's connect budget, before it sends."""
+
+PROBE_PATH = "/proto.API/FetchMetadata"
+"""The method named by the headers of a connection check (:meth:`ConnectionPool.connect`): no request follows
+them, and the stream is reset as soon as the broker's HTTP/2 SETTINGS came."""
+
 _AIO_SETTLED = {
     grpc.ChannelConnectivity.READY: Connection.READY,
     grpc.ChannelConnectivity.TRANSIENT_FAILURE: Connection.REFUSED,
@@ -150,6 +138,27 @@ class ConnectionPool:
             with self._lock:
                 pooled.in_use -= 1
                 pooled.last_used = time.monotonic()
+
+    def connect(self, pooled: PooledChannel, timeout: float) -> Connection:
+        """Whether ``pooled``'s broker takes connections, found within ``timeout`` seconds: READY at once for a
+        channel a recent answer vouches for (:meth:`PooledChannel.ready`); else a connection of the data plane's
+        own is made and closed (:class:`BlockingCall`: the dial, TLS, and the broker's HTTP/2 SETTINGS, which
+        a frozen broker never sends although its kernel accepts the connection): READY when it came up, REFUSED
+        when the broker refused, reset or failed the handshake (a call would fail at once), SILENT when it was
+        still coming up at ``timeout``. Nothing of grpc's is read, and nothing is sent on the channel."""
+        if pooled.ready():
+            return Connection.READY
+        within = max(timeout, 0.001)
+        started = time.monotonic()
+        try:
+            with self.blocking_call(pooled.address, PROBE_PATH, timeout=within) as call:
+                call.connect(within)
+        except NotConnected as exc:
+            return Connection.SILENT if exc.silent else Connection.REFUSED
+        except (CallFailed, ClientClosedError):  # the client was closed meanwhile
+            return Connection.REFUSED
+        HEALTH.note_connect_time(pooled.address, time.monotonic() - started)
+        return Connection.READY
 
     def direct_tls(self) -> tuple[ssl.SSLContext | None, str | None]:
         """The TLS context (ALPN ``h2``) and server name of the client's own HTTP/2 connections; (None, None)

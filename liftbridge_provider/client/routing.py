@@ -112,9 +112,20 @@ class Router:
                 timeout, budget = action.timeout, action.connect_budget()
                 if budget is not None:
                     started = time.monotonic()
-                    action.after_connect(pooled.connect(budget))
+                    action.after_connect(self.pool.connect(pooled, budget))
                     timeout = action.rpc_timeout(started)
-                answer = action.rpc(pooled.stub, timeout)
+                try:
+                    answer = action.rpc(pooled.stub, timeout)
+                except grpc.RpcError as exc:
+                    if exc.code() in plans.CONNECTION_FAILURES:
+                        pooled.doubted()
+                    else:
+                        pooled.answered()
+                    unsent = plans.never_sent(exc, action.address)
+                    if unsent is not None:
+                        raise unsent from exc
+                    raise
+                pooled.answered()
                 HEALTH.answered(action.address)
                 return answer
         if isinstance(action, plans.Sleep):
@@ -304,7 +315,13 @@ class AsyncRouter:
                 started = time.monotonic()
                 action.after_connect(await aio_connect(self._channels[action.address], budget))
                 timeout = action.rpc_timeout(started)
-            answer = await action.rpc(stub, timeout)
+            try:
+                answer = await action.rpc(stub, timeout)
+            except grpc.RpcError as exc:
+                unsent = plans.never_sent(exc, action.address)
+                if unsent is not None:
+                    raise unsent from exc
+                raise
             HEALTH.answered(action.address)
             return answer
         if isinstance(action, plans.Sleep):

@@ -18,9 +18,9 @@ function, under ``TYPE_CHECKING``):
 
 ``liftbridge_provider/_proto`` is left out: grpcio-tools writes it, and its
 version check imports ``grpc._utilities`` (grpc's own code for grpc's own
-version). The modules in :data:`KNOWN` still use private names until their
-rewrite lands; the list may only shrink (a listed module that no longer uses
-any fails the test until it is taken off).
+version). No module is excepted: the last one, ``client/connections.py``,
+reads whether a channel reaches its broker from its calls' own outcomes and a
+connection check of its own now.
 """
 
 from __future__ import annotations
@@ -43,15 +43,6 @@ PYPROJECT = ROOT / "pyproject.toml"
 PRIVATE_ATTRIBUTES = frozenset({"_channel", "_call", "_cython", "cygrpc"})
 """Attribute names of grpc's internals the package may not touch: the cygrpc channel of a ``grpc.Channel``, the
 call of a rendezvous or an aio call, the Cython core."""
-
-KNOWN = {
-    # client/connections.py: a sync channel's connectivity read through its core channel (channel._channel).
-    # grpc's public Channel.subscribe keeps a thread inside grpc for the channel's life; a process forking
-    # while it is there skips grpc's fork handlers and its child crashes at its first call
-    # (tests/server/test_event_publisher.py). Goes when the unary calls' connection check needs no grpc state.
-    "liftbridge_provider/client/connections.py",
-}
-"""Modules that still use private grpc names, each until its rewrite lands. Only ever remove entries."""
 
 _NAMED_BY_STRING = {"getattr", "hasattr", "setattr", "delattr"}
 _IMPORTED_BY_STRING = {"import_module", "__import__"}
@@ -125,17 +116,7 @@ def test_no_module_of_the_package_uses_a_private_grpc_name() -> None:
     assert len(files) > 50, "the package is where this looks"
     assert any(p.name == "connections.py" for p in files), "the package is where this looks"
     found = {str(p.relative_to(ROOT)): faults(p.read_text()) for p in files}
-    assert {name: lines for name, lines in found.items() if lines and name not in KNOWN} == {}
-
-
-@pytest.mark.parametrize("known", sorted(KNOWN))
-def test_each_known_exception_is_still_needed(known: str) -> None:
-    """The list only shrinks: a module rewritten without private names must leave it (one that is gone is
-    reported as skipped, to be taken off with the commit that removes it)."""
-    path = ROOT / known
-    if not path.is_file():
-        pytest.skip(f"{known} is gone: take it off KNOWN and pyproject.toml's per-file-ignores")
-    assert faults(path.read_text()), f"{known} uses no private grpc name now: take it off KNOWN"
+    assert {name: lines for name, lines in found.items() if lines} == {}
 
 
 @pytest.mark.parametrize(
@@ -184,8 +165,8 @@ def test_the_check_allows_grpcs_public_api_and_the_packages_own_names() -> None:
 
 
 def test_ruff_bans_every_private_module_of_the_installed_grpc() -> None:
-    """The editor-time half: TID251 bans each private module the installed grpc has, in the whole package (only
-    the known exceptions switch it off), and liftbridge_provider/core's own bans include all of grpc."""
+    """The editor-time half: TID251 bans each private module the installed grpc has, in the whole package (no file
+    switches it off), and liftbridge_provider/core's own bans include all of grpc."""
     lint = tomllib.loads(PYPROJECT.read_text())["tool"]["ruff"]["lint"]
     banned = set(lint["flake8-tidy-imports"]["banned-api"])
     installed = Path(grpc.__file__).parent
@@ -198,6 +179,6 @@ def test_ruff_bans_every_private_module_of_the_installed_grpc() -> None:
     assert private - banned == set(), "private modules of the installed grpc that ruff does not ban"
     assert "TID" in lint["select"]
     switched_off = {pattern for pattern, rules in lint["per-file-ignores"].items() if "TID251" in rules}
-    assert switched_off <= KNOWN, "TID251 switched off outside the known exceptions"
+    assert switched_off == set(), "TID251 switched off for some files"
     core = tomllib.loads((PACKAGE / "core" / "ruff.toml").read_text())
     assert "grpc" in core["lint"]["flake8-tidy-imports"]["banned-api"]
