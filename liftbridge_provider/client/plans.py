@@ -156,7 +156,7 @@ class NotSent(grpc.RpcError):
             return f"could not connect to {self.address}: {self.reason}"
         if self.connection is Connection.REFUSED:
             return f"could not connect to {self.address} (refused or unreachable)"
-        return f"could not connect to {self.address} (no answer within {self.waited:g}s)"
+        return f"could not connect to {self.address} (no answer within {self.waited:.3g}s)"
 
 
 GRPC_NEVER_SENT = "failed to connect to all addresses"
