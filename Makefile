@@ -166,6 +166,9 @@ wheel: $(VENV)/.installed
 	@# build/lib would carry modules deleted since the last build into the wheel.
 	$(WHEEL_CLEAN)
 	$(PY) -m pip wheel --quiet --no-deps . -w dist
+	@# The build leaves the egg-info in the project folder (see $(VENV)/.installed): gone, or the editable
+	@# install would show the distribution twice to the next `make test`.
+	rm -rf airflow_provider_liftbridge.egg-info
 
 wheels: $(VENV)/.installed
 	$(WHEEL_CLEAN)
@@ -174,6 +177,7 @@ wheels: $(VENV)/.installed
 		echo "$$python -m pip wheel --quiet --no-deps . -w dist"; \
 		"$$python" -m pip wheel --quiet --disable-pip-version-check --no-deps . -w dist || exit 1; \
 	done
+	rm -rf airflow_provider_liftbridge.egg-info
 	@ls dist/airflow_provider_liftbridge-*.whl
 
 # The compatibility tier: for each of COMPAT_TARGETS, tools/compat.sh makes .compat/<target> anew, installs the
