@@ -157,6 +157,18 @@ def fd_kinds() -> dict[str, int]:
     return dict(kinds)
 
 
+def os_thread_names() -> dict[str, int]:
+    """The process's OS threads by name (/proc/self/task/*/comm: grpc's own threads have names but no Python
+    thread), so a thread count that moves says whose thread it is."""
+    names: collections.Counter[str] = collections.Counter()
+    for task in os.listdir("/proc/self/task"):
+        try:
+            names[Path(f"/proc/self/task/{task}/comm").read_text().strip()] += 1
+        except OSError:  # ended meanwhile
+            continue
+    return dict(sorted(names.items()))
+
+
 def sample(books: Books, began: float) -> dict[str, Any]:
     status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
     kinds = fd_kinds()
@@ -165,6 +177,7 @@ def sample(books: Books, began: float) -> dict[str, Any]:
         "thread_names": sorted(thread.name for thread in threading.enumerate()),
         "rss_kb": int(status["VmRSS"].split()[0]),
         "threads_os": int(status["Threads"]),
+        "os_thread_names": os_thread_names(),
         "threads_py": threading.active_count(),
         "fds": sum(kinds.values()),
         "fd_kinds": kinds,

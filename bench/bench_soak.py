@@ -216,7 +216,26 @@ def analyse(run: Run, failovers: list[Failover], args: argparse.Namespace) -> tu
             f"threads {one['threads_os']} os / {one['threads_py']} py; rss {one['rss_kb'] / 1024:.1f} MB"
         )
         print(f"  {'':15s} threads: {', '.join(one['thread_names'])}")
+        if "os_thread_names" in one:
+            named = ", ".join(f"{name} x{n}" if n > 1 else name for name, n in one["os_thread_names"].items())
+            print(f"  {'':15s} OS threads: {named}")
+    changed = _os_thread_changes(run.samples)
+    if changed:
+        print("\nOS threads by name, where the count changed:")
+        for t, names in changed:
+            print(f"  t={t:6.0f}s {names}")
     return not_flat, leaks
+
+
+def _os_thread_changes(samples: list[dict[str, Any]]) -> list[tuple[float, dict[str, int]]]:
+    """The samples whose OS threads by name differ from the sample before (the first one too)."""
+    changes, before = [], None
+    for one in samples:
+        names = one.get("os_thread_names")
+        if names is not None and names != before:
+            changes.append((one["t"], names))
+            before = names
+    return changes
 
 
 def print_counts(run: Run) -> None:

@@ -206,20 +206,22 @@ UNKNOWN_STREAM_ASKS = 2  # refreshes before a stream is called missing
 UNKNOWN_STREAM_PAUSE = 0.2  # seconds between them
 
 
-def knowing(deadline: Deadline, snapshot: Metadata, stream: str) -> Plan[Metadata]:
+def knowing(deadline: Deadline, snapshot: Metadata, stream: str, *, fresh: bool = False) -> Plan[Metadata]:
     """A snapshot that knows ``stream`` (refreshed if needed); NoSuchStreamError if the cluster does not.
 
     A broker applies a new stream a moment after the metadata leader committed it, so a refresh that
-    reaches it right after ``create_stream`` returned does not list the stream yet (seen in CI): the
-    stream is asked for again, :data:`UNKNOWN_STREAM_PAUSE` s later, before it is called missing.
+    reaches it right after ``create_stream`` returned does not list the stream yet (seen in CI), nor does a
+    broker restarted a moment ago (the soak): the stream is asked for again, :data:`UNKNOWN_STREAM_PAUSE` s
+    later, before it is called missing. ``fresh``: the caller needs the cluster's word of now (a partition's
+    subject, whether it is readonly or paused), so the stream's metadata is fetched at least once.
     """
     for ask in range(UNKNOWN_STREAM_ASKS):
-        if stream in snapshot.streams:
+        if stream in snapshot.streams and not (fresh and ask == 0):
             break
         if ask:
             yield Sleep(min(UNKNOWN_STREAM_PAUSE, deadline.remaining()))
-        fresh: Metadata = yield Refresh(deadline.remaining())
-        snapshot = fresh
+        refreshed: Metadata = yield Refresh(deadline.remaining(), (stream,) if fresh else ())
+        snapshot = refreshed
     snapshot.stream(stream)
     return snapshot
 

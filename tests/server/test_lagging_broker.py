@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from liftbridge_provider.client import LiftbridgeClient, LiftbridgeTimeoutError, NoSuchStreamError
+from liftbridge_provider.client import LiftbridgeClient, LiftbridgeTimeoutError, NatsConfig, NoSuchStreamError
 from liftbridge_provider.client.messages import StartPosition, StopPosition
 from liftbridge_provider.client.publish.batch_result import BatchResult
 from liftbridge_provider.devserver import DevServer, start_cluster
@@ -192,6 +192,36 @@ def test_a_batch_to_a_stream_missing_from_the_metadata_too_still_fails_at_once(
 def cluster() -> Iterator[DevServer]:
     with start_cluster(size=3) as started:
         yield started
+
+
+def test_a_nats_batch_whose_metadata_answer_does_not_list_the_stream_yet_asks_again(
+    client: LiftbridgeClient, liftbridge_server: DevServer, proxy: FaultProxy
+) -> None:
+    """publish_batch over NATS asks fresh metadata for the partitions' subjects; a broker behind (the soak of
+    2026-12-07: one restarted by a failover) answers without the stream. That answer is asked again, 0.2 s
+    later, before the stream counts as missing: the batch is stored once. Before the fix: NoSuchStreamError at
+    once, nothing sent, for a stream that exists."""
+    nats = NatsConfig(servers=tuple(liftbridge_server.nats_servers))
+    with LiftbridgeClient(proxy.address, address_resolver=lambda host, port: proxy.address, nats=nats) as over_nats:
+        stream, unknown = new_stream(client, over_nats)
+        values = [b"n%02d" % index for index in range(20)]
+        proxy.rename_in_requests(stream.encode(), unknown, times=1)  # the batch's metadata request
+        result = over_nats.publish_batch(stream, values, window=10, timeout=15, raise_on_error=False)
+        assert proxy.renamed == 1, "the metadata request reached the node renamed"
+    assert result.ok, [f"#{f.index}: {f.error!r}" for f in result.failures]
+    assert stored(client, stream) == values, "each message stored once, in the batch's order"
+
+
+def test_a_nats_batch_to_a_stream_missing_from_the_metadata_still_fails_at_once(
+    liftbridge_server: DevServer,
+) -> None:
+    """The other side of the rule: a stream no answer lists is missing, NoSuchStreamError within a second."""
+    nats = NatsConfig(servers=tuple(liftbridge_server.nats_servers))
+    with LiftbridgeClient(liftbridge_server.brokers, nats=nats) as over_nats:
+        started = time.monotonic()
+        with pytest.raises(NoSuchStreamError):
+            over_nats.publish_batch(f"none-{uuid.uuid4().hex[:8]}", [b"x"], timeout=15)
+        assert time.monotonic() - started < 2
 
 
 def test_calls_right_after_create_stream_on_a_cluster_find_the_stream(cluster: DevServer) -> None:

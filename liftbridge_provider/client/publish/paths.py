@@ -287,8 +287,10 @@ class PublishPaths:
         """The NATS fast path: fresh metadata names each partition's subject; readonly partitions are refused
         and paused ones resumed before anything is sent, as the server's own publish does."""
         assert self.config.nats is not None
-        budget = deadline.remaining() if deadline is not None else None
-        info = self._router.metadata.refresh([stream], timeout=budget).stream(stream)
+        router = self._router
+        fresh = plans.knowing(router.deadline(None if deadline is None else deadline.remaining()),
+                              router.metadata.snapshot, stream, fresh=True)  # fmt: skip
+        info = router.run(fresh).stream(stream)
         used = sorted({request.partition for request in requests})
         blocked = {partition: self._ready_for_nats(info.partition(partition), deadline) for partition in used}
         refused = {
