@@ -13,6 +13,7 @@ the bad value, before anything is read or committed. No Airflow or Spark here.
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from liftbridge_provider.core.errors import InvalidArgumentError
 
 VERSION = 1
 FROZEN_CURSORS = "frozen_cursors"  # document metadata: {partition: cursor offset the freeze read}
+FROZEN_HIGH_WATERMARKS = "frozen_high_watermarks"  # document metadata: {partition: high watermark the freeze read}
 
 
 def _load_json(value: str | bytes, what: str) -> Any:
@@ -319,10 +321,62 @@ def cap_total(document: RangesDocument, max_messages: int) -> RangesDocument:
 
 def frozen_cursor(document: RangesDocument, partition: int) -> int | None:
     """The cursor offset the freeze read for ``partition``, if the document records it."""
-    recorded = document.metadata.get(FROZEN_CURSORS)
+    return _recorded(document, FROZEN_CURSORS, partition)
+
+
+def frozen_high_watermark(document: RangesDocument, partition: int) -> int | None:
+    """The committed high watermark the freeze read for ``partition``, if the document records it."""
+    return _recorded(document, FROZEN_HIGH_WATERMARKS, partition)
+
+
+def _recorded(document: RangesDocument, key: str, partition: int) -> int | None:
+    recorded = document.metadata.get(key)
     if not isinstance(recorded, Mapping) or str(partition) not in recorded:
         return None
     offset = recorded[str(partition)]
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < -1:
-        raise InvalidArgumentError(f"metadata {FROZEN_CURSORS} of partition {partition} must be >= -1, got {offset!r}")
+        raise InvalidArgumentError(f"metadata {key} of partition {partition} must be >= -1, got {offset!r}")
     return offset
+
+
+class Committable(enum.Enum):
+    """What the commit step may do with a non-empty range, from its partition's leader (:func:`committable`)."""
+
+    COMMITTED = "committed"
+    """The high watermark covers the range: commit."""
+    MOVED_BACK = "moved back"
+    """The freeze saw the range committed and the leader still holds it, but the high watermark is below it now:
+    it moved back (a single replica restarted after a crash takes its last checkpoint, up to 5 s old, and
+    commits again with the next message). Commit, with a warning."""
+    HELD_UNCOMMITTED = "held uncommitted"
+    """The leader holds the range above its high watermark and nothing says it was ever committed (the freeze
+    froze past its high watermark, or the document does not record it): refuse for now, retryable."""
+    NOT_HELD = "not held"
+    """The freeze saw the range committed but the leader no longer holds all of it (a leader without them, a
+    log truncated behind them): refuse for now, retryable (a leader change may bring them back)."""
+    NEVER_HELD = "never held"
+    """Neither committed when frozen nor held now (an ``end`` given past what the partition holds): no run can
+    have ingested it; refuse without retries, as a retry could pass offsets published after the ingest."""
+
+
+def committable(
+    offset_range: OffsetRange, *, high_watermark: int, newest_offset: int, frozen: int | None
+) -> Committable:
+    """Whether the commit step may move a cursor to the end of a non-empty range (pure).
+
+    ``high_watermark`` and ``newest_offset`` are the partition leader's now (after
+    waiting for the commit), ``frozen`` the high watermark the freeze read
+    (:func:`frozen_high_watermark`; None: not recorded). Only offsets that were
+    committed can have been read, so a cursor moves past a committed high
+    watermark only on the freeze's word that it covered them, and only while the
+    leader still holds them (the offsets the ingest read, not new ones).
+    """
+    last = offset_range.last
+    if last is None:
+        raise InvalidArgumentError(f"partition {offset_range.partition}: the range is empty, nothing to commit")
+    if last <= high_watermark:
+        return Committable.COMMITTED
+    seen_committed = frozen is not None and last <= frozen
+    if last <= newest_offset:
+        return Committable.MOVED_BACK if seen_committed else Committable.HELD_UNCOMMITTED
+    return Committable.NOT_HELD if seen_committed else Committable.NEVER_HELD

@@ -5,11 +5,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
 from liftbridge_provider import telemetry
 from liftbridge_provider.client import CursorMove, CursorMovedError, CursorStep, LiftbridgeClient
-from liftbridge_provider.core.ranges import OffsetRange, RangesDocument, check_partitions, frozen_cursor
+from liftbridge_provider.core.ranges import (
+    Committable,
+    OffsetRange,
+    RangesDocument,
+    check_partitions,
+    committable,
+    frozen_cursor,
+    frozen_high_watermark,
+)
 from liftbridge_provider.operators._base import LiftbridgeBaseOperator
 
 
@@ -38,6 +46,20 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
     that lands between the check and the set is overwritten unseen, and the last
     write wins. Keep one writer per cursor: run the DAG with
     ``max_active_runs=1`` and give each pipeline its own cursor id.
+
+    A range must be committed: offsets past the committed high watermark cannot
+    have been read. The commit waits for it (within the request timeout) while
+    the leader holds the offsets. A high watermark that moved back below a range
+    (a single replica restarted after a crash takes its last checkpoint, up to
+    5 s old, and commits again only with the next message published to it) does
+    not stop the commit when the document's ``metadata.frozen_high_watermarks``
+    says the freeze saw the range committed and the leader still holds its
+    offsets: the cursor moves, with a warning naming the partition, the high
+    watermark and the offsets held. A range past the high watermark that the
+    leader holds but nothing says was committed, or that the freeze saw
+    committed but the leader no longer holds, fails the try with a retryable
+    error; one neither committed at the freeze nor held now (an ``end`` given
+    past what the partition holds) fails it without retries.
 
     Lineage: once the cursors moved, the stream is reported to Airflow's hook
     lineage as an input that carries the committed ranges (OpenLineage: the
@@ -71,7 +93,7 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
             }
             filled = [r for r in document.ranges if r.last is not None]
             for offset_range in filled:  # nothing past the committed high watermark can have been ingested
-                _check_committed(client, document.stream, offset_range)
+                self._check_committed(client, document, offset_range)
             targets = {r.partition: r.last for r in filled if r.last is not None}
             expected = {r.partition: _before(r, recorded[r.partition]) for r in filled}
             try:
@@ -128,18 +150,51 @@ class LiftbridgeCommitCursorOperator(LiftbridgeBaseOperator):
                       partition, seen + 1, skipped_to, cursor_id, seen, skipped_to)  # fmt: skip
         return skipped_to
 
-
-def _check_committed(client: LiftbridgeClient, stream: str, offset_range: OffsetRange) -> None:
-    """AirflowFailException when the range ends past its partition's committed high watermark (waiting, within
-    the request timeout, while the leader holds it uncommitted): moving the cursor there would pass offsets
-    published later, which no run would ever ingest."""
-    assert offset_range.last is not None
-    info = client.wait_for_commit(stream, offset_range.partition, offset_range.last)
-    if offset_range.last > info.high_watermark:
+    def _check_committed(self, client: LiftbridgeClient, document: RangesDocument, offset_range: OffsetRange) -> None:
+        """Refuse a range whose offsets cannot all have been ingested: past the partition's committed high
+        watermark (waited for, within the request timeout, while the leader holds it uncommitted), unless the
+        freeze saw them committed and the leader still holds them (the high watermark moved back: a warning).
+        Moving the cursor past offsets no run ingested would skip them for good."""
+        partition, last = offset_range.partition, offset_range.last
+        assert last is not None
+        info = client.wait_for_commit(document.stream, partition, last)
+        frozen = frozen_high_watermark(document, partition)
+        verdict = committable(
+            offset_range, high_watermark=info.high_watermark, newest_offset=info.newest_offset, frozen=frozen
+        )
+        if verdict is Committable.COMMITTED:
+            return
+        past = (
+            f"partition {partition}: the range [{offset_range.start}, {offset_range.end}) ends past the committed "
+            f"high watermark {info.high_watermark}"
+        )
+        if verdict is Committable.MOVED_BACK:
+            self.log.warning(
+                "partition %d: the high watermark %d moved back below the range [%d, %d), which the freeze saw "
+                "committed (high watermark %d) and the leader still holds offsets up to %d: committing (a single "
+                "replica restarted after a crash takes its last checkpoint, and commits again with the next "
+                "message published to it)",
+                partition, info.high_watermark, offset_range.start, offset_range.end, frozen, info.newest_offset,
+            )  # fmt: skip
+            return
+        if verdict is Committable.HELD_UNCOMMITTED:
+            seen = "does not record the freeze's high watermark" if frozen is None else f"says the freeze saw {frozen}"
+            raise AirflowException(
+                f"{past}; the leader holds offsets up to {info.newest_offset} but has not committed them, and the "
+                f"ranges document {seen}; no cursor was moved. The task is retried: a leader commits as its "
+                "followers fetch, and a single replica restarted after a crash with the next message published "
+                "to it; wait for the offsets (LiftbridgePartitionOffsetSensor) before committing"
+            )
+        if verdict is Committable.NOT_HELD:
+            raise AirflowException(
+                f"{past}: the freeze saw them committed (high watermark {frozen}), but the leader holds offsets "
+                f"only up to {info.newest_offset}; no cursor was moved. The task is retried, as a leader change "
+                "may bring them back; if it keeps failing, the partition lost offsets the run ingested: check its "
+                "replicas before committing"
+            )
         raise AirflowFailException(
-            f"partition {offset_range.partition}: the range [{offset_range.start}, {offset_range.end}) ends past "
-            f"the committed high watermark {info.high_watermark}, so it cannot all have been ingested; wait for "
-            "it (LiftbridgePartitionOffsetSensor) before committing; no cursor was moved"
+            f"{past}, so it cannot all have been ingested; wait for it (LiftbridgePartitionOffsetSensor) before "
+            "committing; no cursor was moved"
         )
 
 

@@ -19,6 +19,7 @@ from liftbridge_provider.client import (
 from liftbridge_provider.client.metadata import PartitionInfo
 from liftbridge_provider.core.ranges import (
     FROZEN_CURSORS,
+    FROZEN_HIGH_WATERMARKS,
     OffsetRange,
     RangesDocument,
     check_chosen_partitions,
@@ -101,6 +102,10 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
     index, the leaders' clocks): a scheduled run ingests its interval, and a
     backfill of an old interval freezes the same ranges while retention keeps
     its messages. An ``end_time`` still in the future fails the try (retried).
+
+    The document's ``metadata.frozen_high_watermarks`` records, per partition,
+    the committed high watermark the freeze read: the commit step's evidence
+    that a range was committed once when the high watermark has moved back since.
 
     With a ``cursor_id``, the document's ``metadata.cursor_lag`` gives, per
     partition, the offsets between the cursor and the high watermark, also sent
@@ -269,7 +274,9 @@ class LiftbridgeOffsetRangesOperator(LiftbridgeBaseOperator):
                 self._range(client, infos[p], cursor=cursors.get(p, -1), starts=starts, ends=ends, interval=interval)
                 for p in partitions
             ]
-        metadata: dict[str, Any] = {}
+        # What the freeze saw committed: the commit's proof that offsets past a high watermark that moved back
+        # since (a single replica restarted after a crash) were committed once, so could have been ingested.
+        metadata: dict[str, Any] = {FROZEN_HIGH_WATERMARKS: {str(p): info.high_watermark for p, info in infos.items()}}
         if cursors:
             metadata[FROZEN_CURSORS] = {str(p): offset for p, offset in cursors.items()}
             metadata[CURSOR_LAG] = self._report_lag(infos, cursors)
