@@ -128,10 +128,12 @@ chaos: setup
 		$(if $(SEED),--chaos-seed $(SEED),--chaos-seeds $(SEEDS) --chaos-base-seed $(BASE)) $(PYTEST_ARGS)
 
 # The benchmarks (bench/README.md): the client next to go-liftbridge and gufo-liftbridge, with a chart of that
-# run in docs/benchmarks-client.png, then the Spark source. Numbers only, no assertions on time; about
-# 8.5 minutes on 2 CPUs. Options go through BENCH_ARGS (bench_client.py) and SPARK_BENCH_ARGS (bench_spark.py).
+# run in docs/benchmarks-client.png, the read paths' CPU per message next to go's, then the Spark source and the
+# lake. Numbers only, no assertions on time; about 10 minutes on 2 CPUs. Options go through BENCH_ARGS
+# (bench_client.py) and SPARK_BENCH_ARGS (bench_spark.py).
 bench: setup golbbench
 	$(PY) bench/bench_client.py --chart docs/benchmarks-client.png $(BENCH_ARGS)
+	$(PY) bench/bench_read_cpu.py --rounds 3 --no-python-decoder
 	$(PY) bench/bench_spark.py $(SPARK_BENCH_ARGS)
 	$(PY) bench/bench_lake_history.py
 	$(PY) bench/bench_lake_partitions.py
