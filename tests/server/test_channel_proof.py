@@ -13,9 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from liftbridge_provider.client import LiftbridgeClient
+from liftbridge_provider.client import LiftbridgeClient, LiftbridgeError
 from liftbridge_provider.client.connections import PROOF_FRESH
-from liftbridge_provider.client.errors import LiftbridgeError
 from liftbridge_provider.devserver import DevServer, start_single
 
 
