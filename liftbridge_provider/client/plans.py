@@ -39,7 +39,7 @@ from liftbridge_provider.client.errors import (
     UnavailableError,
     error_from_rpc,
 )
-from liftbridge_provider.client.health import HEALTH, Signal
+from liftbridge_provider.client.health import HEALTH, Signal, silence_counts
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo, metadata_from_response
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.retry import Action, Deadline, Listing, RetryState, refused_as_unknown
@@ -147,6 +147,13 @@ class NotSent(grpc.RpcError):
         self.connection = connection
         self.waited = CONNECT_TRY if waited is None else waited  # seconds the connection was given
         self.reason = reason  # the words of whoever found it (grpc's, say a TLS failure), if any
+
+    @property
+    def cut_short(self) -> bool:
+        """A silent connection given too little time for its silence to say anything of the broker (the call's
+        deadline cut the wait short: :func:`~liftbridge_provider.client.health.silence_counts`); a call that
+        ends on it reports the error of an earlier attempt, if any (:meth:`RetryState.after_failure`)."""
+        return self.connection is Connection.SILENT and not silence_counts(self.waited)
 
     def code(self) -> grpc.StatusCode:
         return grpc.StatusCode.UNAVAILABLE

@@ -248,7 +248,8 @@ class RetryState:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise self.timeout_error() from exc
             raise error from exc
-        self.last_error = error
+        if self.last_error is None or not getattr(exc, "cut_short", False):
+            self.last_error = error  # a wait the deadline cut short says nothing: an earlier error stays the last
         self.unknown_timeout = None
         return action, self.pause()
 

@@ -6,11 +6,14 @@ other failure may have come after sending."""
 from __future__ import annotations
 
 import socket
+import time
 
 import grpc
 import pytest
 
-from liftbridge_provider.client.plans import Connection, NotSent, never_sent
+from liftbridge_provider.client import LiftbridgeError
+from liftbridge_provider.client.plans import GRPC_NEVER_SENT, Connection, NotSent, never_sent
+from liftbridge_provider.client.retry import Deadline, RetryState
 
 
 def _closed_port() -> int:
@@ -59,3 +62,37 @@ def test_every_other_failure_may_have_come_after_sending(code: grpc.StatusCode, 
 
 def test_a_failure_already_known_as_not_sent_is_left_as_it_is() -> None:
     assert never_sent(NotSent("127.0.0.1:1", Connection.SILENT), "127.0.0.1:1") is None
+
+
+def test_a_connection_wait_the_deadline_cut_short_leaves_the_earlier_error_as_the_last() -> None:
+    """Found by CI: a call that kept failing on a broker that refused it (a plaintext client against a TLS
+    server, grpc's "Socket closed") ended on an attempt whose connection check got almost no time, and said
+    "no answer within 0s" instead of grpc's words, so the connection test lost its hint. A silence given less
+    than a fair chance says nothing of the broker: the earlier error stays the call's last."""
+    state = RetryState(Deadline(0.5), leader_directed=False)
+    refused = never_sent(_Failed(grpc.StatusCode.UNAVAILABLE, GRPC_NEVER_SENT + "; last error: Socket closed"), "a:1")
+    assert refused is not None
+    state.after_failure(refused)
+    cut_short = NotSent("a:1", Connection.SILENT, waited=0.0004)
+    assert cut_short.cut_short
+    with pytest.raises(LiftbridgeError) as ended:
+        _fail_until_the_deadline(state, cut_short)
+    assert "Socket closed" in str(ended.value), ended.value
+    assert "within 0s" not in str(ended.value), ended.value
+
+
+def test_a_silence_given_a_fair_chance_is_the_last_error() -> None:
+    """A broker that stayed silent for a whole connection budget is news: it replaces the earlier error."""
+    state = RetryState(Deadline(0.3), leader_directed=False)
+    state.after_failure(NotSent("a:1", Connection.REFUSED))
+    silent = NotSent("a:1", Connection.SILENT, waited=2.0)
+    assert not silent.cut_short
+    with pytest.raises(LiftbridgeError) as ended:
+        _fail_until_the_deadline(state, silent)
+    assert "no answer within 2s" in str(ended.value), ended.value
+
+
+def _fail_until_the_deadline(state: RetryState, failure: grpc.RpcError) -> None:
+    """Tell ``state`` of ``failure`` again after each backoff until it raises (its deadline passed)."""
+    for _ in range(1000):
+        time.sleep(state.after_failure(failure)[1])
