@@ -48,11 +48,21 @@ _TLS_FAILURES = ("handshake failed", "certificate_verify_failed", "hostname veri
 # elected yet, or the new one does not yet listen for the requests other brokers forward to it. Unary calls
 # back off and retry; subscriptions read again.
 _LEADER_CHANGING = ("no known metadata leader", "no responders available for request")
+# A broker that must resume a paused partition before it publishes asks the metadata leader; when that wait
+# ends (the forwarded request's context, or the leader's Raft apply), it refuses the publish "failed to resume
+# stream: ..." and stores nothing (server/api.go, PublishAsync and Subscribe's resume): the leadership moves.
+_RESUME_REFUSED = "failed to resume stream"
+_RESUME_WAIT_ENDED = ("context deadline exceeded", "raft operation timed out")
 
 
 def leader_changing(code: grpc.StatusCode, details: str) -> bool:
-    """An INTERNAL answer that says the metadata leadership is moving (``details`` lowercased)."""
-    return code == grpc.StatusCode.INTERNAL and any(marker in details for marker in _LEADER_CHANGING)
+    """An INTERNAL answer that says the metadata leadership is moving (``details`` lowercased): no known leader,
+    nobody answering for it, or a resume of a paused partition whose wait for the leader ended."""
+    if code != grpc.StatusCode.INTERNAL:
+        return False
+    if any(marker in details for marker in _LEADER_CHANGING):
+        return True
+    return _RESUME_REFUSED in details and any(marker in details for marker in _RESUME_WAIT_ENDED)
 
 
 class RetryableFailure(grpc.RpcError):
