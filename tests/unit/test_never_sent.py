@@ -14,23 +14,13 @@ import pytest
 from liftbridge_provider.client import LiftbridgeError
 from liftbridge_provider.client.plans import GRPC_NEVER_SENT, Connection, NotSent, never_sent
 from liftbridge_provider.client.retry import Deadline, RetryState
+from tests.unit.plan_driving import Rpc
 
 
 def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-class _Failed(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
 
 
 def test_grpcs_failure_to_connect_is_read_as_nothing_sent() -> None:
@@ -57,7 +47,7 @@ def test_grpcs_failure_to_connect_is_read_as_nothing_sent() -> None:
     ],
 )
 def test_every_other_failure_may_have_come_after_sending(code: grpc.StatusCode, details: str) -> None:
-    assert never_sent(_Failed(code, details), "127.0.0.1:1") is None
+    assert never_sent(Rpc(code, details), "127.0.0.1:1") is None
 
 
 def test_a_failure_already_known_as_not_sent_is_left_as_it_is() -> None:
@@ -70,7 +60,7 @@ def test_a_connection_wait_the_deadline_cut_short_leaves_the_earlier_error_as_th
     "no answer within 0s" instead of grpc's words, so the connection test lost its hint. A silence given less
     than a fair chance says nothing of the broker: the earlier error stays the call's last."""
     state = RetryState(Deadline(0.5), leader_directed=False)
-    refused = never_sent(_Failed(grpc.StatusCode.UNAVAILABLE, GRPC_NEVER_SENT + "; last error: Socket closed"), "a:1")
+    refused = never_sent(Rpc(grpc.StatusCode.UNAVAILABLE, GRPC_NEVER_SENT + "; last error: Socket closed"), "a:1")
     assert refused is not None
     state.after_failure(refused)
     cut_short = NotSent("a:1", Connection.SILENT, waited=0.0004)
