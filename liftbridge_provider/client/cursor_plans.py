@@ -10,7 +10,16 @@ from liftbridge_provider.client.errors import LiftbridgeTimeoutError
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.partition_plans import committed, partition_metadata
-from liftbridge_provider.client.plans import KeptVote, Plan, Refresh, Rpc, leader_call
+from liftbridge_provider.client.plans import (
+    UNKNOWN_STREAM_ASKS,
+    UNKNOWN_STREAM_PAUSE,
+    KeptVote,
+    Plan,
+    Refresh,
+    Rpc,
+    Sleep,
+    leader_call,
+)
 from liftbridge_provider.client.requests import (
     CURSORS_STREAM,
     check_cursor_target,
@@ -33,7 +42,8 @@ def cursor_request(
     """A SetCursor or FetchCursor ``request`` (``read``; ``rpc`` sends it), from the check to the answer.
 
     Cursors must be enabled and the request's partition must exist: the
-    metadata is asked once more when ``snapshot`` does not know them, then
+    metadata is asked again when ``snapshot`` does not know them (as
+    :func:`~liftbridge_provider.client.plans.knowing` does), then
     CursorsDisabledError, NoSuchStreamError or NoSuchPartitionError (the
     server itself would store a cursor for any partition). The cursor lives on
     the ``__cursors`` partition its id, stream and partition hash to; a read
@@ -41,7 +51,11 @@ def cursor_request(
     errors name the cursor's stream and partition, not ``__cursors``.
     """
     stream, partition = request.stream, request.partition
-    if not knows_cursor_target(snapshot, stream, partition):
+    for ask in range(UNKNOWN_STREAM_ASKS):  # a broker applies a new stream a moment after it is created
+        if knows_cursor_target(snapshot, stream, partition):
+            break
+        if ask:
+            yield Sleep(min(UNKNOWN_STREAM_PAUSE, deadline.remaining()))
         snapshot = yield Refresh(deadline.remaining())
     count = check_cursor_target(snapshot, stream, partition)
     target = cursor_partition(request.cursorId, stream, partition, count)

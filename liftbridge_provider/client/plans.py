@@ -505,5 +505,5 @@ def _replica(
     try:
         return replica_address(config, snapshot, stream, partition, any_isr)
     except (NoSuchStreamError, NoSuchPartitionError):
-        fresh: Metadata = yield Refresh(deadline.remaining())
+        fresh: Metadata = yield from knowing(deadline, snapshot, stream, fresh=True)
         return replica_address(config, fresh, stream, partition, any_isr)

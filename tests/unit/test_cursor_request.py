@@ -82,18 +82,45 @@ class Answering:
         (cluster(cursor_partitions=2, streams={"orders": 1}), NoSuchPartitionError, "3"),
     ],
 )
-def test_a_cursor_for_a_partition_that_does_not_exist_is_refused_after_one_refresh_and_nothing_is_sent(
+def test_a_cursor_for_a_partition_that_does_not_exist_is_refused_after_refreshes_and_nothing_is_sent(
     fresh: Metadata, error: type[LiftbridgeError], named: str
 ) -> None:
-    """The server would store a cursor for any stream and partition: the plan asks the metadata once more when
-    its snapshot does not know the target, and refuses with a typed error before any attempt goes out."""
+    """The server would store a cursor for any stream and partition: the plan asks the metadata again when its
+    snapshot does not know the target (plans.UNKNOWN_STREAM_ASKS times: a broker may lag a moment behind a new
+    stream), and refuses with a typed error before any attempt goes out."""
     stale = cluster(cursor_partitions=None, streams={})
     answering = Answering(fresh)
     request = set_cursor_request("reader", "orders", 3, 10)
     with pytest.raises(error, match=named):
         drive(cursor_plans.cursor_request(CONFIG, stale, Deadline(5), request, set_rpc), answering)
     assert answering.attempts == []
-    assert answering.refreshes == 1
+    assert answering.refreshes == plans.UNKNOWN_STREAM_ASKS
+
+
+class Lagging(Answering):
+    """The first refreshes reach brokers that have not applied the stream yet; later ones list it."""
+
+    def __init__(self, answers: list[Metadata]) -> None:
+        super().__init__(answers[-1])
+        self.answers = answers
+
+    def __call__(self, action: plans.PlanAction) -> Any:
+        if isinstance(action, plans.Refresh):
+            self.fresh = self.answers[min(self.refreshes, len(self.answers) - 1)]
+        return super().__call__(action)
+
+
+def test_a_stream_created_a_moment_ago_is_asked_for_again_before_it_is_called_missing() -> None:
+    """Found by CI (test_cursors_survive_the_loss_of_the_cursors_leader): set_cursor right after create_stream
+    got NoSuchStreamError from a refresh that reached a broker which had not applied the new stream yet. The
+    plan must ask again, after a pause, as every other call does (plans.knowing), and then send."""
+    stale = cluster(cursor_partitions=2, streams={})
+    answering = Lagging([stale, cluster(cursor_partitions=2, streams={"orders": 1})])
+    request = set_cursor_request("reader", "orders", 0, 10)
+    result, _ = drive(cursor_plans.cursor_request(CONFIG, stale, Deadline(5), request, set_rpc), answering)
+    assert result == "stored"
+    assert answering.refreshes == 2
+    assert answering.attempts == ["a.example:9292"]
 
 
 def test_a_known_target_sends_without_a_refresh_and_a_failure_names_the_cursors_own_partition() -> None:

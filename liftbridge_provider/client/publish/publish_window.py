@@ -19,7 +19,11 @@ Rules:
   driver calls :meth:`~PublishWindow.release`: each held message goes again,
   before the messages not sent yet, unless a later message of its partition
   may be stored (sending it again would store the two out of order) or it was
-  first sent ``ack_wait`` seconds ago or more; then it fails with its refusal;
+  first sent ``ack_wait`` seconds ago or more; then it fails with its refusal.
+  From a release until the next ack, messages go one at a time (those sent
+  again first) and nothing else goes out while one awaits its answer: a broker that takes requests
+  again part-way through a window would refuse some and store later ones of
+  the same partition, which could then never go again in order;
 - a message refused as unknown (NOT_FOUND, nothing stored) is held the same way
   (``hold(..., unknown=True)``), and the driver asks fresh metadata about its
   partition before it releases it (:class:`UnknownWord`): metadata that does
@@ -104,6 +108,8 @@ class PublishWindow:
         self._refusals: dict[int, LiftbridgeError] = {}  # index -> its last passing refusal (held or resent)
         self._first_sent: dict[int, float] = {}  # index -> when a held or resent message was first sent
         self._unknown: dict[int, Listing] = {}  # held or resent after NOT_FOUND -> what the metadata last said
+        self._probing = False  # from a release until the next ack: one message at a time
+        self._probe: int | None = None  # the message sent alone while probing
         self.acked = 0  # acks counted so far (a driver resets its retry count when this moves)
 
     # -- state -------------------------------------------------------------------
@@ -132,7 +138,12 @@ class PublishWindow:
 
     @property
     def has_room(self) -> bool:
-        return not self.all_sent and len(self._in_flight) < self._window
+        return not self.all_sent and len(self._in_flight) < self._window and not self._probe_waits
+
+    @property
+    def _probe_waits(self) -> bool:
+        """A message sent again alone awaits its answer: nothing else is taken."""
+        return self._probe is not None and self._probe in self._in_flight
 
     @property
     def in_flight(self) -> int:
@@ -156,7 +167,7 @@ class PublishWindow:
 
     def take(self, now: float) -> int | None:
         """The index of the next message to send, marked as sent at ``now``; None when the window is full."""
-        if self._held or self._resend:
+        if self._held or self._resend or self._probe_waits:
             taken = self.take_many(now, 1)
             return taken[0] if taken else None
         if not self.has_room:  # (skips refused messages)
@@ -173,7 +184,7 @@ class PublishWindow:
         their ack_wait starts at :meth:`mark_written`."""
         if not written:
             now = UNWRITTEN
-        if self._held:
+        if self._held or self._probe_waits:
             return ()
         if self._resend:
             resent = self._take_resends(now, most)
@@ -183,7 +194,7 @@ class PublishWindow:
         self._skip_refused()
         room = self.size - self._next
         if self._expects_ack:
-            room = min(room, self._window - len(self._in_flight))
+            room = min(room, self._window - len(self._in_flight), 1 if self._probing else room)
         end = self._next + max(min(room, most), 0)
         failures = self._failures
         if failures:
@@ -192,10 +203,14 @@ class PublishWindow:
         self._next = end
         if self._expects_ack:
             self._in_flight.update(dict.fromkeys(taken, now))
+            if self._probing and taken:
+                self._probe = taken[0]
         return taken
 
     def _take_resends(self, now: float, most: int) -> list[int]:
         room = most if not self._expects_ack else min(most, self._window - len(self._in_flight))
+        if self._probing:
+            room = min(room, 1)
         taken: list[int] = []
         while self._resend and len(taken) < room:
             index = self._resend.popleft()
@@ -203,6 +218,8 @@ class PublishWindow:
                 taken.append(index)
         if self._expects_ack:
             self._in_flight.update(dict.fromkeys(taken, now))
+            if self._probing and taken:
+                self._probe = taken[0]
         return taken
 
     def mark_written(self, indices: Sequence[int], now: float) -> None:
@@ -227,6 +244,7 @@ class PublishWindow:
         self._failures.pop(index, None)
         self._acks[index] = ack
         self.acked += 1
+        self._probing = False  # stored after a release: the broker takes requests again
         return True
 
     def on_error(self, index: int, error: LiftbridgeError) -> bool:
@@ -305,6 +323,8 @@ class PublishWindow:
                 self._refusals[index] = refusal
                 again.append(index)
         self._resend = deque(sorted([*self._resend, *again]))
+        if again and self._expects_ack:
+            self._probing = True
         return len(again), len(held) - len(again)
 
     def _possibly_stored_after(self, first: int, partition_of: PartitionOf) -> dict[int, int]:
