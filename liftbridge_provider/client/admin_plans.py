@@ -12,8 +12,9 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.errors import NoSuchStreamError, StreamExistsError, error_from_rpc
 from liftbridge_provider.client.metadata import Metadata
+from liftbridge_provider.client.not_sent import CONNECT_TRY, NotSent
 from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.plans import CONNECT_TRY, Attempt, NotSent, Plan, Refresh, Rpc, Sleep, note_if_hung
+from liftbridge_provider.client.plans import Attempt, Plan, Refresh, Rpc, Sleep, note_if_hung
 from liftbridge_provider.client.retry import Action, Deadline, RetryableFailure, RetryState
 from liftbridge_provider.core.errors import LiftbridgeError
 

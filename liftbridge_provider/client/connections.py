@@ -25,7 +25,6 @@ from typing import Any
 
 import grpc
 import grpc.aio
-import grpc.experimental
 
 from liftbridge_provider._proto import liftbridge_api_pb2_grpc as api_grpc
 from liftbridge_provider.client.aio_timeout import within
@@ -34,8 +33,8 @@ from liftbridge_provider.client.h2.aio_transport import DirectStream, NotConnect
 from liftbridge_provider.client.h2.blocking import BlockingCall
 from liftbridge_provider.client.h2.grpc_status import CallFailed
 from liftbridge_provider.client.health import HEALTH
+from liftbridge_provider.client.not_sent import Connection
 from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.plans import Connection
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ class PooledChannel:
         life, and a process that forks while one is there skips grpc's fork handlers, so its child crashes at
         its first call (tests/server/test_event_publisher.py, the forked children of an Airflow process).
         A broker that went away since the proof is still found before anything is sent: grpc fails a call it
-        could not connect for with words of its own (:func:`~liftbridge_provider.client.plans.never_sent`)."""
+        could not connect for with words of its own (:func:`~liftbridge_provider.client.not_sent.never_sent`)."""
         return time.monotonic() - self.answered_at < PROOF_FRESH
 
     def answered(self) -> None:

@@ -33,6 +33,7 @@ import time
 import grpc
 
 from liftbridge_provider.client.errors import LiftbridgeTimeoutError, error_from_rpc
+from liftbridge_provider.client.not_sent import NotSent
 from liftbridge_provider.core.errors import LiftbridgeError
 
 MIN_BACKOFF = 0.010  # seconds
@@ -258,7 +259,7 @@ class RetryState:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise self.timeout_error() from exc
             raise error from exc
-        if self.last_error is None or not getattr(exc, "cut_short", False):
+        if self.last_error is None or not (isinstance(exc, NotSent) and exc.cut_short):
             self.last_error = error  # a wait the deadline cut short says nothing: an earlier error stays the last
         self.unknown_timeout = None
         return action, self.pause()

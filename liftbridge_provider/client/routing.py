@@ -28,6 +28,7 @@ from liftbridge_provider.client.connections import ConnectionPool, aio_connect
 from liftbridge_provider.client.errors import ClientClosedError
 from liftbridge_provider.client.health import HEALTH
 from liftbridge_provider.client.metadata import EMPTY, Metadata, MetadataCache, PartitionInfo, metadata_from_response
+from liftbridge_provider.client.not_sent import CONNECTION_FAILURES, never_sent
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.retry import Deadline
 from liftbridge_provider.core.errors import LiftbridgeError
@@ -117,11 +118,11 @@ class Router:
                 try:
                     answer = action.rpc(pooled.stub, timeout)
                 except grpc.RpcError as exc:
-                    if exc.code() in plans.CONNECTION_FAILURES:
+                    if exc.code() in CONNECTION_FAILURES:
                         pooled.doubted()
                     else:
                         pooled.answered()
-                    unsent = plans.never_sent(exc, action.address)
+                    unsent = never_sent(exc, action.address)
                     if unsent is not None:
                         raise unsent from exc
                     raise
@@ -318,7 +319,7 @@ class AsyncRouter:
             try:
                 answer = await action.rpc(stub, timeout)
             except grpc.RpcError as exc:
-                unsent = plans.never_sent(exc, action.address)
+                unsent = never_sent(exc, action.address)
                 if unsent is not None:
                     raise unsent from exc
                 raise

@@ -2,7 +2,7 @@
 
 The pool trusts a channel only as far as its broker's answers of the last 2 s (``connections.PROOF_FRESH``);
 otherwise it checks the broker with a connection of its own first, and a call grpc failed because its
-channel could not connect counts as not sent (``plans.never_sent``). A create must then say truthfully that
+channel could not connect counts as not sent (``not_sent.never_sent``). A create must then say truthfully that
 nothing was applied (``may_be_stored=False``) when its only broker is gone, however recently it answered.
 """
 

@@ -26,6 +26,7 @@ from liftbridge_provider.client import (
     UnavailableError,
     admin_plans,
     cursor_plans,
+    not_sent,
     partition_plans,
     plans,
 )
@@ -311,7 +312,7 @@ def test_a_publish_goes_on_to_a_broker_that_connects() -> None:
     def answer(action: plans.PlanAction) -> Any:
         if isinstance(action, plans.Attempt):
             if action.address.startswith("a."):
-                raise plans.NotSent(action.address)
+                raise not_sent.NotSent(action.address)
             return "acked"
         return no_sleep(action)
 
@@ -614,23 +615,23 @@ def test_an_established_subscription_waits_out_a_broker_that_forgot_the_stream()
 @pytest.mark.parametrize(
     ("connect_first", "connection", "sent"),
     [
-        (True, plans.Connection.READY, True),
-        (True, plans.Connection.REFUSED, False),  # a publish must know that nothing went out
-        (True, plans.Connection.SILENT, False),
-        (False, plans.Connection.READY, True),
-        (False, plans.Connection.REFUSED, True),  # an idempotent call lets gRPC report why (a TLS error, say)
-        (False, plans.Connection.SILENT, False),  # a frozen broker costs CONNECT_TRY, not half the deadline
+        (True, not_sent.Connection.READY, True),
+        (True, not_sent.Connection.REFUSED, False),  # a publish must know that nothing went out
+        (True, not_sent.Connection.SILENT, False),
+        (False, not_sent.Connection.READY, True),
+        (False, not_sent.Connection.REFUSED, True),  # an idempotent call lets gRPC report why (a TLS error, say)
+        (False, not_sent.Connection.SILENT, False),  # a frozen broker costs CONNECT_TRY, not half the deadline
     ],
 )
 def test_attempt_goes_out_only_on_a_channel_it_may_use(
-    connect_first: bool, connection: plans.Connection, sent: bool
+    connect_first: bool, connection: not_sent.Connection, sent: bool
 ) -> None:
-    attempt = plans.Attempt("b:1", 10.0, lambda stub, timeout: None, connect_first, plans.CONNECT_TRY)
-    assert attempt.connect_budget() == plans.CONNECT_TRY
+    attempt = plans.Attempt("b:1", 10.0, lambda stub, timeout: None, connect_first, not_sent.CONNECT_TRY)
+    assert attempt.connect_budget() == not_sent.CONNECT_TRY
     if sent:
         attempt.after_connect(connection)
     else:
-        with pytest.raises(plans.NotSent) as caught:
+        with pytest.raises(not_sent.NotSent) as caught:
             attempt.after_connect(connection)
         assert "b:1" in caught.value.details()
 
@@ -712,12 +713,12 @@ def test_a_broker_that_never_connects_goes_last_but_one_cut_by_the_calls_deadlin
     """Review of the hung-broker fix: a frozen broker without a READY channel fails as NotSent (silent) after
     CONNECT_TRY, and must go last too; an attempt that only got the call's last moments proves nothing."""
     tried: list[plans.Attempt] = []
-    silent_first = failing_first(plans.NotSent("x", plans.Connection.SILENT), tried)
+    silent_first = failing_first(not_sent.NotSent("x", not_sent.Connection.SILENT), tried)
     drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, Deadline(20)), silent_first)
     assert HEALTH.suspects() == {tried[0].address}
 
     HEALTH.clear()
-    refused_first = failing_first(plans.NotSent("x", plans.Connection.REFUSED), [])
+    refused_first = failing_first(not_sent.NotSent("x", not_sent.Connection.REFUSED), [])
     drive(plans.any_broker(CONFIG, snapshot(), lambda s, t: None, Deadline(20)), refused_first)
     assert HEALTH.suspects() == set(), "a refused connection is quick: no reason to put it last"
 
@@ -793,7 +794,7 @@ def voting(views: dict[str, api.FetchMetadataResponse], sent: list[str]) -> Call
             if action.rpc is not the_call:
                 sent.append(f"vote {action.address}")
                 if action.address not in views:
-                    raise plans.NotSent(action.address)
+                    raise not_sent.NotSent(action.address)
                 return views[action.address]
             sent.append(action.address)
             return "done"

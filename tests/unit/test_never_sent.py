@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from liftbridge_provider.client import LiftbridgeError
-from liftbridge_provider.client.plans import GRPC_NEVER_SENT, Connection, NotSent, never_sent
+from liftbridge_provider.client.not_sent import GRPC_NEVER_SENT, Connection, NotSent, never_sent
 from liftbridge_provider.client.retry import Deadline, RetryState
 from tests.unit.plan_driving import Rpc
 

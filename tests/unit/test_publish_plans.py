@@ -12,7 +12,8 @@ import pytest
 from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client import AckTimeoutError, ClientConfig, UnavailableError
 from liftbridge_provider.client.health import HEALTH
-from liftbridge_provider.client.plans import Connection, Dispatch, NotSent, Sleep
+from liftbridge_provider.client.not_sent import Connection, NotSent
+from liftbridge_provider.client.plans import Dispatch, Sleep
 from liftbridge_provider.client.publish.plans import on_shared_streams
 from liftbridge_provider.client.retry import MIN_BACKOFF, Deadline
 from liftbridge_provider.client.routing import AsyncRouter, Router

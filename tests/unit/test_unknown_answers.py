@@ -20,6 +20,7 @@ from liftbridge_provider.client import (
     LiftbridgeTimeoutError,
     NoSuchPartitionError,
     NoSuchStreamError,
+    not_sent,
     plans,
 )
 from liftbridge_provider.client.health import HEALTH
@@ -224,7 +225,7 @@ def test_a_subscribe_refused_as_unknown_ends_when_the_metadata_twice_does_not_li
     first = state.closed(UNKNOWN_STREAM)
     assert isinstance(first, Reopen)
     assert state.open(snapshot()).address is None, "the first unlisting answer is asked again"
-    second = state.closed(plans.NotSent("a.example:9292"))
+    second = state.closed(not_sent.NotSent("a.example:9292"))
     assert isinstance(second, Reopen)
     assert min(first.delay, second.delay) >= plans.UNKNOWN_STREAM_PAUSE, "the metadata is asked again 0.2 s on"
     with pytest.raises(NoSuchStreamError):

@@ -25,13 +25,12 @@ from liftbridge_provider._proto import liftbridge_api_pb2 as api
 from liftbridge_provider.client.addresses import broker_addresses
 from liftbridge_provider.client.errors import AckTimeoutError, UnavailableError, error_from_rpc
 from liftbridge_provider.client.metadata import Metadata
+from liftbridge_provider.client.not_sent import CONNECT_TRY, NotSent
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.plans import (
-    CONNECT_TRY,
     AnyPlan,
     Attempt,
     Dispatch,
-    NotSent,
     Plan,
     Rpc,
     Sleep,

@@ -56,7 +56,7 @@ from liftbridge_provider.client.errors import (
 from liftbridge_provider.client.h2.aio_transport import NotConnected
 from liftbridge_provider.client.h2.grpc_status import CallFailed
 from liftbridge_provider.client.health import HEALTH, SUSPECT_FOR, Signal, silence_counts
-from liftbridge_provider.client.plans import CONNECT_TRY, Connection, NotSent
+from liftbridge_provider.client.not_sent import CONNECT_TRY, Connection, NotSent
 from liftbridge_provider.client.publish.broker_stream import (
     PUBLISH_ASYNC,
     Answer,
