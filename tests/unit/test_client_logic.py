@@ -31,6 +31,7 @@ from liftbridge_provider.client.options import parse_broker, split_brokers
 from liftbridge_provider.client.reading import resubscribable
 from liftbridge_provider.client.retry import MAX_BACKOFF, MIN_BACKOFF, Action, backoff_delay, classify
 from liftbridge_provider.core import checks
+from tests.unit.plan_driving import Rpc
 
 
 def crc32_ieee_bitwise(data: bytes) -> int:
@@ -296,17 +297,6 @@ def test_split_brokers_and_config_validation() -> None:
         TLSConfig(cert="c.pem")
 
 
-class FakeRpcError(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-
 @pytest.mark.parametrize(
     ("code", "details", "leader", "action"),
     [
@@ -324,7 +314,7 @@ class FakeRpcError(grpc.RpcError):
     ],
 )
 def test_retry_classification(code: grpc.StatusCode, details: str, leader: bool, action: Action) -> None:
-    assert classify(FakeRpcError(code, details), leader_directed=leader) is action
+    assert classify(Rpc(code, details), leader_directed=leader) is action
 
 
 def test_backoff_is_jittered_between_10_and_500_ms() -> None:
@@ -355,7 +345,7 @@ def test_backoff_is_jittered_between_10_and_500_ms() -> None:
     ],
 )
 def test_error_mapping(code: grpc.StatusCode, details: str, kind: type[LiftbridgeError]) -> None:
-    error = errs.error_from_rpc(FakeRpcError(code, details), stream="s", partition=1)
+    error = errs.error_from_rpc(Rpc(code, details), stream="s", partition=1)
     assert type(error) is kind
     assert str(error) == f"{details} (stream='s', partition=1, grpc={code.name})"
 
@@ -434,7 +424,7 @@ def test_a_leader_left_out_of_a_cached_broker_list_keeps_its_last_address() -> N
 def test_which_ends_of_a_subscription_are_read_again_elsewhere(
     code: grpc.StatusCode, details: str, again: bool
 ) -> None:
-    assert resubscribable(FakeRpcError(code, details)) is again
+    assert resubscribable(Rpc(code, details)) is again
 
 
 LONE_SURROGATE = "h\udc80"  # what bytes.decode(errors="surrogateescape") leaves for a byte that is not UTF-8

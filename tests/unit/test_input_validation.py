@@ -37,6 +37,7 @@ from liftbridge_provider.client import requests as build
 from liftbridge_provider.client.metadata import Metadata, StreamInfo
 from liftbridge_provider.client.publish import publisher
 from liftbridge_provider.core import checks
+from tests.unit.plan_driving import Rpc
 
 # -- stream names, subjects, groups that crash the v1.9.0 server ---------------------------------
 
@@ -396,17 +397,6 @@ def test_disabled_cursors_say_which_setting_enables_them() -> None:
 # -- messages over the server's size limit ------------------------------------------------------
 
 
-class FakeRpcError(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-
 @pytest.mark.parametrize(
     ("code", "details"),
     [
@@ -417,7 +407,7 @@ class FakeRpcError(grpc.RpcError):
     ],
 )
 def test_a_too_large_refusal_is_message_too_large(code: grpc.StatusCode, details: str) -> None:
-    error = errs.error_from_rpc(FakeRpcError(code, details), stream="s", partition=0)
+    error = errs.error_from_rpc(Rpc(code, details), stream="s", partition=0)
     assert type(error) is errs.MessageTooLargeError
 
 
