@@ -29,7 +29,9 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,11 +41,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from liftbridge_provider import fault_points
+from liftbridge_provider.core.errors import InvalidArgumentError
 from liftbridge_provider.core.lake import Claim, Commit, LakeError, Outcome, piece_size, problems
 from liftbridge_provider.core.lake_ledger import Ledger, LedgerState
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
+from liftbridge_provider.core.s3_sources import s3_location
 from liftbridge_provider.spark.lake_store import HadoopStore, LakeStore, PieceStats
+from liftbridge_provider.spark.piece_writer import CODECS, STATS_SCHEMA, StagingTarget, stage_pieces
 from liftbridge_provider.spark.pieces import read_pieces
+from liftbridge_provider.spark.s3_session import session_s3_settings
 from liftbridge_provider.spark.session_settings import unsorted_partitioned_writes
 
 log = logging.getLogger("liftbridge.ingest")
@@ -57,6 +63,8 @@ PACKED_TASKS = 2
 """Tasks per core a run's pieces are packed into when there are more pieces than that (source option
 ``maxPartitions``): a Spark task costs tens of milliseconds of its own, so 256 one-partition pieces in 256
 tasks cost seconds more than the same rows in 4."""
+
+NO_ROWS = PieceStats(0, None, None)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -138,12 +146,25 @@ def claim_range(job: Job, ledger: Ledger, wanted: OffsetRange, size: int) -> tup
 
 def stage_all(spark: SparkSession, job: Job, claims: Sequence[Claim]) -> dict[Claim, tuple[str, int, PieceStats]]:
     """Read every claim's piece in one Spark job, one task and one object each, into this run's staging folder;
-    each piece's staged object (relative to the stream's folder; "" when it has no rows), bytes and stats."""
+    each piece's staged object (relative to the stream's folder; "" when it has no rows), bytes and stats.
+
+    The tasks write the objects themselves where pyarrow reaches the lake (``spark/piece_writer.py``);
+    elsewhere Spark's writer does, and the objects are found by one listing and their footers read."""
     pieces = [OffsetRange(c.partition, c.start, c.end) for c in claims]
     tags = {piece: claim.seq for piece, claim in zip(pieces, claims, strict=True)}
     options = {k: v for k, v in job.options.items() if k not in ("minPartitions", "maxRecordsPerPartition")}
     options["maxPartitions"] = str(PACKED_TASKS * job.tasks)  # many small pieces: whole, a few per task
     frame = read_pieces(spark, job.stream, pieces, options, tags=tags, tag_column=CLAIM_TAG)
+    target = staging_target(spark, job)
+    if target is not None:
+        returned: dict[tuple[int, int], list[tuple[str, int, PieceStats]]] = {}
+        with warnings.catch_warnings():  # mapInArrow checks pandas, which this job does not use
+            warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
+            stats_rows = frame.mapInArrow(stage_pieces(target), STATS_SCHEMA).collect()
+        for row in stats_rows:
+            stats = PieceStats(row["rows"], row["min_offset"], row["max_offset"])
+            returned.setdefault((row["partition"], row["claim"]), []).append((row["path"], row["bytes"], stats))
+        return {claim: _one_object(claim, returned.get((claim.partition, claim.seq), [])) for claim in claims}
     frame = frame.withColumn(PARTITION_TAG, F.col("partition"))  # the rows keep their own partition column
     root = f"{job.stream_folder}/{job.staging_root}"
     with unsorted_partitioned_writes(spark):  # a task's rows are one piece's: nothing to sort
@@ -157,14 +178,46 @@ def stage_all(spark: SparkSession, job: Job, claims: Sequence[Claim]) -> dict[Cl
 
     def stats_of(claim: Claim) -> tuple[str, int, PieceStats]:
         objects = staged.get(job.staged_folder(claim), [])
-        if not objects:  # no rows (compaction or retention emptied the piece): nothing to publish
-            return "", 0, PieceStats(0, None, None)
-        if len(objects) > 1:
-            raise LakeError(f"piece {claim.seq} of partition {claim.partition} was staged as {len(objects)} objects")
-        path, size = objects[0]
-        return path, size, job.store.parquet_stats(f"{job.stream_folder}/{path}", "offset")
+        if len(objects) == 1:
+            path, size = objects[0]
+            return path, size, job.store.parquet_stats(f"{job.stream_folder}/{path}", "offset")
+        return _one_object(claim, [(path, size, NO_ROWS) for path, size in objects])
 
     return dict(zip(claims, each(job, stats_of, claims), strict=True))
+
+
+def _one_object(claim: Claim, objects: list[tuple[str, int, PieceStats]]) -> tuple[str, int, PieceStats]:
+    """The one staged object of ``claim``'s piece; none: the piece has no rows (compaction or retention emptied
+    it), nothing to publish; LakeError for more than one (a piece is one object)."""
+    if not objects:
+        return "", 0, NO_ROWS
+    if len(objects) > 1:
+        raise LakeError(f"piece {claim.seq} of partition {claim.partition} was staged as {len(objects)} objects")
+    return objects[0]
+
+
+def staging_target(spark: SparkSession, job: Job) -> StagingTarget | None:
+    """Where the tasks stage pieces with pyarrow: the lake on a local disk, or on S3 with settings pyarrow can
+    sign with; None (Spark's writer) for another filesystem, S3 credentials only S3A's providers know, or a
+    codec pyarrow does not write alike."""
+    codec = CODECS.get(str(spark.conf.get("spark.sql.parquet.compression.codec", "snappy")).lower())
+    if codec is None:
+        return None
+    root = f"{job.stream_folder}/{job.staging_root}"
+    if job.store.scheme == "file":
+        return StagingTarget(job.store.local_path(root), job.staging_root, CLAIM_TAG, codec)
+    location = s3_location(root)
+    if location is None:
+        return None
+    try:
+        settings = session_s3_settings(spark, root, os.environ)
+    except InvalidArgumentError as exc:
+        log.info("staging through Spark's writer: %s", exc)
+        return None
+    if settings is None:
+        return None
+    bucket, key = location
+    return StagingTarget(f"{bucket}/{key}", job.staging_root, CLAIM_TAG, codec, s3=settings)
 
 
 def commit_partition(

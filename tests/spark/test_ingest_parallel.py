@@ -83,10 +83,11 @@ def test_every_piece_of_a_run_is_read_in_one_spark_job_with_a_task_per_core_at_l
 
 
 def write_plans(spark: SparkSession, since: int) -> list[str]:
-    """The physical plans of the file writes Spark ran after its first ``since`` SQL executions."""
+    """The physical plans of the file writes Spark ran after its first ``since`` SQL executions: Spark's own
+    writes, and the Parquet staging job whose tasks write the pieces themselves (``MapInArrow``)."""
     executions = spark._jsparkSession.sharedState().statusStore().executionsList()
     plans = [executions.apply(i).physicalPlanDescription() for i in range(since, executions.size())]
-    return [plan for plan in plans if "InsertIntoHadoopFsRelationCommand" in plan]
+    return [plan for plan in plans if "InsertIntoHadoopFsRelationCommand" in plan or "MapInArrow" in plan]
 
 
 def executions_so_far(spark: SparkSession) -> int:

@@ -9,6 +9,7 @@ claimed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -31,6 +32,7 @@ from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.devserver import DevServer
 from liftbridge_provider.spark import ingest
 from liftbridge_provider.spark.lake_store import HadoopStore, NoAtomicCreateError
+from liftbridge_provider.spark.parquet_ingest import Job, staging_target
 from tests.spark.lake_places import LakePlace, lake_place
 
 __all__ = ["lake_place"]  # the fixture: each test runs on the local disk and on the S3 gateway
@@ -196,3 +198,28 @@ def test_a_driver_killed_at_any_step_is_finished_by_the_next_run(
         seen(spark, output, stream)  # whatever a reader sees now is whole
     run_here(spark, liftbridge_server.brokers, ranges(stream, 0, 150), output)
     assert_once(seen(spark, output, stream), 0, 150)
+
+
+def test_the_tasks_stage_the_pieces_themselves_where_pyarrow_reaches_the_lake(
+    spark: SparkSession, lake_place: LakePlace
+) -> None:
+    """Issue 48's staging path (spark/piece_writer.py) must not fall back to Spark's writer unseen: on the local
+    disk and on S3 with keys the tasks write the pieces themselves, keeping the session's codec; a codec pyarrow
+    does not write alike keeps Spark's writer."""
+    output = lake_place.new_lake()
+    store = HadoopStore(spark, output)
+    job = Job(store, "s", f"{store.root}/stream=s", "run1", {}, compacted=False, head_loss_ok=False)
+    target = staging_target(spark, job)
+    assert target is not None, f"{output}: Spark's writer would stage the pieces"
+    assert (target.s3 is not None) == (lake_place.name == "s3")
+    assert target.relative == "_staging/run1"
+    assert target.compression == "snappy"
+    codec = "spark.sql.parquet.compression.codec"
+    before = spark.conf.get(codec)
+    try:
+        spark.conf.set(codec, "lz4")
+        assert staging_target(spark, job) is None
+        spark.conf.set(codec, "zstd")
+        assert staging_target(spark, job) == dataclasses.replace(target, compression="zstd")
+    finally:
+        spark.conf.set(codec, before)
