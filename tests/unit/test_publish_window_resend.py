@@ -292,3 +292,39 @@ def test_a_probe_that_times_out_lets_the_next_message_probe() -> None:
     assert window.on_ack(2, ack(2))
     assert window.done
     assert [f.index for f in window.result().failures] == [0], "the probe that timed out may be stored"
+
+
+def test_a_late_ack_of_a_message_sent_before_the_release_does_not_end_the_probing() -> None:
+    """Found in review: an ack of a message that timed out before the release says nothing of whether the
+    broker takes requests again; only the probe's own ack opens the window."""
+    window = PublishWindow(6, window=3, ack_wait=1.0, expects_ack=True)
+    assert list(window.take_many(0.0, 1)) == [0]
+    assert window.expire(1.1, late) == 1
+    assert list(window.take_many(1.2, 2)) == [1, 2]
+    assert window.hold(1, refusal(1))
+    assert window.hold(2, refusal(2))
+    assert window.release(1.3, lambda index: index) == (2, 0), "each in a partition of its own"
+    assert list(window.take_many(1.4, 10)) == [1], "the probe"
+    assert window.on_ack(0, ack(0)), "the late ack of 0 still counts"
+    assert list(window.take_many(1.4, 10)) == [], "but the probe has not been answered"
+    assert window.on_error(1, LiftbridgeError("too large", may_be_stored=False)), "the probe fails for good"
+    assert list(window.take_many(1.6, 10)) == [2], "still probing: the next goes alone"
+    assert list(window.take_many(1.6, 10)) == []
+
+
+def test_take_keeps_the_probing_rule_after_the_probe_failed() -> None:
+    """Found in review: once the resends were used up, take() went back to taking new messages as fast as the
+    window allows while no ack had come since the release."""
+    window = PublishWindow(8, window=4, ack_wait=1.0, expects_ack=True)
+    assert [window.take(0.0) for _ in range(2)] == [0, 1]
+    assert window.hold(0, refusal(0))
+    assert window.hold(1, refusal(1))
+    assert window.release(0.1, lambda index: index) == (2, 0)
+    assert window.take(0.2) == 0
+    assert window.on_error(0, LiftbridgeError("too large", may_be_stored=False))
+    assert window.take(0.3) == 1
+    assert window.expire(1.4, late) == 1, "the second probe timed out"
+    assert window.take(1.5) == 2
+    assert window.take(1.5) is None, "no ack since the release: one at a time"
+    assert window.on_ack(2, ack(0))
+    assert [window.take(1.6) for _ in range(4)] == [3, 4, 5, 6], "acked: the window opens"

@@ -20,8 +20,9 @@ Rules:
   before the messages not sent yet, unless a later message of its partition
   may be stored (sending it again would store the two out of order) or it was
   first sent ``ack_wait`` seconds ago or more; then it fails with its refusal.
-  From a release until the next ack, messages go one at a time (those sent
-  again first) and nothing else goes out while one awaits its answer: a broker that takes requests
+  From a release until a message sent alone after it is acked, messages go
+  one at a time (those sent again first) and nothing else goes out while one
+  awaits its answer (a late ack of a message sent before says nothing): a broker that takes requests
   again part-way through a window would refuse some and store later ones of
   the same partition, which could then never go again in order;
 - a message refused as unknown (NOT_FOUND, nothing stored) is held the same way
@@ -108,7 +109,7 @@ class PublishWindow:
         self._refusals: dict[int, LiftbridgeError] = {}  # index -> its last passing refusal (held or resent)
         self._first_sent: dict[int, float] = {}  # index -> when a held or resent message was first sent
         self._unknown: dict[int, Listing] = {}  # held or resent after NOT_FOUND -> what the metadata last said
-        self._probing = False  # from a release until the next ack: one message at a time
+        self._probing = False  # from a release until the ack of a message sent alone after it: one at a time
         self._probe: int | None = None  # the message sent alone while probing
         self.acked = 0  # acks counted so far (a driver resets its retry count when this moves)
 
@@ -167,7 +168,7 @@ class PublishWindow:
 
     def take(self, now: float) -> int | None:
         """The index of the next message to send, marked as sent at ``now``; None when the window is full."""
-        if self._held or self._resend or self._probe_waits:
+        if self._held or self._resend or self._probing:
             taken = self.take_many(now, 1)
             return taken[0] if taken else None
         if not self.has_room:  # (skips refused messages)
@@ -244,7 +245,8 @@ class PublishWindow:
         self._failures.pop(index, None)
         self._acks[index] = ack
         self.acked += 1
-        self._probing = False  # stored after a release: the broker takes requests again
+        if index == self._probe:
+            self._probing = False  # sent alone after a release and stored: the broker takes requests again
         return True
 
     def on_error(self, index: int, error: LiftbridgeError) -> bool:
