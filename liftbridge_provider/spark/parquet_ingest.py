@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from liftbridge_provider import fault_points
@@ -47,9 +47,9 @@ from liftbridge_provider.core.lake_ledger import Ledger, LedgerState
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.core.s3_sources import s3_location
 from liftbridge_provider.spark.lake_store import HadoopStore, LakeStore, PieceStats
-from liftbridge_provider.spark.piece_writer import CODECS, STATS_SCHEMA, StagingTarget, stage_pieces
+from liftbridge_provider.spark.piece_writer import CODECS, STATS_SCHEMA, TIMESTAMPS, StagingTarget, stage_pieces
 from liftbridge_provider.spark.pieces import read_pieces
-from liftbridge_provider.spark.s3_session import session_s3_settings
+from liftbridge_provider.spark.s3_session import s3a_encrypts, session_s3_settings
 from liftbridge_provider.spark.session_settings import unsorted_partitioned_writes
 
 log = logging.getLogger("liftbridge.ingest")
@@ -155,18 +155,18 @@ def stage_all(spark: SparkSession, job: Job, claims: Sequence[Claim]) -> dict[Cl
     options = {k: v for k, v in job.options.items() if k not in ("minPartitions", "maxRecordsPerPartition")}
     options["maxPartitions"] = str(PACKED_TASKS * job.tasks)  # many small pieces: whole, a few per task
     frame = read_pieces(spark, job.stream, pieces, options, tags=tags, tag_column=CLAIM_TAG)
+    root = f"{job.stream_folder}/{job.staging_root}"
     target = staging_target(spark, job)
     if target is not None:
-        returned: dict[tuple[int, int], list[tuple[str, int, PieceStats]]] = {}
-        with warnings.catch_warnings():  # mapInArrow checks pandas, which this job does not use
-            warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
-            stats_rows = frame.mapInArrow(stage_pieces(target), STATS_SCHEMA).collect()
-        for row in stats_rows:
-            stats = PieceStats(row["rows"], row["min_offset"], row["max_offset"])
-            returned.setdefault((row["partition"], row["claim"]), []).append((row["path"], row["bytes"], stats))
-        return {claim: _one_object(claim, returned.get((claim.partition, claim.seq), [])) for claim in claims}
+        try:
+            return _staged_by_tasks(job, frame.mapInArrow(stage_pieces(target), STATS_SCHEMA), claims)
+        except Exception as exc:  # py4j's error carries the task's own traceback
+            said = next((line for line in str(exc).splitlines() if "AWS Error" in line), None)
+            if target.s3 is None or said is None:
+                raise
+            log.warning("pyarrow could not write to S3 (%s); staging through Spark's S3A writer", said.strip())
+            job.store.delete(root)  # what the failed attempts left
     frame = frame.withColumn(PARTITION_TAG, F.col("partition"))  # the rows keep their own partition column
-    root = f"{job.stream_folder}/{job.staging_root}"
     with unsorted_partitioned_writes(spark):  # a task's rows are one piece's: nothing to sort
         writer = frame.write.partitionBy(PARTITION_TAG, CLAIM_TAG).option("maxRecordsPerFile", 0)
         writer.mode("errorifexists").parquet(root)
@@ -186,6 +186,33 @@ def stage_all(spark: SparkSession, job: Job, claims: Sequence[Claim]) -> dict[Cl
     return dict(zip(claims, each(job, stats_of, claims), strict=True))
 
 
+def _staged_by_tasks(job: Job, staging: DataFrame, claims: Sequence[Claim]) -> dict[Claim, tuple[str, int, PieceStats]]:
+    """Run the staging job whose tasks write the pieces (``spark/piece_writer.py``) and take what they returned,
+    once one listing of the staging folder through the lake's own store shows each object with its size:
+    LakeError, before anything is committed, when it does not (a ``file:`` lake on a cluster whose executors
+    do not share the driver's disk)."""
+    with warnings.catch_warnings():  # mapInArrow checks pandas, which this job does not use
+        warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
+        rows = staging.collect()
+    returned: dict[tuple[int, int], list[tuple[str, int, PieceStats]]] = {}
+    for row in rows:
+        stats = PieceStats(row["rows"], row["min_offset"], row["max_offset"])
+        returned.setdefault((row["partition"], row["claim"]), []).append((row["path"], row["bytes"], stats))
+    if returned:
+        seen = dict(job.store.list_files(f"{job.stream_folder}/{job.staging_root}"))
+        for (partition, seq), objects in returned.items():
+            for path, size, _ in objects:
+                found = seen.get(path.removeprefix(job.staging_root + "/"))
+                if found != size:
+                    raise LakeError(
+                        f"piece {seq} of partition {partition}: a task wrote {path} ({size} bytes), and the lake's "
+                        f"filesystem shows {'no such object' if found is None else f'{found} bytes'} at "
+                        f"{job.stream_folder}: on a cluster, a file: lake must be on storage the driver and every "
+                        "executor share, at the same path"
+                    )
+    return {claim: _one_object(claim, returned.get((claim.partition, claim.seq), [])) for claim in claims}
+
+
 def _one_object(claim: Claim, objects: list[tuple[str, int, PieceStats]]) -> tuple[str, int, PieceStats]:
     """The one staged object of ``claim``'s piece; none: the piece has no rows (compaction or retention emptied
     it), nothing to publish; LakeError for more than one (a piece is one object)."""
@@ -198,16 +225,17 @@ def _one_object(claim: Claim, objects: list[tuple[str, int, PieceStats]]) -> tup
 
 def staging_target(spark: SparkSession, job: Job) -> StagingTarget | None:
     """Where the tasks stage pieces with pyarrow: the lake on a local disk, or on S3 with settings pyarrow can
-    sign with; None (Spark's writer) for another filesystem, S3 credentials only S3A's providers know, or a
-    codec pyarrow does not write alike."""
+    sign with; None (Spark's writer) for another filesystem, S3 credentials only S3A's providers know, S3A's
+    encryption, or a codec or timestamp type pyarrow does not write alike."""
     codec = CODECS.get(str(spark.conf.get("spark.sql.parquet.compression.codec", "snappy")).lower())
-    if codec is None:
+    timestamps = str(spark.conf.get("spark.sql.parquet.outputTimestampType", "INT96")).upper()
+    if codec is None or timestamps not in TIMESTAMPS:
         return None
     root = f"{job.stream_folder}/{job.staging_root}"
     if job.store.scheme == "file":
-        return StagingTarget(job.store.local_path(root), job.staging_root, CLAIM_TAG, codec)
+        return StagingTarget(job.store.local_path(root), job.staging_root, CLAIM_TAG, codec, timestamps)
     location = s3_location(root)
-    if location is None:
+    if location is None or s3a_encrypts(spark, location[0]):
         return None
     try:
         settings = session_s3_settings(spark, root, os.environ)
@@ -217,7 +245,7 @@ def staging_target(spark: SparkSession, job: Job) -> StagingTarget | None:
     if settings is None:
         return None
     bucket, key = location
-    return StagingTarget(f"{bucket}/{key}", job.staging_root, CLAIM_TAG, codec, s3=settings)
+    return StagingTarget(f"{bucket}/{key}", job.staging_root, CLAIM_TAG, codec, timestamps, s3=settings)
 
 
 def commit_partition(

@@ -43,6 +43,15 @@ CODECS = {"none": "none", "uncompressed": "none", "snappy": "snappy", "gzip": "g
 """Spark's ``spark.sql.parquet.compression.codec`` values pyarrow writes alike; another codec keeps Spark's
 writer."""
 
+TIMESTAMPS: dict[str, dict[str, Any]] = {
+    "INT96": {"use_deprecated_int96_timestamps": True},
+    "TIMESTAMP_MICROS": {"coerce_timestamps": "us"},
+    "TIMESTAMP_MILLIS": {"coerce_timestamps": "ms", "allow_truncated_timestamps": True},
+}
+"""pyarrow's writer options for each ``spark.sql.parquet.outputTimestampType`` (Spark's default: INT96), so a
+piece the tasks write stores its timestamps as Spark's writer would: a lake whose earlier pieces Spark wrote
+keeps one physical type, which readers other than Spark (pyarrow, DuckDB) need to read it as one table."""
+
 
 @dataclass(frozen=True)
 class StagingTarget:
@@ -53,6 +62,7 @@ class StagingTarget:
         returned to the driver start with.
     :param tag_column: the column that holds each row's piece (claim sequence number); not written.
     :param compression: pyarrow's name of the codec (:data:`CODECS`).
+    :param timestamps: Spark's ``spark.sql.parquet.outputTimestampType`` (:data:`TIMESTAMPS`; default INT96).
     :param s3: the settings of the S3 store the folder is on; None for a local disk. Shipped to the
         executors inside the task's function, never on a command line or in a log (left out of ``repr``).
     """
@@ -61,6 +71,7 @@ class StagingTarget:
     relative: str
     tag_column: str
     compression: str = "snappy"
+    timestamps: str = "INT96"
     s3: S3Settings | None = field(default=None, repr=False)
 
     def filesystem(self) -> pafs.FileSystem:
@@ -153,7 +164,13 @@ class _Piece:
             os.makedirs(f"{target.folder}/{sub}", exist_ok=True)
             path = f"{target.folder}/{sub}/.{name}.writing"
         stream = fs.open_output_stream(path)
-        writer = pq.ParquetWriter(stream, schema, compression=target.compression)
+        writer = pq.ParquetWriter(
+            stream,
+            schema,
+            compression=target.compression,
+            store_schema=False,  # as Spark's writer: no Arrow schema of its own in the footer
+            **TIMESTAMPS[target.timestamps],
+        )
         return cls(fs, path, final, f"{target.relative}/{sub}/{name}", key, stream, writer)
 
     def write(self, rows: pa.RecordBatch) -> None:

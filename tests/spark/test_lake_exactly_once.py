@@ -10,6 +10,7 @@ claimed.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import signal
 import subprocess
@@ -21,18 +22,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from liftbridge_provider import fault_points
 from liftbridge_provider.client import LiftbridgeClient, PublishMessage
-from liftbridge_provider.core.lake import check_ledger
+from liftbridge_provider.core.lake import LakeError, check_ledger
 from liftbridge_provider.core.lake_ledger import Ledger
 from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 from liftbridge_provider.devserver import DevServer
-from liftbridge_provider.spark import ingest
+from liftbridge_provider.spark import ingest, parquet_ingest, reader
 from liftbridge_provider.spark.lake_store import HadoopStore, NoAtomicCreateError
 from liftbridge_provider.spark.parquet_ingest import Job, staging_target
+from liftbridge_provider.spark.piece_writer import STATS_SCHEMA, StagingTarget, stage_pieces
 from tests.spark.lake_places import LakePlace, lake_place
 
 __all__ = ["lake_place"]  # the fixture: each test runs on the local disk and on the S3 gateway
@@ -223,3 +227,98 @@ def test_the_tasks_stage_the_pieces_themselves_where_pyarrow_reaches_the_lake(
         assert staging_target(spark, job) == dataclasses.replace(target, compression="zstd")
     finally:
         spark.conf.set(codec, before)
+    if lake_place.name == "s3":
+        conf = spark._jsc.hadoopConfiguration()
+        bucket = output.removeprefix("s3a://").split("/")[0]
+        key = f"fs.s3a.bucket.{bucket}.encryption.algorithm"
+        conf.set(key, "SSE-KMS")
+        try:
+            assert staging_target(spark, job) is None, "S3A encrypts what it writes there: only S3A writes"
+        finally:
+            conf.unset(key)
+
+
+def test_a_piece_the_tasks_write_reads_as_one_spark_writes(spark: SparkSession, tmp_path: Path) -> None:
+    """A lake whose earlier pieces Spark's writer staged (before issue 48's change, or on HDFS) must stay one
+    table to every reader: the same rows through Spark, and the same Parquet types through pyarrow (timestamps
+    as Spark's outputTimestampType says, INT96 by default; no Arrow schema of pyarrow's own)."""
+    moment = datetime.datetime(2026, 12, 7, 10, 30, 15, 123456, tzinfo=datetime.UTC)
+    rows = [
+        (b"k", b"v0", "s", 0, 7, moment, "subj", {"h": b"x"}),
+        (None, b"v1", "s", 0, 8, None, None, None),
+    ]
+    frame = spark.createDataFrame(rows, reader.SCHEMA).withColumn("claim", F.lit(3).cast("long"))
+    setting = "spark.sql.parquet.outputTimestampType"
+    before = spark.conf.get(setting)
+    try:
+        for timestamps in ("INT96", "TIMESTAMP_MICROS"):
+            spark.conf.set(setting, timestamps)
+            spark_folder, ours = tmp_path / f"spark-{timestamps}", tmp_path / f"ours-{timestamps}"
+            frame.drop("claim").coalesce(1).write.parquet(str(spark_folder))
+            target = StagingTarget(str(ours), "_staging/r", "claim", timestamps=timestamps)
+            (returned,) = frame.coalesce(1).mapInArrow(stage_pieces(target), STATS_SCHEMA).collect()
+            (spark_file,) = spark_folder.glob("part-*.parquet")
+            our_file = ours / returned["path"].removeprefix("_staging/r/")
+            assert pq.read_schema(our_file).remove_metadata() == pq.read_schema(spark_file).remove_metadata()
+            assert (
+                pq.ParquetFile(our_file).schema_arrow.field("timestamp").type
+                == pq.ParquetFile(spark_file).schema_arrow.field("timestamp").type
+            )
+            ours_read = spark.read.parquet(str(our_file)).orderBy("offset").collect()
+            assert ours_read == spark.read.parquet(str(spark_file)).orderBy("offset").collect()
+            assert ours_read[0]["timestamp"].astimezone(datetime.UTC) == moment
+            assert (returned["rows"], returned["min_offset"], returned["max_offset"]) == (2, 7, 8)
+    finally:
+        spark.conf.set(setting, before)
+
+
+def test_objects_the_driver_cannot_see_are_never_committed(
+    spark: SparkSession, liftbridge_server: DevServer, stream: str, tmp_path: Path
+) -> None:
+    """Found in review: the driver commits what the tasks say they wrote. On a cluster whose executors write a
+    file: lake to disks of their own, the driver would commit objects it can never publish, and every later
+    run would fail on them. The run must stop before its commits, naming the cause, and a run that sees them
+    lands every offset once."""
+
+    class ElsewhereStore(HadoopStore):
+        """The driver's view of a disk the executors do not share: the staged objects are not there."""
+
+        def list_files(self, folder: str) -> list[tuple[str, int]]:
+            return [] if "/_staging/" in folder else super().list_files(folder)
+
+    output = str(tmp_path / "lake")
+    argv = ["--brokers", ",".join(liftbridge_server.brokers), "--ranges", ranges(stream, 0, 100).dumps()]
+    with pytest.raises(LakeError, match="storage the driver and every executor share"):
+        ingest.run(spark, ingest.parse_args([*argv, "--output", output]), store=ElsewhereStore(spark, output))
+    store = HadoopStore(spark, output)
+    for partition in range(PARTITIONS):
+        claims = Ledger(store, f"{store.root}/stream={stream}", partition, "reader").claims()
+        assert claims, "the run claimed its pieces"
+        assert not any(c.committed for c in claims), "and committed none"
+    run_here(spark, liftbridge_server.brokers, ranges(stream, 0, 100), output)
+    assert_once(seen(spark, output, stream), 0, 100)
+
+
+@pytest.mark.parametrize("lake_place", ["s3"], indirect=True)
+def test_a_store_that_refuses_pyarrow_is_staged_through_s3a(
+    spark: SparkSession,
+    liftbridge_server: DevServer,
+    stream: str,
+    lake_place: LakePlace,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where S3A can write and pyarrow cannot (a region or a credential only S3A's providers resolve; here a
+    wrong secret key for pyarrow alone), the run stages through Spark's S3A writer instead of failing, and
+    lands every offset once."""
+    real = parquet_ingest.staging_target
+
+    def refused(spark: SparkSession, job: Job) -> StagingTarget | None:
+        target = real(spark, job)
+        assert target is not None
+        assert target.s3 is not None
+        return dataclasses.replace(target, s3=dataclasses.replace(target.s3, secret_key="not-the-key"))
+
+    monkeypatch.setattr(parquet_ingest, "staging_target", refused)
+    output = lake_place.new_lake()
+    run_here(spark, liftbridge_server.brokers, ranges(stream, 0, 100), output)
+    assert_once(seen(spark, output, stream), 0, 100)
