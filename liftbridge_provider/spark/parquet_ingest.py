@@ -159,7 +159,7 @@ def stage_all(spark: SparkSession, job: Job, claims: Sequence[Claim]) -> dict[Cl
     target = staging_target(spark, job)
     if target is not None:
         try:
-            return _staged_by_tasks(job, frame.mapInArrow(stage_pieces(target), STATS_SCHEMA), claims)
+            return _staged_by_tasks(job, frame, target, claims)
         except Exception as exc:  # py4j's error carries the task's own traceback
             said = next((line for line in str(exc).splitlines() if "AWS Error" in line), None)
             if target.s3 is None or said is None:
@@ -186,14 +186,16 @@ def stage_all(spark: SparkSession, job: Job, claims: Sequence[Claim]) -> dict[Cl
     return dict(zip(claims, each(job, stats_of, claims), strict=True))
 
 
-def _staged_by_tasks(job: Job, staging: DataFrame, claims: Sequence[Claim]) -> dict[Claim, tuple[str, int, PieceStats]]:
+def _staged_by_tasks(
+    job: Job, frame: DataFrame, target: StagingTarget, claims: Sequence[Claim]
+) -> dict[Claim, tuple[str, int, PieceStats]]:
     """Run the staging job whose tasks write the pieces (``spark/piece_writer.py``) and take what they returned,
     once one listing of the staging folder through the lake's own store shows each object with its size:
     LakeError, before anything is committed, when it does not (a ``file:`` lake on a cluster whose executors
     do not share the driver's disk)."""
     with warnings.catch_warnings():  # mapInArrow checks pandas, which this job does not use
         warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
-        rows = staging.collect()
+        rows = frame.mapInArrow(stage_pieces(target), STATS_SCHEMA).collect()
     returned: dict[tuple[int, int], list[tuple[str, int, PieceStats]]] = {}
     for row in rows:
         stats = PieceStats(row["rows"], row["min_offset"], row["max_offset"])
