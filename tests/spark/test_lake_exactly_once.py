@@ -219,7 +219,7 @@ def test_the_tasks_stage_the_pieces_themselves_where_pyarrow_reaches_the_lake(
     assert target.relative == "_staging/run1"
     assert target.compression == "snappy"
     codec = "spark.sql.parquet.compression.codec"
-    before = spark.conf.get(codec)
+    before = str(spark.conf.get(codec))
     try:
         spark.conf.set(codec, "lz4")
         assert staging_target(spark, job) is None
@@ -249,7 +249,7 @@ def test_a_piece_the_tasks_write_reads_as_one_spark_writes(spark: SparkSession, 
     ]
     frame = spark.createDataFrame(rows, reader.SCHEMA).withColumn("claim", F.lit(3).cast("long"))
     setting = "spark.sql.parquet.outputTimestampType"
-    before = spark.conf.get(setting)
+    before = str(spark.conf.get(setting))
     try:
         for timestamps in ("INT96", "TIMESTAMP_MICROS"):
             spark.conf.set(setting, timestamps)
