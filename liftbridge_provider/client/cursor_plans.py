@@ -10,16 +10,7 @@ from liftbridge_provider.client.errors import LiftbridgeTimeoutError
 from liftbridge_provider.client.metadata import Metadata, PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
 from liftbridge_provider.client.partition_plans import committed, partition_metadata
-from liftbridge_provider.client.plans import (
-    UNKNOWN_STREAM_ASKS,
-    UNKNOWN_STREAM_PAUSE,
-    KeptVote,
-    Plan,
-    Refresh,
-    Rpc,
-    Sleep,
-    leader_call,
-)
+from liftbridge_provider.client.plans import KeptVote, Plan, Rpc, knowing_that, leader_call
 from liftbridge_provider.client.requests import (
     CURSORS_STREAM,
     check_cursor_target,
@@ -42,8 +33,8 @@ def cursor_request(
     """A SetCursor or FetchCursor ``request`` (``read``; ``rpc`` sends it), from the check to the answer.
 
     Cursors must be enabled and the request's partition must exist: the
-    metadata is asked again when ``snapshot`` does not know them (as
-    :func:`~liftbridge_provider.client.plans.knowing` does), then
+    metadata is asked again when ``snapshot`` does not know them
+    (:func:`~liftbridge_provider.client.plans.knowing_that`), then
     CursorsDisabledError, NoSuchStreamError or NoSuchPartitionError (the
     server itself would store a cursor for any partition). The cursor lives on
     the ``__cursors`` partition its id, stream and partition hash to; a read
@@ -51,12 +42,7 @@ def cursor_request(
     errors name the cursor's stream and partition, not ``__cursors``.
     """
     stream, partition = request.stream, request.partition
-    for ask in range(UNKNOWN_STREAM_ASKS):  # a broker applies a new stream a moment after it is created
-        if knows_cursor_target(snapshot, stream, partition):
-            break
-        if ask:
-            yield Sleep(min(UNKNOWN_STREAM_PAUSE, deadline.remaining()))
-        snapshot = yield Refresh(deadline.remaining())
+    snapshot = yield from knowing_that(deadline, snapshot, lambda view: knows_cursor_target(view, stream, partition))
     count = check_cursor_target(snapshot, stream, partition)
     target = cursor_partition(request.cursorId, stream, partition, count)
     plan = cursor_read if read else cursor_call

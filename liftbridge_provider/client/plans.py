@@ -151,14 +151,32 @@ def knowing(deadline: Deadline, snapshot: Metadata, stream: str, *, fresh: bool 
     later, before it is called missing. ``fresh``: the caller needs the cluster's word of now (a partition's
     subject, whether it is readonly or paused), so the stream's metadata is fetched at least once.
     """
+    snapshot = yield from knowing_that(
+        deadline, snapshot, lambda view: stream in view.streams, streams=(stream,) if fresh else (), fresh=fresh
+    )
+    snapshot.stream(stream)
+    return snapshot
+
+
+def knowing_that(
+    deadline: Deadline,
+    snapshot: Metadata,
+    knows: Callable[[Metadata], bool],
+    *,
+    streams: tuple[str, ...] = (),
+    fresh: bool = False,
+) -> Plan[Metadata]:
+    """A snapshot of which ``knows`` holds: refreshed (for ``streams``; () for all) when it does not, and asked
+    again :data:`UNKNOWN_STREAM_PAUSE` s later, :data:`UNKNOWN_STREAM_ASKS` times in all, since the first answer
+    may come from a broker a moment behind; the last one when ``knows`` never held (the caller raises its own
+    typed error). ``fresh``: refreshed at least once."""
     for ask in range(UNKNOWN_STREAM_ASKS):
-        if stream in snapshot.streams and not (fresh and ask == 0):
+        if knows(snapshot) and not (fresh and ask == 0):
             break
         if ask:
             yield Sleep(min(UNKNOWN_STREAM_PAUSE, deadline.remaining()))
-        refreshed: Metadata = yield Refresh(deadline.remaining(), (stream,) if fresh else ())
+        refreshed: Metadata = yield Refresh(deadline.remaining(), streams)
         snapshot = refreshed
-    snapshot.stream(stream)
     return snapshot
 
 

@@ -153,10 +153,11 @@ def _json_object(text: str | bytes, what: str) -> dict[str, Any]:
     return value
 
 
-def s3a_keys(bucket: str) -> tuple[str, ...]:
-    """The Hadoop settings :func:`settings_from_s3a` reads for ``bucket`` (global and the bucket's own)."""
-    return tuple(f"fs.s3a.{option}" for option in S3A_OPTIONS) + tuple(
-        f"fs.s3a.bucket.{bucket}.{option}" for option in S3A_OPTIONS
+def s3a_keys(bucket: str, options: tuple[str, ...] = S3A_OPTIONS) -> tuple[str, ...]:
+    """The Hadoop settings of S3A ``options`` for ``bucket`` (global and the bucket's own); by default those
+    :func:`settings_from_s3a` reads."""
+    return tuple(f"fs.s3a.{option}" for option in options) + tuple(
+        f"fs.s3a.bucket.{bucket}.{option}" for option in options
     )
 
 

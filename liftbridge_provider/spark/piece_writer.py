@@ -16,8 +16,9 @@ Rules:
   when it completes; on a local disk it is renamed into place from a hidden name after it is closed);
 - a piece with no rows has no object and no row (compaction or retention emptied it).
 
-Where the lake is on a local disk or on S3 with settings pyarrow can sign with (:func:`target_for`); any other
-filesystem (HDFS, S3 through a credential provider pyarrow cannot use) keeps Spark's writer.
+Where the lake is on a local disk or on S3 with settings pyarrow can sign with
+(:func:`liftbridge_provider.spark.parquet_ingest.staging_target`); any other filesystem (HDFS, S3 through a
+credential provider pyarrow cannot use) keeps Spark's writer.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def stage_pieces(target: StagingTarget) -> Callable[[Iterator[pa.RecordBatch]], 
         pieces: dict[tuple[int, int], _Piece] = {}
         try:
             for batch in batches:
-                for key, rows in _runs(batch, target.tag_column):
+                for key, rows in piece_runs(batch, target.tag_column):
                     piece = pieces.get(key)
                     if piece is None:
                         piece = pieces[key] = _Piece.open(fs, target, key, attempt, rows.schema)
@@ -120,20 +121,24 @@ def _arrow_stats_schema() -> pa.Schema:
     )
 
 
-def _runs(batch: pa.RecordBatch, tag_column: str) -> Iterator[tuple[tuple[int, int], pa.RecordBatch]]:
+def piece_runs(batch: pa.RecordBatch, tag_column: str) -> Iterator[tuple[tuple[int, int], pa.RecordBatch]]:
     """``batch``'s rows in runs of one piece each, ((partition, claim), the run's rows without the tag column).
-    A task reads its pieces one after another, so a batch holds few runs."""
-    if batch.num_rows == 0:
+    A task reads its pieces one after another, so a batch holds few runs; where they change is found by Arrow's
+    compute functions over whole columns, not row by row in Python."""
+    count = batch.num_rows
+    if count == 0:
         return
     names = batch.schema.names
-    partitions = batch.column(names.index("partition")).to_pylist()
-    tags = batch.column(names.index(tag_column)).to_pylist()
+    partitions = batch.column(names.index("partition"))
+    tags = batch.column(names.index(tag_column))
+    changed = pc.or_(
+        pc.not_equal(partitions.slice(1), partitions.slice(0, count - 1)),
+        pc.not_equal(tags.slice(1), tags.slice(0, count - 1)),
+    )
+    starts = [0, *(index + 1 for index in pc.indices_nonzero(pc.fill_null(changed, True)).to_pylist())]
     rows = batch.drop_columns([tag_column])
-    start = 0
-    for index in range(1, batch.num_rows + 1):
-        if index == batch.num_rows or partitions[index] != partitions[start] or tags[index] != tags[start]:
-            yield (partitions[start], tags[start]), rows.slice(start, index - start)
-            start = index
+    for start, end in zip(starts, [*starts[1:], count], strict=True):
+        yield (partitions[start].as_py(), tags[start].as_py()), rows.slice(start, end - start)
 
 
 @dataclass

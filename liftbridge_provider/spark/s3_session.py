@@ -82,7 +82,7 @@ def conf_s3_settings(conf: Any, uri: str, environ: Mapping[str, str]) -> S3Setti
     return settings_from_s3a(values, environ, bucket)
 
 
-ENCRYPTION_KEYS = ("encryption.algorithm", "server-side-encryption-algorithm")
+ENCRYPTION_OPTIONS = ("encryption.algorithm", "server-side-encryption-algorithm")
 """S3A's settings that make it encrypt what it writes (SSE-S3, SSE-KMS, SSE-C, CSE; the second is the older
 name), per bucket or for all."""
 
@@ -91,5 +91,4 @@ def s3a_encrypts(spark: SparkSession, bucket: str) -> bool:
     """Whether S3A encrypts what it writes to ``bucket`` on ``spark``: then only S3A writes there (pyarrow is
     not given S3A's encryption settings)."""
     conf = _hadoop_conf(spark)
-    keys = [f"fs.s3a.{key}" for key in ENCRYPTION_KEYS] + [f"fs.s3a.bucket.{bucket}.{key}" for key in ENCRYPTION_KEYS]
-    return any((conf.get(key) or "").strip() for key in keys)
+    return any((conf.get(key) or "").strip() for key in s3a_keys(bucket, ENCRYPTION_OPTIONS))

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from liftbridge_provider.spark.piece_writer import StagingTarget, stage_pieces
+from liftbridge_provider.spark.piece_writer import StagingTarget, piece_runs, stage_pieces
 
 
 def batch(rows: list[tuple[int, int, int]]) -> pa.RecordBatch:
@@ -86,3 +86,13 @@ def test_two_attempts_of_a_task_write_objects_of_their_own_names(tmp_path: Path)
 def test_a_task_with_no_rows_writes_and_returns_nothing(tmp_path: Path) -> None:
     assert list(stage_pieces(target(tmp_path))(iter([batch([])]))) == []
     assert visible(tmp_path) == []
+
+
+def test_a_batch_is_cut_where_its_partition_or_its_piece_changes() -> None:
+    """The runs are found over whole columns: a change of partition alone, of piece alone, or of both, and a
+    batch of one row."""
+    rows = [(0, 7, 0), (0, 7, 1), (1, 7, 5), (1, 8, 6), (2, 9, 9), (2, 9, 10)]
+    runs = [(key, part.column("offset").to_pylist()) for key, part in piece_runs(batch(rows), "claim")]
+    assert runs == [((0, 7), [0, 1]), ((1, 7), [5]), ((1, 8), [6]), ((2, 9), [9, 10])]
+    assert all("claim" not in part.schema.names for _, part in piece_runs(batch(rows), "claim"))
+    assert [key for key, _ in piece_runs(batch([(3, 1, 4)]), "claim")] == [(3, 1)]

@@ -202,11 +202,16 @@ class PublishWindow:
             end = next((index for index in range(self._next, end) if index in failures), end)
         taken = range(self._next, end)
         self._next = end
+        self._await_acks(taken, now)
+        return taken
+
+    def _await_acks(self, taken: Sequence[int], now: float) -> None:
+        """``taken`` went out at ``now`` (UNWRITTEN: queued): they await their acks; while probing, the one
+        message taken is the probe."""
         if self._expects_ack:
             self._in_flight.update(dict.fromkeys(taken, now))
             if self._probing and taken:
                 self._probe = taken[0]
-        return taken
 
     def _take_resends(self, now: float, most: int) -> list[int]:
         room = most if not self._expects_ack else min(most, self._window - len(self._in_flight))
@@ -217,10 +222,7 @@ class PublishWindow:
             index = self._resend.popleft()
             if index not in self._failures:
                 taken.append(index)
-        if self._expects_ack:
-            self._in_flight.update(dict.fromkeys(taken, now))
-            if self._probing and taken:
-                self._probe = taken[0]
+        self._await_acks(taken, now)
         return taken
 
     def mark_written(self, indices: Sequence[int], now: float) -> None:
