@@ -155,7 +155,9 @@ def test_a_batch_that_brokers_keep_refusing_as_unknown_ends_by_its_deadline_with
 ) -> None:
     """A node that never catches up: publish_batch sends the refused messages again until the batch's
     deadline, then each ends in LiftbridgeTimeoutError naming the refusal, not stored (may_be_stored=False),
-    and nothing is stored."""
+    and nothing is stored. The one exception allowed: the message sent again alone (PublishWindow's probing)
+    may still await its answer when the deadline comes (sent with the last 50 ms to spare, its refusal late on a
+    loaded machine: CI); it then truthfully says it may be stored."""
     stream, unknown = new_stream(client, via)
     proxy.rename_in_requests(stream.encode(), unknown, times=10**6)
     started = time.monotonic()
@@ -163,10 +165,13 @@ def test_a_batch_that_brokers_keep_refusing_as_unknown_ends_by_its_deadline_with
     assert 2 < time.monotonic() - started < 6, "asked again until the 3 s deadline, not past it"
     assert proxy.renamed > 1, "sent again while the metadata lists the stream"
     assert [f.index for f in result.failures] == list(range(5))
+    in_flight = [f for f in result.failures if "batch deadline" in f.error.message and f.may_be_stored]
+    assert len(in_flight) <= 1, f"more than the one probe awaited its answer at the deadline: {in_flight}"
     for failure in result.failures:
         assert isinstance(failure.error, LiftbridgeTimeoutError), repr(failure.error)
-        assert "unknown" in failure.error.message
-        assert failure.may_be_stored is False, "a refusal stored nothing"
+        if failure not in in_flight:
+            assert "unknown" in failure.error.message
+            assert failure.may_be_stored is False, "a refusal stored nothing"
     proxy.rename_in_requests(stream.encode(), unknown, times=0)
     assert stored(client, stream) == [], "no refused publish was stored"
 
