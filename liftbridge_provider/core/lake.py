@@ -8,7 +8,7 @@ Layout under ``OUTPUT/stream=<s>/`` (names starting with ``_`` are invisible to
     _ledger/partition=<p>/claim-<seq>.commit.json          its commit: the staged object that won, its bytes, rows
     _ledger/partition=<p>/checkpoint-<upto>.json           claims 0..upto-1 folded (core/lake_checkpoint.py)
     _ledger/partition=<p>/nodes/L<k>-<first>-<upto>.json   details of blocks of folded claims (immutable)
-    _staging/<run>/p=<p>/claim=<seq>/part-*.parquet        a writer's rows for piece <seq>, before the commit
+    _staging/<run>/p=<p>-claim=<seq>-<attempt>.parquet     a task's rows for piece <seq>, before the commit
 
 Claims of one partition are numbered 0, 1, 2, ... and each is created with an
 exclusive create (create-if-absent): a writer reads the ledger, decides which

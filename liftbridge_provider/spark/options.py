@@ -17,6 +17,7 @@ Reading (``spark.read`` and ``spark.readStream``):
 | ``readFromReplica`` | ``true`` reads from any in-sync replica (default ``false``: the leader) |
 | ``failOnDataLoss`` | ``true`` (default) fails when retention removed a range's start; ``false`` skips ahead |
 | ``compacted`` | ``true``: the stream is compacted, gaps are normal and nothing is reported lost (default ``false``) |
+| ``checkRanges`` | ``false``: ranges are read as given, not checked when planned (the caller checked them) |
 | ``tlsCaCert`` / ``tlsClientCert`` / ``tlsPrivateKey`` / ``tlsServerName`` | TLS, as in the connection |
 | ``requestTimeout`` | seconds per request (default 10) |
 | ``readTimeout`` | seconds a read may go without a new message before it fails (default 120) |
@@ -68,6 +69,7 @@ KNOWN = {
     "partitions",
     "minpartitions",
     "maxrecordsperpartition",
+    "checkranges",
     "maxpartitions",
     "readfromreplica",
     "failondataloss",
@@ -142,6 +144,7 @@ class ReadOptions:
     max_offsets_per_trigger: int | None = None
     max_partitions: int | None = None
     commit_cursor_id: str | None = None
+    check_ranges: bool = True
 
 
 def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -192,6 +195,8 @@ def _stream_options(options: Mapping[str, str], starting: Bound | None, ending: 
         )
     if "stream" not in options:
         raise InvalidArgumentError("option stream is required for spark.readStream")
+    if "checkranges" in options:  # each micro-batch's ranges come from the high watermarks it just read
+        raise InvalidArgumentError("option checkRanges is for spark.read only")
     cursor_id = options.get("commitcursorid")
     if cursor_id is not None:
         check_cursor_id(cursor_id)
@@ -240,6 +245,7 @@ def _read_options(
         read_from_replica=_flag(options, "readFromReplica", False),
         fail_on_data_loss=_flag(options, "failOnDataLoss", True),
         compacted=_flag(options, "compacted", False),
+        check_ranges=_flag(options, "checkRanges", True),
         read_timeout=float(_number(options, "readTimeout", float) or DEFAULT_READ_TIMEOUT),
         batch_size=int(_number(options, "batchSize", int) or DEFAULT_BATCH_SIZE),
         batch_bytes=_batch_bytes(options),

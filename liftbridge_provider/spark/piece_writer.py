@@ -4,7 +4,8 @@ pyarrow, and each piece's rows, bytes and offset bounds sent back to the driver.
 Spark's own file writer (``DataFrameWriter.parquet`` with ``partitionBy``) pays a writer set-up per file and
 its commit protocol's moves, which grow with the number of pieces; reading the footers back costs a request
 per object. A task here writes the rows of each piece it reads to
-``<staging folder>/p=<partition>/claim=<seq>/part-<attempt>.parquet`` and returns one row per piece
+``<staging folder>/p=<partition>-claim=<seq>-<attempt>.parquet`` (one folder: no directory per piece) and
+returns one row per piece
 (:data:`STATS_SCHEMA`); the driver commits exactly the objects the successful attempts returned.
 
 Rules:
@@ -87,6 +88,8 @@ def stage_pieces(target: StagingTarget) -> Callable[[Iterator[pa.RecordBatch]], 
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fs = target.filesystem()
+        if target.s3 is None:
+            os.makedirs(target.folder, exist_ok=True)
         attempt = uuid.uuid4().hex
         pieces: dict[tuple[int, int], _Piece] = {}
         try:
@@ -161,13 +164,9 @@ class _Piece:
         cls, fs: pafs.FileSystem, target: StagingTarget, key: tuple[int, int], attempt: str, schema: pa.Schema
     ) -> _Piece:
         partition, claim = key
-        sub = f"p={partition}/claim={claim}"
-        name = f"part-{attempt}.parquet"
-        final = f"{target.folder}/{sub}/{name}"
-        path = final
-        if target.s3 is None:
-            os.makedirs(f"{target.folder}/{sub}", exist_ok=True)
-            path = f"{target.folder}/{sub}/.{name}.writing"
+        name = f"p={partition}-claim={claim}-{attempt}.parquet"  # one folder: no directory made per piece
+        final = f"{target.folder}/{name}"
+        path = final if target.s3 is not None else f"{target.folder}/.{name}.writing"
         stream = fs.open_output_stream(path)
         writer = pq.ParquetWriter(
             stream,
@@ -176,7 +175,7 @@ class _Piece:
             store_schema=False,  # as Spark's writer: no Arrow schema of its own in the footer
             **TIMESTAMPS[target.timestamps],
         )
-        return cls(fs, path, final, f"{target.relative}/{sub}/{name}", key, stream, writer)
+        return cls(fs, path, final, f"{target.relative}/{name}", key, stream, writer)
 
     def write(self, rows: pa.RecordBatch) -> None:
         self.writer.write_batch(rows)

@@ -3,7 +3,8 @@
 On the driver, :func:`resolve_ranges` turns the options into one concrete ranges
 document ("earliest"/"latest" become numbers, logged), checks it against the
 cluster (partitions exist, ends are committed, starts still retained unless
-the stream is ``compacted``), and :class:`LiftbridgeReader` plans input
+the stream is ``compacted``; with ``checkRanges=false`` only that the
+partitions exist), and :class:`LiftbridgeReader` plans input
 partitions with :func:`plan_slices`. Planning never resumes a paused partition
 for an empty range: its high watermark comes from the partition's metadata. On
 the executors, each task reads its slice (:func:`read_slice`) from the
@@ -152,6 +153,8 @@ def resolve_ranges(options: ReadOptions, client: LiftbridgeClient) -> RangesDocu
         )
     count = len(client.stream_info(document.stream).partitions)
     check_partitions([r.partition for r in document.ranges], count, document.stream)
+    if not options.check_ranges:  # the caller checked them (checkRanges=false): the tasks still see a lost head
+        return RangesDocument(document.stream, document.ranges, document.cursor_id)
     checked = tuple(_each_range(lambda r: check_range(client, document.stream, r, options), document.ranges))
     resolved = RangesDocument(document.stream, checked, document.cursor_id)
     log.info("liftbridge source reads %s", resolved.dumps())
@@ -271,6 +274,14 @@ def read_slice(options: ReadOptions, stream: str, work: Slice, schema: pa.Schema
     removed (``failOnDataLoss=false``; a compacted stream, where gaps are
     normal) or fails naming it (InvalidArgumentError), instead of waiting out
     ``readTimeout``.
+
+    The task does not ask the leader's high watermark before it reads (a request per slice): the planner, or
+    the caller with ``checkRanges=false``, checked the ends committed, and the server sends only committed
+    messages. After :data:`RETENTION_PROBE` seconds of silence the task checks the slice's end as the planner
+    does (:func:`check_end_committed`: BeyondHighWatermarkError within ``requestTimeout`` when it is not
+    committed, as after a restarted leader's high watermark moved back), then what retention kept. A read
+    that starts past the slice's first offset on a plain stream (the server began at the oldest offset it
+    kept) is a loss too, reported the same way.
     """
     fault_points.reached("source.read_slice")
     client = task_client(options.config)
@@ -282,24 +293,31 @@ def read_slice(options: ReadOptions, stream: str, work: Slice, schema: pa.Schema
             work.partition,
             start,
             work.end,
+            beyond_high_watermark="wait",  # the end was checked committed before (above); again on silence
             idle_timeout=max(min(RETENTION_PROBE, options.read_timeout - silent), 0.001),
             read_isr_replica=options.read_from_replica,
             resume=True,
         )
         if subscription is None:
             return
+        head = True  # the subscription's first row: where the server began, past a head retention removed
         try:
             with subscription:
                 batches = subscription.column_batches(max_rows=options.batch_size, max_bytes=options.batch_bytes)
                 for columns in batches:
                     batch = arrow_batch(columns, schema, stream, work.partition)
                     if batch.num_rows:
-                        start, quiet_since = batch.column("offset")[-1].as_py() + 1, time.monotonic()
+                        offsets = batch.column("offset")
+                        if head and not options.compacted and offsets[0].as_py() > start:
+                            _lost(options, work.partition, start, offsets[0].as_py())
+                        head = False
+                        start, quiet_since = offsets[-1].as_py() + 1, time.monotonic()
                     yield batch
             return  # the subscription reached the slice's last offset
         except LiftbridgeTimeoutError:
             if time.monotonic() - quiet_since >= options.read_timeout:
                 raise
+        check_end_committed(client, stream, OffsetRange(work.partition, start, work.end))
         start = _after_retention(client, stream, OffsetRange(work.partition, start, work.end), options)
 
 
@@ -312,11 +330,17 @@ def _after_retention(client: LiftbridgeClient, stream: str, rest: OffsetRange, o
     if options.compacted:
         return earliest  # gaps are normal on a compacted stream: nothing is reported lost
     first, end = check_retention(rest, earliest, compacted=False).lost or (rest.start, rest.start)
-    message = f"partition {rest.partition}: offsets {first}-{end - 1} were removed by retention while they were read"
+    _lost(options, rest.partition, first, end)
+    return end
+
+
+def _lost(options: ReadOptions, partition: int, first: int, end: int) -> None:
+    """Offsets ``first..end-1`` were removed by retention before the task read them (the server sends from the
+    oldest one it kept): InvalidArgumentError naming them with ``failOnDataLoss``, else a warning."""
+    message = f"partition {partition}: offsets {first}-{end - 1} were removed by retention while they were read"
     if options.fail_on_data_loss:
         raise InvalidArgumentError(message + " (failOnDataLoss=true; set it to false to skip them)")
     log.warning("%s; skipped (failOnDataLoss=false)", message)
-    return end
 
 
 class LiftbridgeReader(DataSourceReader):

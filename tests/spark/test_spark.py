@@ -175,6 +175,50 @@ def test_empty_ranges_and_retention(
         read(spark, liftbridge_server.brokers, ranges=lost.dumps()).count()
     skipped = read(spark, liftbridge_server.brokers, ranges=lost.dumps(), failOnDataLoss="false")
     assert sorted(r.offset for r in skipped.collect()) == list(range(earliest, 40))
+    # checkRanges=false (the ingest's read: it checked the ranges itself): the task sees the lost head instead
+    with pytest.raises(Exception, match=r"offsets 0-\d+ were removed by retention while they were read \(failOnD"):
+        read(spark, liftbridge_server.brokers, ranges=lost.dumps(), checkRanges="false").count()
+    unchecked = read(spark, liftbridge_server.brokers, ranges=lost.dumps(), checkRanges="false", failOnDataLoss="false")
+    assert sorted(r.offset for r in unchecked.collect()) == list(range(earliest, 40))
+
+
+def test_a_slice_that_ends_past_the_high_watermark_fails_typed_after_its_silence_not_at_read_timeout(
+    liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """A task does not ask the high watermark before it reads (the planner, or the ingest before it claims,
+    checked the end). A slice whose end is not committed all the same (a piece another run claimed, a high
+    watermark that moved back) must not wait out readTimeout (60 s here): once silent, the task checks the
+    end as the planner does and fails with the typed error naming the high watermark."""
+    name = f"spark-short-{uuid.uuid4().hex[:6]}"
+    client.create_stream(name, name)
+    client.publish_batch(name, [b"m"] * 5, partitioner=None, ack_policy="all")
+    options = read_options(liftbridge_server.brokers, readTimeout="60", requestTimeout="2")
+    started = time.monotonic()
+    with pytest.raises(BeyondHighWatermarkError, match=r"range \[0, 10\) goes beyond the committed high watermark 4"):
+        list(read_slice(options, name, Slice(0, 0, 10), arrow_schema()))  # 0-4 wait in the batch being filled
+    assert time.monotonic() - started < 20, "the task waited as long as a timeout"
+
+
+def test_a_slice_whose_head_retention_removed_after_planning_is_reported_by_its_task(
+    liftbridge_server: DevServer, client: LiftbridgeClient
+) -> None:
+    """The planner checks a range's head, and the ingest's read (checkRanges=false) is not planned with that
+    check at all: a head retention removed before the task reads is the task's to see. It fails naming the
+    removed offsets (failOnDataLoss=true), or reads exactly the offsets retention kept (false)."""
+    name = f"spark-head-{uuid.uuid4().hex[:6]}"
+    client.create_stream(name, name, retention_max_messages=5, segment_max_bytes=256, cleaner_interval=0.2)
+    client.publish_batch(name, [f"m{i}".encode() * 20 for i in range(40)], ack_policy="all")
+    deadline = time.monotonic() + 30
+    while not (client.earliest_offset(name, 0) or 0) > 0:
+        assert time.monotonic() < deadline, "retention did not remove the head within 30 s"
+        time.sleep(0.2)
+    earliest = client.earliest_offset(name, 0)
+    assert earliest is not None
+    work = Slice(0, 0, 40)
+    with pytest.raises(InvalidArgumentError, match=rf"partition 0: offsets 0-{earliest - 1} were removed by retention"):
+        list(read_slice(read_options(liftbridge_server.brokers), name, work, arrow_schema()))
+    kept = read_slice(read_options(liftbridge_server.brokers, failOnDataLoss="false"), name, work, arrow_schema())
+    assert [o for b in kept for o in b.column("offset").to_pylist()] == list(range(earliest, 40))
 
 
 def test_range_beyond_what_the_leader_holds_is_refused_at_once(
@@ -346,7 +390,9 @@ def test_ingest_job_exits_nonzero_on_shortfall(
     document = RangesDocument(compacted, (OffsetRange(0, 0, 40),))
     assert ingest_here(spark, liftbridge_server.brokers, document, tmp_path / "strict") != 0
     printed = caplog.text
-    assert "rows for 40 offsets [0, 40)" in printed or "were removed by retention (failOnDataLoss=true" in printed
+    # the job's row check, or the read's own (at load(), or in the task: "... while they were read (...")
+    said_lost = re.search(r"were removed by retention[^(]*\(failOnDataLoss=true", printed)
+    assert "rows for 40 offsets [0, 40)" in printed or said_lost, printed[-2000:]
     caplog.clear()
     lenient = ingest_here(spark, liftbridge_server.brokers, document, tmp_path / "lenient", "--compacted")
     assert lenient == 0, caplog.text

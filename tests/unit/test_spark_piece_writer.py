@@ -50,7 +50,7 @@ def test_each_piece_is_one_object_with_its_rows_and_the_returned_stats_match_it(
     expected = {(0, 7): [0, 1, 2], (0, 8): [3, 4], (1, 7): [10]}
     for key, offsets in expected.items():
         row = returned[key]
-        assert row["path"].startswith(f"_staging/run1/p={key[0]}/claim={key[1]}/part-")
+        assert row["path"].startswith(f"_staging/run1/p={key[0]}-claim={key[1]}-")
         local = tmp_path / row["path"].removeprefix("_staging/run1/")
         table = pq.read_table(local)
         assert table.column_names == ["value", "partition", "offset"], "the tag column is not written"

@@ -93,6 +93,17 @@ def test_options_are_parsed_and_checked() -> None:
     assert options.config.request_timeout == 3.0
     assert (options.min_partitions, options.read_from_replica, options.fail_on_data_loss) == (4, True, True)
     assert options.batch_size == 10_000
+    assert options.check_ranges is True  # planning checks each range unless the caller says it did
+
+
+def test_check_ranges_is_a_flag_of_batch_reads_only() -> None:
+    """checkRanges=false is the ingest's: it checked the ranges before it claimed them. A stream's
+    micro-batches come from high watermarks read just before, so the option is refused there, not ignored."""
+    assert parse_options({"brokers": "a", "ranges": "{}", "checkRanges": "False"}).check_ranges is False
+    with pytest.raises(InvalidArgumentError, match="checkRanges must be true or false, got 'no'"):
+        parse_options({"brokers": "a", "ranges": "{}", "checkRanges": "no"})
+    with pytest.raises(InvalidArgumentError, match=r"option checkRanges is for spark\.read only"):
+        parse_options({"brokers": "a", "stream": "s", "checkRanges": "false"}, "stream")
 
 
 @pytest.mark.parametrize(
