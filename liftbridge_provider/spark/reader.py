@@ -153,9 +153,11 @@ def resolve_ranges(options: ReadOptions, client: LiftbridgeClient) -> RangesDocu
         )
     count = len(client.stream_info(document.stream).partitions)
     check_partitions([r.partition for r in document.ranges], count, document.stream)
-    if not options.check_ranges:  # the caller checked them (checkRanges=false): the tasks still see a lost head
-        return RangesDocument(document.stream, document.ranges, document.cursor_id)
-    checked = tuple(_each_range(lambda r: check_range(client, document.stream, r, options), document.ranges))
+    checked = (
+        tuple(_each_range(lambda r: check_range(client, document.stream, r, options), document.ranges))
+        if options.check_ranges
+        else document.ranges  # the caller checked them (checkRanges=false): the tasks still see a lost head
+    )
     resolved = RangesDocument(document.stream, checked, document.cursor_id)
     log.info("liftbridge source reads %s", resolved.dumps())
     return resolved

@@ -28,7 +28,7 @@ from tests.waiting import wait_until, wait_until_answered
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-LIVENESS = 60.0  # seconds a Subscribe call lives: 3x KEEPALIVE_IDLE + KEEPALIVE_TIMEOUT
+LIVENESS = 60.0  # seconds a Subscribe call lives: 3 x (KEEPALIVE_IDLE + KEEPALIVE_TIMEOUT = 20 s)
 
 
 class Reader:
