@@ -161,14 +161,14 @@ class HadoopStore:
                 raise MissingFileError(f"{path} does not exist") from None
         try:
             stream = self._fs.open(self._path(path))
+            try:  # S3A asks for the bytes only here: a delete since the open is found now
+                return bytes(stream.readAllBytes())
+            finally:
+                stream.close()
         except Exception as exc:
             if "FileNotFoundException" in _java_class(exc):
                 raise MissingFileError(f"{path} does not exist") from None
             raise
-        try:
-            return bytes(stream.readAllBytes())
-        finally:
-            stream.close()
 
     def write(self, path: str, data: bytes) -> None:
         """Create or replace ``path`` with ``data`` (parents created)."""

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
+from liftbridge_provider.core.lake import MissingFileError
 from liftbridge_provider.core.object_store import S3Settings
 from liftbridge_provider.devserver.s3 import S3Server
 from liftbridge_provider.spark.lake_store import CONDITIONAL_CREATE, HadoopStore
@@ -111,6 +112,37 @@ def test_the_lake_store_creates_exclusively_on_s3a(s3a_spark: SparkSession, s3_b
     assert store.create_exclusive(f"s3a://{s3_bucket}/lake/_ledger/0.json", b"claim one")
     assert not store.create_exclusive(f"s3a://{s3_bucket}/lake/_ledger/0.json", b"claim two")
     assert store.read(f"s3a://{s3_bucket}/lake/_ledger/0.json") == b"claim one"
+
+
+def test_a_file_deleted_between_its_open_and_its_read_reads_as_missing_on_s3a(
+    s3a_spark: SparkSession, s3_bucket: str
+) -> None:
+    """A ledger lists its folder, then reads each file; a run compacting at once may delete one in between
+    (chaos seed 306: two runs at once on S3), and the reader lists again on MissingFileError. S3A asks for
+    the object's metadata when it opens it and for its bytes when they are read, so the delete can also
+    fall between the two: that must be MissingFileError too, not py4j's raw error that failed the run."""
+    store = HadoopStore(s3a_spark, f"s3a://{s3_bucket}/lake")
+    path = f"s3a://{s3_bucket}/lake/_ledger/partition=0/claim-0000000000.commit.json"
+    assert store.create_exclusive(path, b"{}")
+    real = store._fs
+
+    class DeletedOnceOpened:
+        """The lake's own filesystem, but the file is deleted (by another writer) right after it is opened."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def open(self, hadoop_path: Any) -> Any:
+            stream = real.open(hadoop_path)
+            real.delete(hadoop_path, False)
+            return stream
+
+    store._fs = DeletedOnceOpened()
+    with pytest.raises(MissingFileError, match=r"claim-0000000000\.commit\.json"):
+        store.read(path)
+    store._fs = real
+    with pytest.raises(MissingFileError, match=r"claim-0000000000\.commit\.json"):
+        store.read(path)  # and once deleted, as before: S3A's open finds it missing
 
 
 def test_a_dataframe_goes_to_s3a_and_back(s3a_spark: SparkSession, s3_bucket: str) -> None:
