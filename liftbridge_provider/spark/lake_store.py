@@ -437,9 +437,13 @@ def _lost_conditional_create(exc: Exception) -> bool:
 def _link_exclusive(path: str, data: bytes) -> bool:
     """Write ``data`` to a temporary file beside ``path`` and hard-link it there: atomic create-if-absent."""
     folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
     temporary = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    with open(temporary, "wb") as handle:
+    try:  # the folder is made only when missing: it exists after a ledger's first claim, and a mkdir costs
+        handle = open(temporary, "xb")  # noqa: SIM115 (closed by the with below)
+    except FileNotFoundError:
+        os.makedirs(folder, exist_ok=True)
+        handle = open(temporary, "xb")  # noqa: SIM115
+    with handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
