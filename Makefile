@@ -101,10 +101,11 @@ lint: setup
 # The whole suite on TEST_WORKERS parallel pytest-xdist workers, a test file never split between two (its
 # module fixtures stay one), the longest files first (tests/file_costs.py): most tests wait on servers and
 # subprocesses, so four workers keep two CPUs busy (docs/benchmarks.md, "The test suite's time"; three left
-# them idle 13% of the run). TEST_WORKERS=0 runs it in one process.
+# them idle 13% of the run). TEST_WORKERS=0 runs it in one process. The 25 slowest tests close the report:
+# where the suite's time goes, run by run (the file order comes from tests/file_costs.json).
 TEST_WORKERS ?= 4
 test: setup browser spark-classes lint
-	$(VENV)/bin/pytest -rs -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -rs -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 # The unit tier alone (tests/unit: pure logic, no servers, no subprocesses): seconds. Each tier has its folder
 # and marker (tests/conftest.py): `make test-tier TIER=server` (or unit, airflow, spark, system, chaos) runs one.
