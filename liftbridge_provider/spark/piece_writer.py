@@ -10,9 +10,9 @@ returns one row per piece
 
 Rules:
 
-- each task attempt writes objects of its own name (a random id), so an attempt that failed or was killed part
+- each task attempt writes objects of its own name (a random id), so an attempt that was killed part
   way can leave an object behind but never one the driver uses: the driver names what it commits from the
-  returned rows, and deletes the staging folder at the end;
+  returned rows, and deletes the staging folder at the end; an attempt that fails deletes what it wrote;
 - an object is closed before its row is returned, so a returned object is whole (on S3 an upload appears whole
   when it completes; on a local disk it is renamed into place from a hidden name after it is closed);
 - a piece with no rows has no object and no row (compaction or retention emptied it).
@@ -205,10 +205,10 @@ class _Piece:
         }
 
     def abandon(self) -> None:
-        """Best effort after a failure: the object is never used (its name is this attempt's own)."""
+        """Best effort after a failure: the object is never used (its name is this attempt's own), and is
+        deleted. On S3 closing completes the upload (pyarrow's stream has no abort), so it is deleted after."""
         with contextlib.suppress(Exception):  # the failure being raised is the one that matters
             self.writer.close()
             self.stream.close()
-        if self.path != self.final:
-            with contextlib.suppress(OSError):
-                os.remove(self.path)
+        with contextlib.suppress(Exception):
+            self.fs.delete_file(self.path)

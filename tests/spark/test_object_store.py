@@ -9,6 +9,7 @@ settings made from the same :class:`S3Settings`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -181,6 +182,37 @@ def test_pyarrow_reaches_the_bucket_with_the_same_settings(s3_settings: S3Settin
     table = pa.table({"offset": pa.array(range(10), pa.int64())})
     pq.write_table(table, f"{s3_bucket}/arrow/part-0.parquet", filesystem=filesystem)
     assert pq.read_table(f"{s3_bucket}/arrow/part-0.parquet", filesystem=filesystem).equals(table)
+
+
+def test_a_staging_task_that_fails_part_way_leaves_no_object_on_s3(s3_settings: S3Settings, s3_bucket: str) -> None:
+    """A staging task whose read fails after some rows of a piece were written: the piece is never committed
+    (its row is never returned), and on S3 its upload, which closing completes, is deleted too, so a failed
+    attempt leaves no truncated object behind (pyarrow's S3 stream has no abort)."""
+    from pyarrow import fs as pafs  # noqa: PLC0415 - pyarrow's S3 part starts its AWS SDK on import
+
+    from liftbridge_provider.spark.piece_writer import StagingTarget, stage_pieces  # noqa: PLC0415
+
+    folder = f"{s3_bucket}/lake/stream=s/_staging/run-1"
+    target = StagingTarget(folder, "_staging/run-1", "claim", s3=s3_settings)
+    rows = pa.RecordBatch.from_pydict(
+        {
+            "partition": pa.array([0] * 5, pa.int32()),
+            "offset": pa.array(range(5), pa.int64()),
+            "claim": pa.array([7] * 5, pa.int64()),
+        }
+    )
+
+    def read_then_fail() -> Iterator[pa.RecordBatch]:
+        yield rows
+        raise ConnectionError("the leader went away")
+
+    with pytest.raises(ConnectionError, match="went away"):
+        list(stage_pieces(target)(read_then_fail()))
+    filesystem = pafs.S3FileSystem(**s3_settings.pyarrow_options())
+    left = filesystem.get_file_info(pafs.FileSelector(folder, allow_not_found=True, recursive=True))
+    assert [info.path for info in left if info.type == pafs.FileType.File] == []
+    (written,) = stage_pieces(target)(iter([rows]))  # the same rows, unbroken: one piece staged
+    assert written.to_pylist()[0]["rows"] == 5
 
 
 def test_delta_rs_appends_to_the_bucket_with_the_same_settings(s3_settings: S3Settings, s3_bucket: str) -> None:
