@@ -209,6 +209,8 @@ class _Piece:
         deleted. On S3 closing completes the upload (pyarrow's stream has no abort), so it is deleted after."""
         with contextlib.suppress(Exception):  # the failure being raised is the one that matters
             self.writer.close()
+        with contextlib.suppress(Exception):  # the writer does not close the stream it was given
             self.stream.close()
-        with contextlib.suppress(Exception):
-            self.fs.delete_file(self.path)
+        for path in {self.path, self.final}:  # local: the hidden name, or the final one if it was closed
+            with contextlib.suppress(Exception):
+                self.fs.delete_file(path)
