@@ -26,11 +26,17 @@ rm -rf "$build" "$root"/build/lib* "$out"
 "$python" -m venv "$build"
 "$build/bin/python" -m pip install --quiet --upgrade pip
 # pyarrow for the Arrow batches; pyspark is not installed: Spark puts its own on the executors' path.
-"$build/bin/python" -m pip install --quiet "$root" "pyarrow>=18" "venv-pack==0.2.0"
-# The build leaves airflow_provider_liftbridge.egg-info in the project folder; on sys.path (the project folder
-# is there in tests and compat mode) Airflow would see the distribution twice and load its plugin entry points
-# twice, skipping the entry-point plugins after the second copy in task processes (OpenLineage's listener).
-rm -rf "$root/airflow_provider_liftbridge.egg-info"
+# Built from a copy of the project: setuptools writes airflow_provider_liftbridge.egg-info beside the sources
+# it builds. In the project folder, which is on sys.path in tests and compat mode, an Airflow process starting
+# while it is half written failed at import ("No package metadata was found", CI 2026-12-07), and one that
+# saw it whole would load the provider's plugin entry points twice.
+source="$build-src"
+rm -rf "$source" && mkdir -p "$source"
+(cd "$root" && ls -d pyproject.toml setup.py MANIFEST.in README.md LICENSE* NOTICE* proto tools/gen_proto.py \
+    liftbridge_provider pyspark_liftbridge 2>/dev/null || true) \
+    | tar -C "$root" --exclude=__pycache__ --exclude='*_cache' --exclude='*.so' -cf - -T - | tar -C "$source" -xf -
+"$build/bin/python" -m pip install --quiet "$source" "pyarrow>=18" "venv-pack==0.2.0"
+rm -rf "$source"
 mkdir -p "$root/dist"
 "$build/bin/venv-pack" --quiet -p "$build" -o "$out"
 echo "$interpreter" > "$stamp"
