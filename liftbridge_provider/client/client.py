@@ -231,10 +231,16 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
             stream, partition, start or StartPosition.new_only(), stop, read_isr_replica=replica, resume=resume
         )
         started = Deadline(timeout) if timeout is not None else None  # the lookup counts against ``timeout``
-        lookup = min(started.left("subscribe"), self.config.request_timeout) if started is not None else None
+        lookup = (
+            min(started.left("subscribe", stream=stream, partition=partition), self.config.request_timeout)
+            if started is not None
+            else None
+        )
         checks.check_partition(partition, self._router.partition_count(stream, timeout=lookup), stream)
         if started is not None:
-            started.left("subscribe")  # LiftbridgeTimeoutError when the lookup took all of it
+            started.left(
+                "subscribe", stream=stream, partition=partition
+            )  # LiftbridgeTimeoutError when the lookup took all of it
         return self._subscription(
             request,
             stop,

@@ -33,13 +33,18 @@ def earliest_offset(
     """See ``LiftbridgeClient.earliest_offset``: None for a partition that never held a message, high
     watermark + 1 when retention removed every message, else the first retained offset."""
     high_watermark = client.fetch_partition_metadata(
-        stream, partition, timeout=deadline.left("earliest_offset")
+        stream, partition, timeout=deadline.left("earliest_offset", stream=stream, partition=partition)
     ).high_watermark
     if high_watermark < 0:
         return None
     up_to_committed = StopPosition.at_offset(high_watermark)
     first = first_retained(
-        client, stream, partition, up_to_committed, seconds=min(probe, deadline.left("earliest_offset")), resume=resume
+        client,
+        stream,
+        partition,
+        up_to_committed,
+        seconds=min(probe, deadline.left("earliest_offset", stream=stream, partition=partition)),
+        resume=resume,
     )
     if first == ENDED_EMPTY:  # the server's own answer: its log starts past the high watermark
         log.info("%s/%d: nothing retained up to the high watermark %d", stream, partition, high_watermark)
@@ -47,7 +52,12 @@ def earliest_offset(
     if first is not None:
         return first
     first = first_retained(
-        client, stream, partition, TO_THE_END, seconds=deadline.left("earliest_offset"), resume=resume
+        client,
+        stream,
+        partition,
+        TO_THE_END,
+        seconds=deadline.left("earliest_offset", stream=stream, partition=partition),
+        resume=resume,
     )
     if first == ENDED_EMPTY:  # the server found no message to look the stop time up in: the log holds none
         first = first_retained(
@@ -55,7 +65,7 @@ def earliest_offset(
             stream,
             partition,
             up_to_committed,
-            seconds=min(probe, deadline.left("earliest_offset")),
+            seconds=min(probe, deadline.left("earliest_offset", stream=stream, partition=partition)),
             resume=resume,
         )
         if first is not None and first != ENDED_EMPTY:
@@ -104,7 +114,9 @@ def offset_at_time(client: RangeReader, stream: str, partition: int, nanoseconds
 
 def committed_newest(client: RangeReader, stream: str, partition: int, deadline: Deadline) -> int:
     """The high watermark once it covers the newest offset the leader held when asked."""
-    info = client.fetch_partition_metadata(stream, partition, timeout=deadline.left("offset_at_time"))
+    info = client.fetch_partition_metadata(
+        stream, partition, timeout=deadline.left("offset_at_time", stream=stream, partition=partition)
+    )
     if info.newest_offset <= info.high_watermark:
         return info.high_watermark
     newest = info.newest_offset
@@ -128,9 +140,9 @@ def first_message(
         partition=partition,
         start=start,
         stop=stop,
-        timeout=deadline.left("reading the first message"),
+        timeout=deadline.left("reading the first message", stream=stream, partition=partition),
         resume=True,
-        resubscribe_wait=deadline.left("reading the first message"),
+        resubscribe_wait=deadline.left("reading the first message", stream=stream, partition=partition),
     )
     with subscription:
         return next(subscription, None)

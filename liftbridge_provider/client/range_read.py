@@ -107,7 +107,7 @@ def range_subscription(
         stop=StopPosition.at_offset(last),
         read_isr_replica=read_isr_replica,
         resume=resume,
-        timeout=deadline.left("read_range") if deadline is not None else None,
+        timeout=deadline.left("read_range", stream=stream, partition=partition) if deadline is not None else None,
         idle_timeout=idle_timeout,
     )
 
@@ -191,7 +191,7 @@ def _committed_or_waited(
             stop=StopPosition.at_offset(last),
             read_isr_replica=read_isr_replica,
             resume=resume,
-            timeout=deadline.left("read_range") if deadline is not None else None,
+            timeout=deadline.left("read_range", stream=stream, partition=partition) if deadline is not None else None,
             idle_timeout=RETENTION_PROBE if probe else (None if idle_timeout is None else idle_timeout - silent),
         )
         try:

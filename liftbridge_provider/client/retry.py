@@ -180,12 +180,15 @@ class Deadline:
     def remaining(self) -> float:
         return max(self._end - time.monotonic(), 0.0)
 
-    def left(self, what: str) -> float:
+    def left(self, what: str, *, stream: str | None = None, partition: int | None = None) -> float:
         """The seconds left, for a call made on this deadline's behalf; LiftbridgeTimeoutError naming
-        ``what`` when none are (the next call would refuse a timeout of 0 as bad input)."""
+        ``what`` (and the ``stream`` and ``partition`` the call concerns, when given) when none are (the next
+        call would refuse a timeout of 0 as bad input)."""
         remaining = self.remaining()
         if remaining <= 0.0:
-            raise LiftbridgeTimeoutError(f"{what}: no time left of the {self.timeout:g}s timeout")
+            raise LiftbridgeTimeoutError(
+                f"{what}: no time left of the {self.timeout:g}s timeout", stream=stream, partition=partition
+            )
         return remaining
 
     def attempt_budget(self) -> float:

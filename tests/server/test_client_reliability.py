@@ -206,9 +206,14 @@ def test_earliest_offset_is_sure_when_retention_removed_everything(client: Liftb
     assert client.earliest_offset(name, 0) == 20
 
 
-def test_earliest_offset_of_a_silent_leader_is_a_timeout_not_a_guess(tmp_path: Any, caplog: Any) -> None:
+@pytest.mark.parametrize("timeout", [4.0, 2.0])
+def test_earliest_offset_of_a_silent_leader_is_a_timeout_not_a_guess(
+    tmp_path: Any, caplog: Any, timeout: float
+) -> None:
     """An earliest-offset probe that saw nothing within 2 s answered high watermark + 1, so
-    on_data_loss='skip' skipped a whole range; a leader that stops answering must be a timeout."""
+    on_data_loss='skip' skipped a whole range; a leader that stops answering must be a timeout. The timeout
+    names the stream and partition, also when the first 2 s probe used all of it (a timeout of 2 s): that
+    one said only "earliest_offset: no time left of the 2s timeout"."""
     caplog.set_level(logging.INFO, logger="liftbridge_provider")  # a failure shows the reads' own account
     with start_single(data_dir=tmp_path / "lb") as server, LiftbridgeClient(server.brokers) as one:
         name = new_stream(one)
@@ -224,8 +229,9 @@ def test_earliest_offset_of_a_silent_leader_is_a_timeout_not_a_guess(tmp_path: A
 
         one.fetch_partition_metadata = fetch_then_freeze  # type: ignore[method-assign]
         try:
-            with pytest.raises(LiftbridgeTimeoutError):
-                bounded(lambda: one.earliest_offset(name, 0, timeout=4), 30)
+            with pytest.raises(LiftbridgeTimeoutError) as raised:
+                bounded(lambda: one.earliest_offset(name, 0, timeout=timeout), 30)
+            assert (raised.value.stream, raised.value.partition) == (name, 0), str(raised.value)
         finally:
             os.kill(pid, signal.SIGCONT)
 

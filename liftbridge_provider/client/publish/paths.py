@@ -118,16 +118,24 @@ class PublishPaths:
             raise too_large
         deadline = self._router.deadline(timeout)  # one for the whole call, the partition lookup included
         chosen = choose_partition(
-            self._router, stream, key, value, partition=partition, partitioner=chooser, timeout=deadline.left("publish")
+            self._router,
+            stream,
+            key,
+            value,
+            partition=partition,
+            partitioner=chooser,
+            timeout=deadline.left("publish", stream=stream),
         )
         request.partition = chosen
 
         try:
             unary = size > SHARED_STREAM_MAX_BYTES or policy == AckPolicy.NONE or self._may_be_authorized()
             if unary or ack_inbox or correlation_id:
-                response = self._send_once("Publish", request, deadline.left("publish"), stream, chosen)
+                response = self._send_once(
+                    "Publish", request, deadline.left("publish", stream=stream, partition=chosen), stream, chosen
+                )
                 return None if policy == AckPolicy.NONE or not response.HasField("ack") else Ack(response.ack, chosen)
-            response = self._on_shared_streams(request, deadline.left("publish"))
+            response = self._on_shared_streams(request, deadline.left("publish", stream=stream, partition=chosen))
             if response.HasField("asyncError"):
                 raise async_error(response, stream, chosen)
         except MessageTooLargeError as exc:

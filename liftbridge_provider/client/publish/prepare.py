@@ -100,7 +100,9 @@ def batch_requests(
     """
     near = size_limit - _FIELDS_SLACK if size_limit is not None else None
     stream = build.check_not_reserved(checks.check_stream_name(stream), "publish to")
-    count = partitions.partition_count(stream, timeout=deadline.left("publish_batch") if deadline else None)
+    count = partitions.partition_count(
+        stream, timeout=deadline.left("publish_batch", stream=stream) if deadline else None
+    )
     requests: list[api.PublishRequest] = []
     items = iter(messages)
     plain = partial(api.PublishRequest, stream=stream, ackPolicy=policy.value, expectedOffset=-1)
