@@ -31,7 +31,7 @@ setup: venv tools proto native
 # project folder on sys.path (a .pth line) instead of an import hook, so Spark's data source
 # discovery (pkgutil.iter_modules) finds pyspark_liftbridge from any working directory.
 # The exact versions come from $(CONSTRAINTS) (constraints/newest.txt; pyproject.toml only has ranges).
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed $(VENV)/.pyspark-site
 $(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is required, found " + sys.version)'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,15 @@ $(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS)
 	@# sys.path: Python would see the distribution twice, and Airflow load its plugin entry point twice (a
 	@# warning and an import error; in task processes the entry-point plugins after the second copy are skipped).
 	rm -rf airflow_provider_liftbridge.egg-info
+	touch $@
+
+# Spark puts its pyspark.zip and py4j's zip first on the path of every Python process it starts, and Python
+# compiles what it loads from a zip anew in each process (about 0.7 s of CPU per Spark Python daemon). A .pth line
+# in site-packages drops the two zips when they hold what is installed here, so Spark's Python processes of this
+# environment load the same modules from site-packages' cached bytecode (tools/venv/_pyspark_from_site_packages.py).
+$(VENV)/.pyspark-site: $(VENV)/.installed tools/venv/_pyspark_from_site_packages.py tools/venv/pyspark-from-site-packages.pth
+	cp tools/venv/_pyspark_from_site_packages.py tools/venv/pyspark-from-site-packages.pth \
+		"$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	touch $@
 
 # The pinned Liftbridge and NATS servers and the S3 gateway (versitygw), built with `go install` into .tools/bin,
