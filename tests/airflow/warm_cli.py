@@ -9,8 +9,8 @@ session and process group, environment, exit status, stdout and stderr, and noth
 
 Airflow reads part of its configuration at import, so a command whose settings differ from the
 forkserver's (``AIRFLOW_HOME``, any ``AIRFLOW__*`` option, ``PYTHONPATH``, a ``LIFTBRIDGE_*`` switch) runs
-as a plain subprocess instead. Connections given as ``AIRFLOW_CONN_*`` are read when looked up, so they
-may differ. The forkserver ends with the pytest worker that started it.
+as a plain subprocess instead. Connections given as ``AIRFLOW_CONN_*`` are read when looked up, and the
+provider's ``AIRFLOW__LIFTBRIDGE_EVENTS__*`` options when Airflow loads plugins in the command, so they may differ. The forkserver ends with the pytest worker that started it.
 """
 
 from __future__ import annotations
@@ -53,7 +53,10 @@ PRELOAD = [
     "tests.airflow.warm_execution_api",  # last: builds the execution API app with the modules above loaded
 ]
 _CONFIG_PREFIXES = ("AIRFLOW", "LIFTBRIDGE_")
-_RUNTIME_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_")
+# Read when looked up, after the fork: connections and variables, and the provider's [liftbridge_events] options,
+# which its plugin reads when Airflow loads plugins, which the preloaded modules do not (the events tests see
+# their events only if the command read them).
+_RUNTIME_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__LIFTBRIDGE_EVENTS__")
 _server: dict[str, dict[str, str]] = {}  # "settings": the configuration the forkserver imported Airflow with
 
 
