@@ -10,7 +10,8 @@ session and process group, environment, exit status, stdout and stderr, and noth
 Airflow reads part of its configuration at import, so a command whose settings differ from the
 forkserver's (``AIRFLOW_HOME``, any ``AIRFLOW__*`` option, ``PYTHONPATH``, a ``LIFTBRIDGE_*`` switch) runs
 as a plain subprocess instead. Connections given as ``AIRFLOW_CONN_*`` are read when looked up, and the
-provider's ``AIRFLOW__LIFTBRIDGE_EVENTS__*`` options when Airflow loads plugins in the command, so they may differ. The forkserver ends with the pytest worker that started it.
+provider's ``AIRFLOW__LIFTBRIDGE_EVENTS__*`` options when Airflow loads plugins in the command, so they may
+differ. The forkserver ends with the pytest worker that started it.
 """
 
 from __future__ import annotations
