@@ -158,7 +158,9 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
         if ids == []:
             return
         request = api.PauseStreamRequest(name=name, partitions=ids or [], resumeAll=resume_all)
-        self._unary("PauseStream", request, timeout=left_of(deadline, "pause_stream"), stream=name, idempotent=True)
+        self._unary(
+            "PauseStream", request, timeout=left_of(deadline, "pause_stream", stream=name), stream=name, idempotent=True
+        )
 
     def set_stream_readonly(
         self,
@@ -179,7 +181,11 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
             return
         request = api.SetStreamReadonlyRequest(name=name, partitions=ids or [], readonly=readonly)
         self._unary(
-            "SetStreamReadonly", request, timeout=left_of(deadline, "set_stream_readonly"), stream=name, idempotent=True
+            "SetStreamReadonly",
+            request,
+            timeout=left_of(deadline, "set_stream_readonly", stream=name),
+            stream=name,
+            idempotent=True,
         )
 
     def _partition_list(
@@ -192,7 +198,7 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
             build.check_not_reserved(name, action)
 
         def count() -> int:
-            return self._router.partition_count(name, timeout=left_of(deadline, "the partition lookup"))
+            return self._router.partition_count(name, timeout=left_of(deadline, "the partition lookup", stream=name))
 
         return checks.check_partition_selection(partitions, count, name)
 
@@ -231,16 +237,10 @@ class LiftbridgeClient(PublishMethods, CursorMethods):
             stream, partition, start or StartPosition.new_only(), stop, read_isr_replica=replica, resume=resume
         )
         started = Deadline(timeout) if timeout is not None else None  # the lookup counts against ``timeout``
-        lookup = (
-            min(started.left("subscribe", stream=stream, partition=partition), self.config.request_timeout)
-            if started is not None
-            else None
-        )
+        left = left_of(started, "subscribe", stream=stream, partition=partition)
+        lookup = min(left, self.config.request_timeout) if left is not None else None
         checks.check_partition(partition, self._router.partition_count(stream, timeout=lookup), stream)
-        if started is not None:
-            started.left(
-                "subscribe", stream=stream, partition=partition
-            )  # LiftbridgeTimeoutError when the lookup took all of it
+        left_of(started, "subscribe", stream=stream, partition=partition)  # LiftbridgeTimeoutError: none left
         return self._subscription(
             request,
             stop,

@@ -32,42 +32,26 @@ def earliest_offset(
 ) -> int | None:
     """See ``LiftbridgeClient.earliest_offset``: None for a partition that never held a message, high
     watermark + 1 when retention removed every message, else the first retained offset."""
-    high_watermark = client.fetch_partition_metadata(
-        stream, partition, timeout=deadline.left("earliest_offset", stream=stream, partition=partition)
-    ).high_watermark
+
+    def left() -> float:
+        return deadline.left("earliest_offset", stream=stream, partition=partition)
+
+    def first_up_to(stop: StopPosition, seconds: float) -> int | None:
+        return first_retained(client, stream, partition, stop, seconds=seconds, resume=resume)
+
+    high_watermark = client.fetch_partition_metadata(stream, partition, timeout=left()).high_watermark
     if high_watermark < 0:
         return None
     up_to_committed = StopPosition.at_offset(high_watermark)
-    first = first_retained(
-        client,
-        stream,
-        partition,
-        up_to_committed,
-        seconds=min(probe, deadline.left("earliest_offset", stream=stream, partition=partition)),
-        resume=resume,
-    )
+    first = first_up_to(up_to_committed, min(probe, left()))
     if first == ENDED_EMPTY:  # the server's own answer: its log starts past the high watermark
         log.info("%s/%d: nothing retained up to the high watermark %d", stream, partition, high_watermark)
         return high_watermark + 1
     if first is not None:
         return first
-    first = first_retained(
-        client,
-        stream,
-        partition,
-        TO_THE_END,
-        seconds=deadline.left("earliest_offset", stream=stream, partition=partition),
-        resume=resume,
-    )
+    first = first_up_to(TO_THE_END, left())
     if first == ENDED_EMPTY:  # the server found no message to look the stop time up in: the log holds none
-        first = first_retained(
-            client,
-            stream,
-            partition,
-            up_to_committed,
-            seconds=min(probe, deadline.left("earliest_offset", stream=stream, partition=partition)),
-            resume=resume,
-        )
+        first = first_up_to(up_to_committed, min(probe, left()))
         if first is not None and first != ENDED_EMPTY:
             return first
         log.info("%s/%d: retention removed every message up to offset %d", stream, partition, high_watermark)
@@ -135,14 +119,9 @@ def first_message(
     client: RangeReader, stream: str, partition: int, *, start: StartPosition, stop: StopPosition, deadline: Deadline
 ) -> Message | None:
     """The first message from ``start`` up to ``stop``, None when there is none; a silent leader is a timeout."""
+    seconds = deadline.left("reading the first message", stream=stream, partition=partition)
     subscription = client.subscribe(
-        stream,
-        partition=partition,
-        start=start,
-        stop=stop,
-        timeout=deadline.left("reading the first message", stream=stream, partition=partition),
-        resume=True,
-        resubscribe_wait=deadline.left("reading the first message", stream=stream, partition=partition),
+        stream, partition=partition, start=start, stop=stop, timeout=seconds, resume=True, resubscribe_wait=seconds
     )
     with subscription:
         return next(subscription, None)

@@ -12,7 +12,7 @@ from liftbridge_provider.client.errors import BeyondHighWatermarkError, Liftbrid
 from liftbridge_provider.client.messages import Message, StartPosition, StopPosition
 from liftbridge_provider.client.metadata import PartitionInfo
 from liftbridge_provider.client.options import ClientConfig
-from liftbridge_provider.client.retry import Deadline
+from liftbridge_provider.client.retry import Deadline, left_of
 from liftbridge_provider.client.subscription import Subscription
 from liftbridge_provider.core import checks
 from liftbridge_provider.core.checks import check_timeout
@@ -107,7 +107,7 @@ def range_subscription(
         stop=StopPosition.at_offset(last),
         read_isr_replica=read_isr_replica,
         resume=resume,
-        timeout=deadline.left("read_range", stream=stream, partition=partition) if deadline is not None else None,
+        timeout=left_of(deadline, "read_range", stream=stream, partition=partition),
         idle_timeout=idle_timeout,
     )
 
@@ -191,7 +191,7 @@ def _committed_or_waited(
             stop=StopPosition.at_offset(last),
             read_isr_replica=read_isr_replica,
             resume=resume,
-            timeout=deadline.left("read_range", stream=stream, partition=partition) if deadline is not None else None,
+            timeout=left_of(deadline, "read_range", stream=stream, partition=partition),
             idle_timeout=RETENTION_PROBE if probe else (None if idle_timeout is None else idle_timeout - silent),
         )
         try:

@@ -200,10 +200,13 @@ class Deadline:
         return self.remaining() <= 0.0
 
 
-def left_of(deadline: Deadline | None, what: str) -> float | None:
+def left_of(
+    deadline: Deadline | None, what: str, *, stream: str | None = None, partition: int | None = None
+) -> float | None:
     """The seconds left of ``deadline`` for a call made on its behalf, or None (the callee's default) when
-    the call has no deadline; LiftbridgeTimeoutError naming ``what`` when none are left."""
-    return deadline.left(what) if deadline is not None else None
+    the call has no deadline; LiftbridgeTimeoutError naming ``what`` (and ``stream`` and ``partition``)
+    when none are left."""
+    return deadline.left(what, stream=stream, partition=partition) if deadline is not None else None
 
 
 class RetryState:

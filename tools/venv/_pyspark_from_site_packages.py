@@ -5,7 +5,7 @@ Python process it starts: its daemons, their forked workers (a data source's pla
 side) and a ``spark-submit`` driver. With pip's pyspark, ``$SPARK_HOME`` is ``site-packages/pyspark``, so the
 zips hold the same files as site-packages, but Python keeps no compiled bytecode for modules it loads from a
 zip: each of those processes compiled every pyspark module it imported from source (docs/benchmarks.md, "The
-test suite's time").
+test suite's Spark Python processes compiled pyspark from its zip").
 
 ``make venv`` puts this module and a ``.pth`` line that imports it into the environment's site-packages.
 At start-up it removes the two zips from ``sys.path`` when they are the ones inside this environment's own

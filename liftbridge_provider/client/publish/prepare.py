@@ -15,7 +15,7 @@ from liftbridge_provider.client.messages import AckPolicy
 from liftbridge_provider.client.partitioners import Partitioner
 from liftbridge_provider.client.publish.batch_result import BatchResult, Failures, PublishFailure
 from liftbridge_provider.client.publish.dropping import drop_in_background
-from liftbridge_provider.client.retry import Deadline
+from liftbridge_provider.client.retry import Deadline, left_of
 from liftbridge_provider.core import checks
 from liftbridge_provider.core.errors import InvalidArgumentError, NoSuchPartitionError
 
@@ -100,9 +100,7 @@ def batch_requests(
     """
     near = size_limit - _FIELDS_SLACK if size_limit is not None else None
     stream = build.check_not_reserved(checks.check_stream_name(stream), "publish to")
-    count = partitions.partition_count(
-        stream, timeout=deadline.left("publish_batch", stream=stream) if deadline else None
-    )
+    count = partitions.partition_count(stream, timeout=left_of(deadline, "publish_batch", stream=stream))
     requests: list[api.PublishRequest] = []
     items = iter(messages)
     plain = partial(api.PublishRequest, stream=stream, ackPolicy=policy.value, expectedOffset=-1)
