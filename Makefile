@@ -23,9 +23,17 @@ COMPAT_TARGETS ?= airflow-3.1 airflow-3.2 pyspark-4.0 pyspark-4.2 python-3.12 py
 # for each (tools/python-for.sh finds the interpreters).
 PYTHON_VERSIONS ?= 3.11 3.12 3.13
 
-.PHONY: setup venv tools golbbench browser proto native spark-classes lint test test-fast test-tier chaos bench soak demo dist wheel wheels compat fuzz clean
+.PHONY: setup bytecode venv tools golbbench browser proto native spark-classes lint test test-fast test-tier chaos bench soak demo dist wheel wheels compat fuzz clean
 
-setup: venv tools proto native
+setup: venv tools proto native bytecode
+
+# The project's own modules compiled to bytecode beside their sources. Python writes that cache itself when it
+# imports a module, unless PYTHONDONTWRITEBYTECODE is set (as on this project's CI machines): then every process
+# compiles what it imports from source again, and the suite starts hundreds of them (Spark's Python workers,
+# Airflow commands, triggerers): about 0.15 CPU-s each (docs/benchmarks.md). compileall writes the cache whatever
+# that variable says and rewrites only what changed; .gitignore and the packed environment leave it out.
+bytecode: venv proto
+	@$(PY) -m compileall -q -j 0 liftbridge_provider spark_jobs tests tools bench >/dev/null
 
 # The virtual environment, with the project installed in editable mode. "compat" mode puts the
 # project folder on sys.path (a .pth line) instead of an import hook, so Spark's data source
@@ -52,8 +60,9 @@ $(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS)
 # in site-packages drops the two zips when they hold what is installed here, so Spark's Python processes of this
 # environment load the same modules from site-packages' cached bytecode (tools/venv/_pyspark_from_site_packages.py).
 $(VENV)/.pyspark-site: $(VENV)/.installed tools/venv/_pyspark_from_site_packages.py tools/venv/pyspark-from-site-packages.pth
-	cp tools/venv/_pyspark_from_site_packages.py tools/venv/pyspark-from-site-packages.pth \
-		"$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	purelib="$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" && \
+		cp tools/venv/_pyspark_from_site_packages.py tools/venv/pyspark-from-site-packages.pth "$$purelib" && \
+		$(PY) -m compileall -q "$$purelib/_pyspark_from_site_packages.py" >/dev/null
 	touch $@
 
 # The pinned Liftbridge and NATS servers and the S3 gateway (versitygw), built with `go install` into .tools/bin,
