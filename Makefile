@@ -33,7 +33,7 @@ setup: venv tools proto native bytecode
 # Airflow commands, triggerers): about 0.15 CPU-s each (docs/benchmarks.md). compileall writes the cache whatever
 # that variable says and rewrites only what changed; .gitignore and the packed environment leave it out.
 bytecode: venv proto
-	@$(PY) -m compileall -q -j 0 liftbridge_provider spark_jobs tests tools bench >/dev/null
+	@$(PY) -m compileall -q -j 0 liftbridge_provider pyspark_liftbridge spark_jobs dags tests tools bench >/dev/null
 
 # The virtual environment, with the project installed in editable mode. "compat" mode puts the
 # project folder on sys.path (a .pth line) instead of an import hook, so Spark's data source
