@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import reduce
-from itertools import chain
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -54,6 +53,10 @@ def read_pieces(
 
 
 def _tag_of_partition(tags: Mapping[int, int]) -> Column:
-    """A column that maps the row's partition to its piece's tag (one piece per partition in a round)."""
-    pairs = chain.from_iterable((F.lit(partition), F.lit(tag)) for partition, tag in sorted(tags.items()))
-    return F.create_map(*pairs)[F.col("partition")]
+    """A column that maps the row's partition to its piece's tag (one piece per partition in a round).
+
+    One SQL expression of integer literals, parsed by the JVM in one call: the same map built from a ``lit``
+    column per key and per value cost two py4j round trips per partition (512 for 256 partitions, a tenth
+    of such a run's time on the driver)."""
+    pairs = ", ".join(f"{int(partition)}, {int(tag)}" for partition, tag in sorted(tags.items()))
+    return F.expr(f"map({pairs})[`partition`]")

@@ -264,6 +264,29 @@ def test_a_range_beyond_the_high_watermark_is_refused_before_anything_is_claimed
     assert lake_offsets(spark, output, stream) == list(range(100, 200))
 
 
+def test_among_many_partitions_the_first_range_beyond_its_high_watermark_is_named_and_nothing_is_claimed(
+    spark: SparkSession, client: LiftbridgeClient, liftbridge_server: DevServer, tmp_path: Path
+) -> None:
+    """The job asks every partition's high watermark at once; two of twelve ranges end beyond theirs. The
+    error names the first of them in the document's order, as a check of one range after the other did, and
+    no partition's ledger holds a claim; the good ranges then land."""
+    name = f"ends-{uuid.uuid4().hex[:8]}"
+    client.create_stream(name, name, partitions=12)
+    for partition in range(12):
+        client.publish_batch(name, [b"x"] * 20, partition=partition, ack_policy="all")
+    bad = {5: 10**9, 9: 21}
+    ranges = tuple(OffsetRange(p, 0, bad.get(p, 20)) for p in range(12))
+    output = tmp_path / "lake"
+    argv = ["--brokers", ",".join(liftbridge_server.brokers), "--output", str(output)]
+    with pytest.raises(BeyondHighWatermarkError, match=r"^partition 5: range \[0, 1000000000\) goes beyond"):
+        ingest.run(spark, ingest.parse_args([*argv, "--ranges", RangesDocument(name, ranges).dumps()]))
+    assert not list(output.rglob("_ledger/*")), "nothing was claimed"
+    good = RangesDocument(name, tuple(OffsetRange(p, 0, 20) for p in range(12)))
+    outcome = ingest.run(spark, ingest.parse_args([*argv, "--ranges", good.dumps()]))
+    assert outcome.problems == []
+    assert len(lake_offsets(spark, output, name)) == 240
+
+
 @pytest.mark.parametrize("marks", ["%3D", "#", "?"], ids=["percent", "hash", "question-mark"])
 def test_a_stream_name_with_uri_characters_keeps_its_ledger_in_its_own_folder(
     spark: SparkSession, client: LiftbridgeClient, liftbridge_server: DevServer, tmp_path: Path, marks: str
