@@ -10,8 +10,10 @@ session and process group, environment, exit status, stdout and stderr, and noth
 Airflow reads part of its configuration at import, so a command whose settings differ from the
 forkserver's (``AIRFLOW_HOME``, any ``AIRFLOW__*`` option, ``PYTHONPATH``, a ``LIFTBRIDGE_*`` switch) runs
 as a plain subprocess instead. Connections given as ``AIRFLOW_CONN_*`` are read when looked up, and the
-provider's ``AIRFLOW__LIFTBRIDGE_EVENTS__*`` options when Airflow loads plugins in the command, so they may
-differ. The forkserver ends with the pytest worker that started it.
+provider's ``AIRFLOW__LIFTBRIDGE_EVENTS__*`` options when Airflow loads plugins in the command, and the
+``[state_store]`` options when a task's state is kept or cleared, so they may differ. OpenLineage's transport and
+statsd's options may not: the forkserver's imports read them (a command forked with them set sent no events).
+The forkserver ends with the pytest worker that started it.
 """
 
 from __future__ import annotations
@@ -57,7 +59,12 @@ _CONFIG_PREFIXES = ("AIRFLOW", "LIFTBRIDGE_")
 # Read when looked up, after the fork: connections and variables, and the provider's [liftbridge_events] options,
 # which its plugin reads when Airflow loads plugins, which the preloaded modules do not (the events tests see
 # their events only if the command read them).
-_RUNTIME_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__LIFTBRIDGE_EVENTS__")
+_RUNTIME_PREFIXES = (
+    "AIRFLOW_CONN_",
+    "AIRFLOW_VAR_",
+    "AIRFLOW__LIFTBRIDGE_EVENTS__",
+    "AIRFLOW__STATE_STORE__",
+)
 _server: dict[str, dict[str, str]] = {}  # "settings": the configuration the forkserver imported Airflow with
 
 
