@@ -20,14 +20,19 @@ from liftbridge_provider.core.ranges import OffsetRange, RangesDocument
 
 
 def rounds(pieces: Sequence[OffsetRange]) -> list[list[OffsetRange]]:
-    """``pieces`` grouped so that no group holds two pieces of one partition (first fit, in order)."""
+    """``pieces`` grouped so that no group holds two pieces of one partition (first fit, in order).
+
+    The first group without a piece of the partition is the one after its partition's earlier pieces: a
+    partition's k-th piece goes to group k, found by a count instead of a scan of every group (which took
+    time growing with the square of the pieces)."""
     grouped: list[list[OffsetRange]] = []
+    seen: dict[int, int] = {}
     for piece in pieces:
-        slot = next((g for g in grouped if all(p.partition != piece.partition for p in g)), None)
-        if slot is None:
-            slot = []
-            grouped.append(slot)
-        slot.append(piece)
+        index = seen.get(piece.partition, 0)
+        seen[piece.partition] = index + 1
+        if index == len(grouped):
+            grouped.append([])
+        grouped[index].append(piece)
     return grouped
 
 
