@@ -30,11 +30,13 @@ from typing import Any
 
 import grpc
 
+from liftbridge_provider import fault_points
 from liftbridge_provider.devserver import binaries, config
 from liftbridge_provider.devserver.errors import DevServerError
 from liftbridge_provider.devserver.inspection import partition_leaders
 from liftbridge_provider.devserver.process import ServerProcess
 from liftbridge_provider.devserver.readiness import NotReady, check_ready
+from liftbridge_provider.devserver.startup import Unformed, wait_formed, wait_ready_once_more_after_a_startup_panic
 
 PORT_ATTEMPTS = 5
 ADDRESS_IN_USE = "address already in use"
@@ -302,26 +304,11 @@ def start_single(
             nats_conf=nats_conf,
         )
         server.nodes.append(node)
-        _wait_ready_once_more_after_a_startup_panic(server, node, timeout)
+        wait_ready_once_more_after_a_startup_panic(server, node, timeout)
     except BaseException:
         server.stop(timeout=5.0)
         raise
     return server
-
-
-# Liftbridge v1.9.0 can panic while a lone node becomes the metadata leader on a loaded machine: its first Raft
-# apply times out, it steps down, and stepping down panics ("cannot find peer"). Its data is intact; it starts.
-_STARTUP_PANIC = "error on metadata leadership step down"
-
-
-def _wait_ready_once_more_after_a_startup_panic(server: DevServer, node: Node, timeout: float) -> None:
-    """:meth:`DevServer.wait_ready`; a node that exited with :data:`_STARTUP_PANIC` is started once more."""
-    try:
-        server.wait_ready(timeout)
-    except DevServerError:
-        if node.running or _STARTUP_PANIC not in node.process.log_tail():
-            raise
-        server.restart(node.server_id, timeout)
 
 
 def start_cluster(
@@ -343,32 +330,41 @@ def start_cluster(
     it a single replica, and committed cursors would die with that node.
     Replica timeouts are lowered (see
     :data:`config.FAST_FAILOVER`) so partition failover takes about a second.
-    Parameters as for :func:`start_single`; ``timeout`` defaults to 90 s.
+    Parameters as for :func:`start_single`; ``timeout`` defaults to 90 s. A cluster whose nodes do not all
+    know each other after half of it is stopped and started once more, in ``data_dir/second-start``
+    (devserver/startup.py).
     """
     _check_count("size", size)
     _check_count("cursor_partitions", cursor_partitions)
-    server = _new_server(data_dir, _cursor_setting(cursor_partitions, extra_config), credentials)
     extra = {**config.FAST_FAILOVER, **(extra_config or {})}
     peers = [f"n{index}" for index in range(1, size + 1)]
-    try:
-        _start_nats(server, tie_to_parent)
-        for server_id in peers:
-            node = _start_node(
-                server,
-                server_id,
-                seed=False,
-                peers=peers,
-                embedded_nats=False,
-                extra=extra,
-                log_level=log_level,
-                tie_to_parent=tie_to_parent,
-            )
-            server.nodes.append(node)
-        server.wait_ready(timeout)
-    except BaseException:
-        server.stop(timeout=5.0)
-        raise
-    return server
+    deadline = time.monotonic() + timeout
+    for attempt in (1, 2):
+        folder = data_dir if data_dir is None or attempt == 1 else Path(data_dir) / "second-start"
+        server = _new_server(folder, _cursor_setting(cursor_partitions, extra_config), credentials)
+        try:
+            _start_nats(server, tie_to_parent)
+            for server_id in peers:
+                node = _start_node(
+                    server,
+                    server_id,
+                    seed=False,
+                    peers=peers,
+                    embedded_nats=False,
+                    extra=extra,
+                    log_level=log_level,
+                    tie_to_parent=tie_to_parent,
+                )
+                server.nodes.append(node)
+            fault_points.reached("devserver.cluster_started")
+            wait_formed(server, deadline, last_attempt=attempt == 2)
+            return server
+        except Unformed:
+            server.stop(timeout=5.0)
+        except BaseException:
+            server.stop(timeout=5.0)
+            raise
+    raise AssertionError("unreachable: the second start returns or raises")
 
 
 def _check_count(name: str, value: int) -> None:
