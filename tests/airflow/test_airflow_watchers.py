@@ -753,7 +753,9 @@ def test_event_one_watcher_fails_to_store_in_time_is_delivered_again_not_skipped
         wait_until(marker.exists, "the slow watcher to reach offset 2", triggerer)
         wait_until(lambda: len(set(offsets_of(asset_payloads(home, "slow")))) == 6, "all six for 'slow'", triggerer)
         wait_until(lambda: len(set(offsets_of(asset_payloads(home, "fast")))) == 6, "all six for 'fast'", triggerer)
-        time.sleep(3)
+        # The cursor moves after Airflow stored both watchers' events: a fixed 3 s here was too short on a
+        # loaded CI machine (the last value sampled was 4). Waiting for 5 still fails the test if it never gets there.
+        wait_until(lambda: sampler.values[-1:] == [5], "the shared cursor to reach offset 5", triggerer)
         seen = sampler.stop()
         slow, fast = asset_payloads(home, "slow"), asset_payloads(home, "fast")
     triggerer.stop()
