@@ -30,6 +30,10 @@ SERVING_TIMEOUT = 2.0  # seconds for a node to answer the serving probe
 SERVING_PROBE = "lbdev-serving-probe"  # a stream name no test creates
 
 
+UNFORMED = "knows brokers"
+"""What a readiness failure says of a node whose metadata lists fewer brokers than the cluster has."""
+
+
 class NotReady(Exception):
     """The cluster answered but is not ready yet; the message says why."""
 
@@ -73,7 +77,7 @@ def _check_metadata(stub: Any, address: str, brokers: int, cursor_partitions: in
     response: api.FetchMetadataResponse = stub.FetchMetadata(request, timeout=RPC_TIMEOUT)
     if len(response.brokers) != brokers:
         seen = sorted(b.id for b in response.brokers)
-        raise NotReady(f"{address} knows brokers {seen}, expected {brokers}")
+        raise NotReady(f"{address} {UNFORMED} {seen}, expected {brokers}")
     if cursor_partitions == 0:
         return  # cursors disabled: the server creates no __cursors stream
     cursors = [s for s in response.streamMetadata if s.name == CURSORS_STREAM]

@@ -18,14 +18,12 @@ import time
 from typing import Protocol
 
 from liftbridge_provider.devserver.errors import DevServerError
+from liftbridge_provider.devserver.readiness import UNFORMED
 
 log = logging.getLogger(__name__)
 
 STARTUP_PANIC = "error on metadata leadership step down"
 """What the log of a lone node that panicked while it became the metadata leader ends with."""
-
-UNFORMED = "knows brokers"
-"""The readiness check's words for a node whose metadata lists fewer brokers than the cluster has."""
 
 
 class _Process(Protocol):

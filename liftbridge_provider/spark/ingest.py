@@ -50,7 +50,6 @@ import sys
 import uuid
 import warnings
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -66,7 +65,7 @@ from liftbridge_provider.spark.landed import landed_before_spark
 from liftbridge_provider.spark.object_store import check_output_filesystem
 from liftbridge_provider.spark.options import OptionError, parse_options
 from liftbridge_provider.spark.parquet_ingest import Job, ingest_parquet, write_manifest
-from liftbridge_provider.spark.reader import check_end_committed
+from liftbridge_provider.spark.reader import check_end_committed, each_range
 from liftbridge_provider.spark.s3_session import session_s3_settings, use_aws_connection
 from liftbridge_provider.spark.source import LiftbridgeDataSource
 from liftbridge_provider.spark.table_formats import delta_format, iceberg_format
@@ -75,8 +74,6 @@ from liftbridge_provider.spark.table_ingest import ingest_table
 log = logging.getLogger("liftbridge.ingest")
 
 CONNECTION_ENV = "LIFTBRIDGE_CONN_JSON"
-CHECK_THREADS = 8
-"""Partitions whose committed high watermark the job asks at once before it claims anything."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -246,15 +243,8 @@ def check_ends_committed(config: ClientConfig, document: RangesDocument) -> None
     or written (BeyondHighWatermarkError): a Parquet claim left open by a run whose read then failed must be
     written whole by every later run that overlaps it, so a mistyped end would hold the partition back."""
     ranges = [r for r in document.ranges if r.count]
-    with LiftbridgeClient(config) as client:
-        if len(ranges) <= 1:
-            for offset_range in ranges:
-                check_end_committed(client, document.stream, offset_range)
-            return
-        # A request per partition, to its leader: at once on a few threads (the client is thread-safe), the
-        # first refused range in the document's order raised, as one after the other would.
-        with ThreadPoolExecutor(min(CHECK_THREADS, len(ranges)), thread_name_prefix="ends") as pool:
-            list(pool.map(lambda r: check_end_committed(client, document.stream, r), ranges))
+    with LiftbridgeClient(config) as client:  # a request per partition, to its leader, a few at once
+        each_range(lambda r: check_end_committed(client, document.stream, r), ranges)
 
 
 def _ingest_parquet(

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -154,7 +155,7 @@ def resolve_ranges(options: ReadOptions, client: LiftbridgeClient) -> RangesDocu
     count = len(client.stream_info(document.stream).partitions)
     check_partitions([r.partition for r in document.ranges], count, document.stream)
     checked = (
-        tuple(_each_range(lambda r: check_range(client, document.stream, r, options), document.ranges))
+        tuple(each_range(lambda r: check_range(client, document.stream, r, options), document.ranges))
         if options.check_ranges
         else document.ranges  # the caller checked them (checkRanges=false): the tasks still see a lost head
     )
@@ -164,11 +165,15 @@ def resolve_ranges(options: ReadOptions, client: LiftbridgeClient) -> RangesDocu
 
 
 CHECK_THREADS = 16
-"""Ranges checked at once when a read is planned (two requests each: 256 partitions took 1.3 s one by one)."""
+"""Ranges checked at once when a read is planned or an ingest starts (two requests each when a read is planned:
+256 partitions took 1.3 s one by one)."""
+
+R = TypeVar("R")
 
 
-def _each_range(check: Callable[[OffsetRange], OffsetRange], ranges: Sequence[OffsetRange]) -> list[OffsetRange]:
-    """``check`` of every range, in order, on up to :data:`CHECK_THREADS` threads (the client is thread-safe)."""
+def each_range(check: Callable[[OffsetRange], R], ranges: Sequence[OffsetRange]) -> list[R]:
+    """``check`` of every range, in order, on up to :data:`CHECK_THREADS` threads (the client is thread-safe);
+    the first range whose check raised, in ``ranges``' order, is the error raised, as one after the other."""
     if len(ranges) <= 1:
         return [check(r) for r in ranges]
     with ThreadPoolExecutor(min(CHECK_THREADS, len(ranges)), thread_name_prefix="liftbridge-plan") as pool:
